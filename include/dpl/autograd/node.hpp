@@ -1,0 +1,52 @@
+#pragma once
+// Node: one recorded op in the graph. Public so that users can add their own differentiable ops.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpl/autograd/variable.hpp"
+
+namespace dpl {
+
+/// Where an op writes the gradient of one input during backward.
+struct GradTarget {
+  /// The input's gradient buffer (shape, dtype and device of the input's data).
+  Tensor* tensor = nullptr;
+  /// 0: overwrite the buffer (it holds garbage); 1: add to it (it holds earlier contributions).
+  float beta = 0.f;
+  /// False when the input needs no gradient; then tensor is null and nothing is written.
+  bool needed() const { return tensor != nullptr; }
+};
+
+/// A recorded op. The forward function creates a Node subclass, stores whatever backward needs
+/// (inputs via set_inputs, saved tensors as members) and returns Variable::make_result(out, node).
+class Node {
+ public:
+  virtual ~Node() = default;
+  /// The op's name, used in error messages.
+  virtual const char* name() const = 0;
+  /// Given the gradient of the output, writes or adds the gradient of each input i into
+  /// targets[i] (honouring its beta) when targets[i].needed().
+  virtual void backward(const Tensor& grad_output, std::vector<GradTarget>& targets) = 0;
+  /// Frees what backward needed (called by the engine once this node has run).
+  virtual void release() {}
+
+  const std::vector<Variable>& inputs() const { return inputs_; }
+  void set_inputs(std::vector<Variable> inputs) { inputs_ = std::move(inputs); }
+  void clear_inputs() { inputs_.clear(); }
+
+  /// The variable this node produced (set by Variable::make_result; weak, to avoid a cycle).
+  const std::weak_ptr<VariableImpl>& output() const { return output_; }
+  void set_output(std::weak_ptr<VariableImpl> out) { output_ = std::move(out); }
+
+ private:
+  std::vector<Variable> inputs_;
+  std::weak_ptr<VariableImpl> output_;
+};
+
+/// True when any of the variables requires a gradient and gradient recording is on: an op
+/// records a node exactly then.
+bool any_requires_grad(std::initializer_list<const Variable*> vars);
+
+}  // namespace dpl

@@ -1,0 +1,38 @@
+#pragma once
+// Differentiable ops. Each runs on the inputs' device and records itself for backward when an
+// input requires a gradient. Shape or dtype mismatches throw dpl::Error naming the op and the
+// expected and received shapes; nothing is broadcast silently.
+
+#include "dpl/autograd/variable.hpp"
+
+namespace dpl {
+
+/// (N,K) x (K,M) -> (N,M).
+Variable matmul(const Variable& a, const Variable& b);
+/// y = x W^T + b for x (N,in), W (out,in), b (out,) or undefined (no bias).
+Variable linear(const Variable& x, const Variable& weight, const Variable& bias = Variable());
+/// Elementwise a+b, a-b, a*b. b has a's shape, or is bias-like: 1-D with a's last extent
+/// (broadcast over the rows), or has one element (broadcast everywhere).
+Variable add(const Variable& a, const Variable& b);
+Variable sub(const Variable& a, const Variable& b);
+Variable mul(const Variable& a, const Variable& b);
+/// max(x, 0).
+Variable relu(const Variable& x);
+/// Same data, new shape (one extent may be -1).
+Variable reshape(const Variable& x, const Shape& shape);
+/// (N, ...) -> (N, prod(...)) for start_dim 1.
+Variable flatten(const Variable& x, std::int64_t start_dim = 1);
+/// Sum and mean of all elements (one-element result of shape ()).
+Variable sum(const Variable& x);
+Variable mean(const Variable& x);
+/// Mean over the batch of -log softmax(logits)[label]. logits (N,C) float32, labels (N,) int32
+/// in [0, C). Result has shape ().
+Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels);
+/// Fraction of rows whose arg-max is the label (no gradient). Result has shape ().
+Tensor accuracy(const Variable& logits, const Tensor& labels);
+
+inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
+inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
+inline Variable operator*(const Variable& a, const Variable& b) { return mul(a, b); }
+
+}  // namespace dpl

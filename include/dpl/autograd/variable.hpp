@@ -1,0 +1,83 @@
+#pragma once
+// Variable: a tensor that remembers how it was computed, so that backward() can find gradients.
+
+#include <memory>
+#include <string>
+
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl {
+
+class Node;
+struct VariableImpl;
+
+/// A handle to a value in the define-by-run graph. Copies share the same value and gradient.
+/// A leaf (created by the user, requires_grad on) collects its gradient in grad(); a result of an
+/// op on variables that require gradients remembers the op (its creator) until backward() runs.
+class Variable {
+ public:
+  /// An undefined variable.
+  Variable() = default;
+  /// A leaf holding data.
+  explicit Variable(Tensor data, bool requires_grad = false);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Tensor& data() const;
+  /// Replaces the value (shape may change); the gradient is dropped.
+  void set_data(Tensor data);
+  /// The accumulated gradient; undefined until a backward pass reaches this variable.
+  const Tensor& grad() const;
+  /// Sets the gradient buffer (it must match data's shape, dtype and device). Parameters use this
+  /// to put their gradients into the model's gradient arena.
+  void set_grad(Tensor grad);
+  /// Drops the gradient (a later backward writes a fresh one).
+  void clear_grad();
+
+  bool requires_grad() const;
+  void set_requires_grad(bool on);
+  /// True when no op created this variable (the user did).
+  bool is_leaf() const;
+  /// The op that created this variable, or null for a leaf.
+  const std::shared_ptr<Node>& creator() const;
+
+  const Shape& shape() const { return data().shape(); }
+  std::int64_t numel() const { return data().numel(); }
+  Device device() const { return data().device(); }
+  DType dtype() const { return data().dtype(); }
+  /// The value of a one-element variable, on the host.
+  float item() const { return data().item(); }
+
+  /// Back-propagates from this one-element variable: every leaf that requires gradients and was
+  /// used to compute it gets d(this)/d(leaf) added to its grad(). The graph is freed afterwards
+  /// (the creators of every variable on it are dropped), so a second backward() through the same
+  /// graph throws. Throws dpl::Error when this variable has more than one element.
+  void backward() const;
+
+  /// Opaque identity, for graph bookkeeping and tests.
+  const VariableImpl* id() const { return impl_.get(); }
+
+  // --- used by ops (dpl/autograd/function.hpp) -------------------------------------------------
+  /// A non-leaf result of creator.
+  static Variable make_result(Tensor data, std::shared_ptr<Node> creator);
+  const std::shared_ptr<VariableImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<VariableImpl> impl_;
+};
+
+/// While alive, ops record no graph (evaluation). Nests; restores the previous mode on exit.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// True unless a NoGradGuard is alive on this thread.
+bool grad_enabled();
+
+}  // namespace dpl

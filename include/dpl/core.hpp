@@ -1,0 +1,9 @@
+#pragma once
+// Umbrella header: errors, element types, devices, shapes, random numbers, threads.
+#include "dpl/config.hpp"
+#include "dpl/core/device.hpp"
+#include "dpl/core/dtype.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/core/random.hpp"
+#include "dpl/core/shape.hpp"
+#include "dpl/core/threads.hpp"

@@ -1,0 +1,46 @@
+#pragma once
+// Element types of tensors.
+
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+
+namespace dpl {
+
+/// Element type of a tensor. Math runs in float32; the 16-bit types exist for gradient
+/// communication and storage; the integer types hold labels and indices.
+enum class DType : std::uint8_t { kFloat32, kBFloat16, kFloat16, kInt32, kInt64 };
+
+inline constexpr DType kFloat32 = DType::kFloat32;
+inline constexpr DType kBFloat16 = DType::kBFloat16;
+inline constexpr DType kFloat16 = DType::kFloat16;
+inline constexpr DType kInt32 = DType::kInt32;
+inline constexpr DType kInt64 = DType::kInt64;
+
+/// Bytes per element of dtype.
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kBFloat16: return 2;
+    case DType::kFloat16: return 2;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+  }
+  return 0;
+}
+
+/// Short name ("float32", "bfloat16", "float16", "int32", "int64").
+const char* dtype_name(DType t);
+std::ostream& operator<<(std::ostream& os, DType t);
+
+/// The DType that corresponds to the C++ type T (float, int32_t, int64_t).
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::kFloat32; }
+template <>
+constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
+template <>
+constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
+
+}  // namespace dpl

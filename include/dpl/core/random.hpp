@@ -1,0 +1,39 @@
+#pragma once
+// Seeded random numbers for initialisation and shuffling.
+
+#include <cstdint>
+#include <memory>
+
+namespace dpl {
+
+/// A seeded pseudo-random generator. Equal seeds give equal sequences on every platform that
+/// uses the same standard library, which is what makes initialisation reproducible per rank.
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed = 0);
+  Generator(const Generator&);
+  Generator& operator=(const Generator&);
+  ~Generator();
+
+  /// Restarts the sequence from seed.
+  void seed(std::uint64_t seed);
+  /// Next uniformly distributed 64-bit value.
+  std::uint64_t next_u64();
+  /// Uniform in [low, high).
+  float uniform(float low, float high);
+  /// Normal with the given mean and standard deviation.
+  float normal(float mean, float stddev);
+  /// Uniform integer in [0, n); requires n > 0.
+  std::uint64_t below(std::uint64_t n);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The process-wide generator used when no generator is passed explicitly.
+Generator& default_generator();
+/// Reseeds the process-wide generator.
+void manual_seed(std::uint64_t seed);
+
+}  // namespace dpl

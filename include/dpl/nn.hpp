@@ -1,0 +1,6 @@
+#pragma once
+// Umbrella header: modules, layers and parameter arenas.
+#include "dpl/autograd.hpp"
+#include "dpl/nn/arena.hpp"
+#include "dpl/nn/layers.hpp"
+#include "dpl/nn/module.hpp"

@@ -1,0 +1,3 @@
+#pragma once
+// Umbrella header: optimizers.
+#include "dpl/optim/optimizer.hpp"

@@ -1,0 +1,111 @@
+#pragma once
+// Optimizers: update a model's parameters from its gradients, one fused pass over the arena.
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dpl/autograd/variable.hpp"
+#include "dpl/nn/module.hpp"
+
+namespace dpl::optim {
+
+/// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
+///
+/// Usage: setup(model) once, then per step either update(loss_fn) — which clears the gradients,
+/// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), loss.backward(),
+/// update(). Each update reads the model's gradient arena and writes its parameter arena in one
+/// pass; the state (moments, velocities) lives in arenas of the same layout.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  /// Binds the optimizer to model (packing its arenas) and resets the state.
+  virtual void setup(nn::Module& model);
+  /// One step from the gradients now in the arena. Requires setup().
+  virtual void update();
+  /// zero_grad(); loss = loss_fn(); loss.backward(); update(). Returns the loss.
+  virtual Variable update(const std::function<Variable()>& loss_fn);
+  /// Sets every gradient of the target to zero.
+  virtual void zero_grad();
+
+  /// The learning rate (alpha for Adam).
+  virtual float lr() const = 0;
+  virtual void set_lr(float lr) = 0;
+  /// Weight decay rate: the update uses grad + rate * param (0 = off, the default).
+  virtual float weight_decay() const { return weight_decay_; }
+  virtual void set_weight_decay(float rate);
+  /// Number of updates done since setup().
+  virtual std::int64_t t() const { return t_; }
+  /// The state arenas by name ("velocity"; "m", "v"), each with the parameter arena's layout.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
+  /// The bound model. Requires setup().
+  virtual nn::Module& target() const;
+
+ protected:
+  /// Allocates and zeroes the state for the arena's layout.
+  virtual void init_state(const nn::ParameterArena& arena) {}
+  /// Runs the fused update over the whole arena (t_ already counts this step).
+  virtual void step(nn::ParameterArena& arena) = 0;
+
+  nn::Module* target_ = nullptr;
+  std::int64_t t_ = 0;
+  float weight_decay_ = 0.f;
+};
+
+/// Plain gradient descent: p -= lr * g.
+class SGD : public Optimizer {
+ public:
+  explicit SGD(float lr = 0.01f);
+  float lr() const override { return lr_; }
+  void set_lr(float lr) override;
+
+ protected:
+  void step(nn::ParameterArena& arena) override;
+
+ private:
+  float lr_;
+};
+
+/// Chainer's MomentumSGD: v = momentum * v - lr * g; p += v.
+class MomentumSGD : public Optimizer {
+ public:
+  explicit MomentumSGD(float lr = 0.01f, float momentum = 0.9f);
+  float lr() const override { return lr_; }
+  void set_lr(float lr) override;
+  float momentum() const { return momentum_; }
+  std::vector<std::pair<std::string, Tensor>> state() const override { return {{"velocity", velocity_}}; }
+
+ protected:
+  void init_state(const nn::ParameterArena& arena) override;
+  void step(nn::ParameterArena& arena) override;
+
+ private:
+  float lr_, momentum_;
+  Tensor velocity_;
+};
+
+/// Chainer's Adam (defaults alpha 1e-3, beta1 0.9, beta2 0.999, eps 1e-8):
+/// m += (1-beta1)(g-m); v += (1-beta2)(g^2-v);
+/// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps).
+class Adam : public Optimizer {
+ public:
+  explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+  float lr() const override { return alpha_; }
+  void set_lr(float alpha) override;
+  float beta1() const { return beta1_; }
+  float beta2() const { return beta2_; }
+  float eps() const { return eps_; }
+  std::vector<std::pair<std::string, Tensor>> state() const override { return {{"m", m_}, {"v", v_}}; }
+
+ protected:
+  void init_state(const nn::ParameterArena& arena) override;
+  void step(nn::ParameterArena& arena) override;
+
+ private:
+  float alpha_, beta1_, beta2_, eps_;
+  Tensor m_, v_;
+};
+
+}  // namespace dpl::optim

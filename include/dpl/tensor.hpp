@@ -1,0 +1,5 @@
+#pragma once
+// Umbrella header: storage and tensors.
+#include "dpl/core.hpp"
+#include "dpl/tensor/storage.hpp"
+#include "dpl/tensor/tensor.hpp"

@@ -1,0 +1,195 @@
+#include "dpl/autograd/variable.hpp"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/variable_impl.hpp"
+#include "backend/kernels.hpp"
+#include "dpl/autograd/node.hpp"
+
+namespace dpl {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+
+const Tensor& undefined_tensor() {
+  static const Tensor t;
+  return t;
+}
+
+// Every non-leaf variable has exactly one creator and every node one output, so the gradient
+// flowing into a non-leaf variable is keyed by its creator.
+struct Backprop {
+  std::unordered_map<const Node*, Tensor> output_grads;
+
+  // Fills one target for input var. `fresh` is set when the target is a temporary that the
+  // caller must add into the real buffer afterwards (the same variable appears twice).
+  GradTarget target_for(const Variable& var, std::unordered_set<const VariableImpl*>& seen, Tensor& scratch,
+                        Tensor*& merge_into) {
+    merge_into = nullptr;
+    VariableImpl& impl = *var.impl();
+    Tensor* buffer = nullptr;
+    if (impl.creator) {
+      auto it = output_grads.find(impl.creator.get());
+      if (it == output_grads.end()) {
+        it = output_grads.emplace(impl.creator.get(), Tensor()).first;
+      }
+      buffer = &it->second;
+    } else if (impl.requires_grad) {
+      buffer = &impl.grad;
+    } else {
+      return {};
+    }
+    if (!seen.insert(&impl).second) {
+      // Same variable twice among this node's inputs: write to scratch, add afterwards.
+      scratch = Tensor::empty(impl.data.shape(), TensorOptions(impl.data.dtype(), impl.data.device()));
+      merge_into = buffer;
+      return {&scratch, 0.f};
+    }
+    if (!buffer->defined()) {
+      *buffer = Tensor::empty(impl.data.shape(), TensorOptions(impl.data.dtype(), impl.data.device()));
+      return {buffer, 0.f};
+    }
+    return {buffer, 1.f};
+  }
+};
+
+// Reverse topological order of the nodes reachable from root (root first), iteratively so that
+// deep graphs cannot overflow the stack.
+std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>& root) {
+  std::vector<std::shared_ptr<Node>> post;
+  std::unordered_set<const Node*> visited;
+  std::vector<std::pair<std::shared_ptr<Node>, std::size_t>> stack;
+  stack.emplace_back(root, 0);
+  visited.insert(root.get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    const auto& inputs = node->inputs();
+    if (next < inputs.size()) {
+      const auto& creator = inputs[next++].creator();
+      if (creator && visited.insert(creator.get()).second) stack.emplace_back(creator, 0);
+    } else {
+      post.push_back(node);
+      stack.pop_back();
+    }
+  }
+  return {post.rbegin(), post.rend()};
+}
+}  // namespace
+
+Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<VariableImpl>()) {
+  impl_->data = std::move(data);
+  impl_->requires_grad = requires_grad;
+}
+
+Variable Variable::make_result(Tensor data, std::shared_ptr<Node> creator) {
+  Variable v(std::move(data), creator != nullptr);
+  if (creator) creator->set_output(v.impl_);
+  v.impl_->creator = std::move(creator);
+  return v;
+}
+
+const Tensor& Variable::data() const {
+  DPL_CHECK(impl_, "Variable: the variable is undefined (default-constructed)");
+  return impl_->data;
+}
+
+void Variable::set_data(Tensor data) {
+  DPL_CHECK(impl_, "Variable::set_data: the variable is undefined");
+  impl_->data = std::move(data);
+  impl_->grad = Tensor();
+}
+
+const Tensor& Variable::grad() const { return impl_ ? impl_->grad : undefined_tensor(); }
+
+void Variable::set_grad(Tensor grad) {
+  DPL_CHECK(impl_, "Variable::set_grad: the variable is undefined");
+  if (grad.defined()) {
+    DPL_CHECK(grad.shape() == impl_->data.shape() && grad.dtype() == impl_->data.dtype() &&
+                  grad.device() == impl_->data.device(),
+              "Variable::set_grad: expected a gradient of shape ", shape_str(impl_->data.shape()), " dtype ",
+              impl_->data.dtype(), " on ", impl_->data.device(), ", got shape ", shape_str(grad.shape()), " dtype ",
+              grad.dtype(), " on ", grad.device());
+  }
+  impl_->grad = std::move(grad);
+}
+
+void Variable::clear_grad() {
+  if (impl_) impl_->grad = Tensor();
+}
+
+bool Variable::requires_grad() const { return impl_ && impl_->requires_grad; }
+void Variable::set_requires_grad(bool on) {
+  DPL_CHECK(impl_, "Variable::set_requires_grad: the variable is undefined");
+  DPL_CHECK(!impl_->creator || on, "Variable::set_requires_grad: a variable computed by an op always requires "
+                                   "gradients while its graph exists");
+  impl_->requires_grad = on;
+}
+bool Variable::is_leaf() const { return !impl_ || !impl_->creator; }
+
+const std::shared_ptr<Node>& Variable::creator() const {
+  static const std::shared_ptr<Node> none;
+  return impl_ ? impl_->creator : none;
+}
+
+void Variable::backward() const {
+  DPL_CHECK(impl_, "backward: the variable is undefined");
+  DPL_CHECK(impl_->data.numel() == 1, "backward: expected a variable with one element (a scalar loss), got shape ",
+            shape_str(impl_->data.shape()));
+  DPL_CHECK(!impl_->graph_freed, "backward: the graph of this variable was freed by an earlier backward(); "
+                                 "run the forward pass again");
+  const Tensor seed = Tensor::ones(impl_->data.shape(), TensorOptions(impl_->data.dtype(), impl_->data.device()));
+  if (!impl_->creator) {
+    DPL_CHECK(impl_->requires_grad, "backward: the variable neither requires a gradient nor was computed from one "
+                                    "that does");
+    if (impl_->grad.defined()) backend::kernels_for(seed.device()).axpby(1.f, seed, 1.f, impl_->grad);
+    else impl_->grad = seed.clone();
+    return;
+  }
+
+  Backprop bp;
+  bp.output_grads.emplace(impl_->creator.get(), seed);
+  const auto order = topological_order(impl_->creator);
+  std::vector<GradTarget> targets;
+  std::vector<Tensor> scratch;
+  std::vector<Tensor*> merge;
+  std::unordered_set<const VariableImpl*> seen;
+  for (const auto& node : order) {
+    auto it = bp.output_grads.find(node.get());
+    const Tensor grad_out = it->second;
+    bp.output_grads.erase(it);  // this node's output gradient is consumed now; free it early
+
+    const auto& inputs = node->inputs();
+    targets.assign(inputs.size(), GradTarget{});
+    scratch.assign(inputs.size(), Tensor());
+    merge.assign(inputs.size(), nullptr);
+    seen.clear();
+    for (std::size_t i = 0; i < inputs.size(); ++i) targets[i] = bp.target_for(inputs[i], seen, scratch[i], merge[i]);
+    node->backward(grad_out, targets);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (merge[i]) backend::kernels_for(scratch[i].device()).axpby(1.f, scratch[i], 1.f, *merge[i]);
+    }
+    // Free the graph as we go. Every consumer of this node's output ran before it (topological
+    // order), so the output can forget its creator now; the node drops its saved tensors.
+    if (auto out = node->output().lock()) {
+      out->creator.reset();
+      out->graph_freed = true;
+      out->requires_grad = false;
+    }
+    node->release();
+    node->clear_inputs();
+  }
+}
+
+NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+bool grad_enabled() { return t_grad_enabled; }
+
+bool any_requires_grad(std::initializer_list<const Variable*> vars) {
+  if (!t_grad_enabled) return false;
+  for (const Variable* v : vars)
+    if (v->defined() && v->requires_grad()) return true;
+  return false;
+}
+
+}  // namespace dpl

@@ -1,0 +1,21 @@
+#pragma once
+// The shared state behind a Variable handle.
+
+#include <memory>
+
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl {
+
+class Node;
+
+struct VariableImpl {
+  Tensor data;
+  Tensor grad;
+  std::shared_ptr<Node> creator;
+  bool requires_grad = false;
+  // Set once backward() has consumed the graph that produced this variable.
+  bool graph_freed = false;
+};
+
+}  // namespace dpl

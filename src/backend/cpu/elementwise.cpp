@@ -1,0 +1,125 @@
+// Elementwise and reduction kernels on the CPU: flat OpenMP loops the compiler vectorises.
+#include <algorithm>
+
+#include "backend/cpu/cpu_kernels.hpp"
+
+namespace dpl::backend {
+
+namespace {
+template <typename F>
+void for_each_index(std::int64_t n, F&& f) {
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
+
+template <BinaryOp op>
+inline float apply(float a, float b) {
+  if constexpr (op == BinaryOp::kAdd) return a + b;
+  if constexpr (op == BinaryOp::kSub) return a - b;
+  return a * b;
+}
+
+template <BinaryOp op>
+void binary_typed(Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.data<float>();
+  const std::int64_t n = a.numel();
+  const bool acc = beta != 0.f;
+  switch (bc) {
+    case Broadcast::kNone:
+      if (acc) for_each_index(n, [&](std::int64_t i) { po[i] += apply<op>(pa[i], pb[i]); });
+      else for_each_index(n, [&](std::int64_t i) { po[i] = apply<op>(pa[i], pb[i]); });
+      break;
+    case Broadcast::kScalar: {
+      const float s = pb[0];
+      if (acc) for_each_index(n, [&](std::int64_t i) { po[i] += apply<op>(pa[i], s); });
+      else for_each_index(n, [&](std::int64_t i) { po[i] = apply<op>(pa[i], s); });
+      break;
+    }
+    case Broadcast::kRow: {
+      const std::int64_t cols = b.numel();
+      const std::int64_t rows = cols == 0 ? 0 : n / cols;
+#pragma omp parallel for if (n > kParallelGrain) schedule(static)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* ar = pa + r * cols;
+        float* orow = po + r * cols;
+        if (acc) {
+#pragma omp simd
+          for (std::int64_t j = 0; j < cols; ++j) orow[j] += apply<op>(ar[j], pb[j]);
+        } else {
+#pragma omp simd
+          for (std::int64_t j = 0; j < cols; ++j) orow[j] = apply<op>(ar[j], pb[j]);
+        }
+      }
+      break;
+    }
+  }
+}
+}  // namespace
+
+void CpuKernels::binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
+  switch (op) {
+    case BinaryOp::kAdd: binary_typed<BinaryOp::kAdd>(bc, a, b, beta, out); break;
+    case BinaryOp::kSub: binary_typed<BinaryOp::kSub>(bc, a, b, beta, out); break;
+    case BinaryOp::kMul: binary_typed<BinaryOp::kMul>(bc, a, b, beta, out); break;
+  }
+}
+
+void CpuKernels::axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  if (beta == 0.f) for_each_index(x.numel(), [&](std::int64_t i) { py[i] = alpha * px[i]; });
+  else for_each_index(x.numel(), [&](std::int64_t i) { py[i] = beta * py[i] + alpha * px[i]; });
+}
+
+void CpuKernels::sum_rows(float alpha, const Tensor& x, float beta, Tensor& out) {
+  const std::int64_t cols = out.numel();
+  const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  // Columns are independent; each thread sums a block of columns down all rows.
+#pragma omp parallel for if (x.numel() > kParallelGrain) schedule(static)
+  for (std::int64_t c0 = 0; c0 < cols; c0 += 256) {
+    const std::int64_t c1 = std::min(cols, c0 + 256);
+    float acc[256] = {};
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = px + r * cols;
+#pragma omp simd
+      for (std::int64_t j = c0; j < c1; ++j) acc[j - c0] += row[j];
+    }
+    for (std::int64_t j = c0; j < c1; ++j) po[j] = (beta == 0.f ? 0.f : beta * po[j]) + alpha * acc[j - c0];
+  }
+}
+
+void CpuKernels::sum_all(float alpha, const Tensor& x, Tensor& out) {
+  const float* px = x.data<float>();
+  const std::int64_t n = x.numel();
+  double acc = 0.0;  // double: a mean over a large batch should not lose digits to order
+#pragma omp parallel for simd reduction(+ : acc) if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) acc += px[i];
+  out.data<float>()[0] = static_cast<float>(alpha * acc);
+}
+
+void CpuKernels::fill_scaled(float alpha, const Tensor& s, float beta, Tensor& out) {
+  const float v = alpha * s.data<float>()[0];
+  float* po = out.data<float>();
+  if (beta == 0.f) for_each_index(out.numel(), [&](std::int64_t i) { po[i] = v; });
+  else for_each_index(out.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v; });
+}
+
+void CpuKernels::relu(const Tensor& x, Tensor& y) {
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  for_each_index(x.numel(), [&](std::int64_t i) { py[i] = px[i] > 0.f ? px[i] : 0.f; });
+}
+
+void CpuKernels::relu_backward(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
+  const float* py = y.data<float>();
+  const float* pg = gy.data<float>();
+  float* po = gx.data<float>();
+  if (beta == 0.f) for_each_index(y.numel(), [&](std::int64_t i) { po[i] = py[i] > 0.f ? pg[i] : 0.f; });
+  else for_each_index(y.numel(), [&](std::int64_t i) { po[i] += py[i] > 0.f ? pg[i] : 0.f; });
+}
+
+}  // namespace dpl::backend

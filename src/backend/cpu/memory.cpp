@@ -1,0 +1,72 @@
+// CPU memory and data movement.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/cpu_kernels.hpp"
+#include "dpl/core/error.hpp"
+
+namespace dpl::backend {
+
+void* CpuKernels::allocate(std::size_t nbytes) {
+  // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
+  const std::size_t size = ((nbytes + kHostAlignment - 1) / kHostAlignment) * kHostAlignment;
+  void* p = std::aligned_alloc(kHostAlignment, size == 0 ? kHostAlignment : size);
+  DPL_CHECK(p != nullptr, "host allocation of ", nbytes, " bytes failed");
+  return p;
+}
+
+void CpuKernels::deallocate(void* p) { std::free(p); }
+
+void CpuKernels::copy_bytes(void* dst, const void* src, std::size_t nbytes) {
+  if (nbytes) std::memmove(dst, src, nbytes);
+}
+
+void CpuKernels::copy_strided(const Tensor& src, Tensor& dst) {
+  const std::size_t es = dtype_size(src.dtype());
+  const std::int64_t n = src.numel();
+  const std::int64_t nd = src.dim();
+  const char* s = static_cast<const char*>(src.raw_data());
+  char* d = static_cast<char*>(dst.raw_data());
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(nd), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t so = 0, dof = 0;
+    for (std::int64_t k = 0; k < nd; ++k) {
+      so += idx[k] * src.strides()[k];
+      dof += idx[k] * dst.strides()[k];
+    }
+    std::memcpy(d + dof * static_cast<std::int64_t>(es), s + so * static_cast<std::int64_t>(es), es);
+    for (std::int64_t k = nd - 1; k >= 0; --k) {
+      if (++idx[k] < src.shape()[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+namespace {
+template <typename T>
+void fill_typed(Tensor& t, T v) {
+  T* p = static_cast<T*>(t.raw_data());
+  const std::int64_t n = t.numel();
+  if (t.is_contiguous()) {
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) p[i] = v;
+    return;
+  }
+  Tensor tmp = Tensor::empty(t.shape(), t.dtype());
+  T* q = static_cast<T*>(tmp.raw_data());
+  for (std::int64_t i = 0; i < n; ++i) q[i] = v;
+  t.copy_(tmp);
+}
+}  // namespace
+
+void CpuKernels::fill(Tensor& t, double value) {
+  switch (t.dtype()) {
+    case DType::kFloat32: fill_typed<float>(t, static_cast<float>(value)); break;
+    case DType::kInt32: fill_typed<std::int32_t>(t, static_cast<std::int32_t>(value)); break;
+    case DType::kInt64: fill_typed<std::int64_t>(t, static_cast<std::int64_t>(value)); break;
+    default: DPL_FAIL("fill: dtype ", t.dtype(), " is not supported on the CPU; use float32, int32 or int64");
+  }
+}
+
+}  // namespace dpl::backend

@@ -1,0 +1,46 @@
+// Optimizer updates on the CPU: one fused pass over the whole parameter arena.
+#include <cmath>
+
+#include "backend/cpu/cpu_kernels.hpp"
+
+namespace dpl::backend {
+
+void CpuKernels::sgd_update(Tensor& param, const Tensor& grad, const SgdHyper& h) {
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  const std::int64_t n = param.numel();
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) p[i] -= h.lr * (g[i] + h.weight_decay * p[i]);
+}
+
+void CpuKernels::momentum_update(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* v = velocity.data<float>();
+  const std::int64_t n = param.numel();
+  // Chainer's MomentumSGD: v = momentum*v - lr*g; p += v.
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[i] = h.momentum * v[i] - h.lr * (g[i] + h.weight_decay * p[i]);
+    p[i] += v[i];
+  }
+}
+
+void CpuKernels::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
+  float* p = param.data<float>();
+  const float* g = grad.data<float>();
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
+  const std::int64_t n = param.numel();
+  const float one_minus_b1 = 1.f - h.beta1, one_minus_b2 = 1.f - h.beta2;
+  // Chainer's Adam: m += (1-b1)(g-m); v += (1-b2)(g^2-v); p -= lr_t * m / (sqrt(v) + eps).
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + h.weight_decay * p[i];
+    pm[i] += one_minus_b1 * (gi - pm[i]);
+    pv[i] += one_minus_b2 * (gi * gi - pv[i]);
+    p[i] -= h.lr_t * pm[i] / (std::sqrt(pv[i]) + h.eps);
+  }
+}
+
+}  // namespace dpl::backend

@@ -1,0 +1,53 @@
+#include "dpl/nn/arena.hpp"
+
+namespace dpl::nn {
+
+ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Variable>>& named) {
+  ParameterArena a;
+  Device device = Device::cpu();
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const auto& [name, var] = named[i];
+    DPL_CHECK(var.defined(), "ParameterArena::pack: parameter '", name, "' is undefined");
+    DPL_CHECK(var.dtype() == DType::kFloat32, "ParameterArena::pack: expected parameter '", name,
+              "' of dtype float32, got ", var.dtype());
+    if (i == 0) device = var.device();
+    DPL_CHECK(var.device() == device, "ParameterArena::pack: expected every parameter on ", device,
+              ", got parameter '", name, "' on ", var.device());
+    ArenaEntry e{name, var.shape(), total, var.numel()};
+    total += (e.numel + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    a.entries_.push_back(std::move(e));
+  }
+  a.params_ = Tensor::zeros({total}, TensorOptions(DType::kFloat32, device));
+  a.grads_ = Tensor::zeros({total}, TensorOptions(DType::kFloat32, device));
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const ArenaEntry& e = a.entries_[i];
+    Variable var = named[i].second;
+    Tensor p = a.params_.view_range(e.offset, e.shape);
+    p.copy_(var.data());
+    var.set_data(p);
+    var.set_grad(a.grads_.view_range(e.offset, e.shape));
+  }
+  return a;
+}
+
+void ParameterArena::zero_grads() {
+  if (grads_.defined()) grads_.fill_(0.0);
+}
+
+bool ParameterArena::binds(const std::vector<std::pair<std::string, Variable>>& named) const {
+  if (!params_.defined() || named.size() != entries_.size()) return false;
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    const ArenaEntry& e = entries_[i];
+    const Variable& v = named[i].second;
+    if (named[i].first != e.name || !v.defined() || v.shape() != e.shape) return false;
+    const Tensor& d = v.data();
+    if (!d.shares_storage_with(params_) || d.offset() != params_.offset() + e.offset || !d.is_contiguous())
+      return false;
+    const Tensor& g = v.grad();
+    if (!g.shares_storage_with(grads_) || g.offset() != grads_.offset() + e.offset) return false;
+  }
+  return true;
+}
+
+}  // namespace dpl::nn
