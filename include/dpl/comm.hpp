@@ -1,0 +1,3 @@
+#pragma once
+// Umbrella header: communicators.
+#include "dpl/comm/communicator.hpp"
