@@ -1,6 +1,8 @@
 #pragma once
-// Umbrella header: errors, element types, devices, shapes, random numbers, threads.
+// Umbrella header: errors, element types, devices (and CUDA device control), shapes, random
+// numbers, threads.
 #include "dpl/config.hpp"
+#include "dpl/core/cuda.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/dtype.hpp"
 #include "dpl/core/error.hpp"

@@ -160,7 +160,8 @@ class ReshapeNode final : public Node {
 class SumNode final : public Node {
  public:
   float scale = 1.f;
-  const char* name() const override { return scale == 1.f ? "sum" : "mean"; }
+  bool average = false;
+  const char* name() const override { return average ? "mean" : "sum"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
     if (t[0].needed()) kernels(gy).fill_scaled(scale, gy, t[0].beta, *t[0].tensor);
   }
@@ -177,6 +178,7 @@ Variable reduce_all(const char* name, const Variable& x, bool average) {
   if (!any_requires_grad({&x})) return Variable(out);
   auto node = std::make_shared<SumNode>();
   node->scale = scale;
+  node->average = average;
   node->set_inputs({x});
   return Variable::make_result(out, node);
 }

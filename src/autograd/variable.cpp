@@ -1,7 +1,9 @@
 #include "dpl/autograd/variable.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "autograd/variable_impl.hpp"
 #include "backend/kernels.hpp"
@@ -66,7 +68,13 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
     auto& [node, next] = stack.back();
     const auto& inputs = node->inputs();
     if (next < inputs.size()) {
-      const auto& creator = inputs[next++].creator();
+      const Variable& input = inputs[next++];
+      // A variable shared with a graph that already ran backward has lost its creator; going on
+      // would silently drop every gradient that should flow through it. Checked before any node
+      // runs, so a refused backward changes nothing.
+      DPL_CHECK(!input.impl()->graph_freed, "backward: an input of ", node->name(),
+                " was computed by a graph that an earlier backward() freed; run the forward pass again");
+      const auto& creator = input.creator();
       if (creator && visited.insert(creator.get()).second) stack.emplace_back(creator, 0);
     } else {
       post.push_back(node);
@@ -76,6 +84,31 @@ std::vector<std::shared_ptr<Node>> topological_order(const std::shared_ptr<Node>
   return {post.rbegin(), post.rend()};
 }
 }  // namespace
+
+VariableImpl::~VariableImpl() {
+  // Left to the default destructors, dropping the last handle to a graph that never ran backward
+  // recurses variable -> creator -> inputs -> variable once per node and overflows the stack on
+  // long chains. Instead, detach the creators that only this graph holds and free them from a
+  // heap worklist; each node is then destroyed with no graph left behind it.
+  if (!creator) return;
+  std::vector<std::shared_ptr<Node>> pending;
+  pending.push_back(std::move(creator));
+  while (!pending.empty()) {
+    std::shared_ptr<Node> node = std::move(pending.back());
+    pending.pop_back();
+    if (node.use_count() > 1) continue;  // still held elsewhere: dropping our reference is shallow
+    // Take one reference per distinct input (mul(h, h) lists h twice), so that a use count of one
+    // means nothing outside this graph holds the input.
+    std::vector<std::shared_ptr<VariableImpl>> inputs;
+    for (const Variable& in : node->inputs())
+      if (in.impl()) inputs.push_back(in.impl());
+    node->clear_inputs();
+    std::sort(inputs.begin(), inputs.end());
+    inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+    for (auto& impl : inputs)
+      if (impl.use_count() == 1 && impl->creator) pending.push_back(std::move(impl->creator));
+  }
+}
 
 Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<VariableImpl>()) {
   impl_->data = std::move(data);

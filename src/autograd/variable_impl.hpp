@@ -10,6 +10,12 @@ namespace dpl {
 class Node;
 
 struct VariableImpl {
+  VariableImpl() = default;
+  VariableImpl(const VariableImpl&) = delete;
+  VariableImpl& operator=(const VariableImpl&) = delete;
+  // Releases the graph behind this variable without recursing once per node (variable.cpp).
+  ~VariableImpl();
+
   Tensor data;
   Tensor grad;
   std::shared_ptr<Node> creator;

@@ -34,7 +34,10 @@ std::uint64_t Generator::next_u64() { return impl_->engine(); }
 float Generator::uniform(float low, float high) {
   // 24 random bits give every float in [0, 1) that has an exact 2^-24 step.
   const float u = static_cast<float>(next_u64() >> 40) * (1.0f / 16777216.0f);
-  return low + (high - low) * u;
+  const float r = low + (high - low) * u;
+  // u < 1, but the product and sum round: where the floats near high are coarse compared with
+  // high - low, r can come out equal to high, outside the half-open range.
+  return r < high || !(low < high) ? r : std::nextafter(high, low);
 }
 
 float Generator::normal(float mean, float stddev) {

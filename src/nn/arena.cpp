@@ -1,9 +1,13 @@
 #include "dpl/nn/arena.hpp"
 
+#include <atomic>
+
 namespace dpl::nn {
 
 ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Variable>>& named) {
+  static std::atomic<std::uint64_t> next_id{1};
   ParameterArena a;
+  a.id_ = next_id++;
   Device device = Device::cpu();
   std::int64_t total = 0;
   for (std::size_t i = 0; i < named.size(); ++i) {
@@ -25,8 +29,12 @@ ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Var
     Variable var = named[i].second;
     Tensor p = a.params_.view_range(e.offset, e.shape);
     p.copy_(var.data());
+    // Gradients already accumulated survive a repack (e.g. a parameter added mid-training).
+    const Tensor old_grad = var.grad();
+    Tensor g = a.grads_.view_range(e.offset, e.shape);
+    if (old_grad.defined() && old_grad.shape() == e.shape) g.copy_(old_grad);
     var.set_data(p);
-    var.set_grad(a.grads_.view_range(e.offset, e.shape));
+    var.set_grad(g);
   }
   return a;
 }

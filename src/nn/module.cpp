@@ -1,6 +1,7 @@
 #include "dpl/nn/module.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace dpl::nn {
 
@@ -33,6 +34,10 @@ std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Variable>> out;
   collect("", out);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // A module registered twice (weight sharing) lists its parameters once, under the first name.
+  std::unordered_set<const void*> seen;
+  out.erase(std::remove_if(out.begin(), out.end(), [&](const auto& p) { return !seen.insert(p.second.id()).second; }),
+            out.end());
   return out;
 }
 

@@ -16,7 +16,9 @@ Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), TensorOptio
 void Optimizer::setup(nn::Module& model) {
   target_ = &model;
   t_ = 0;
-  init_state(model.arena());
+  nn::ParameterArena& arena = model.arena();
+  init_state(arena);
+  state_arena_ = arena.id();
 }
 
 nn::Module& Optimizer::target() const {
@@ -25,10 +27,12 @@ nn::Module& Optimizer::target() const {
 }
 
 void Optimizer::update() {
-  bool repacked = false;
-  nn::ParameterArena& arena = target().arena(&repacked);
+  nn::ParameterArena& arena = target().arena();
   // A changed parameter set invalidates the per-element state.
-  if (repacked) init_state(arena);
+  if (arena.id() != state_arena_) {
+    init_state(arena);
+    state_arena_ = arena.id();
+  }
   ++t_;
   step(arena);
 }
@@ -86,9 +90,10 @@ void Adam::set_lr(float alpha) {
 void Adam::init_state(const nn::ParameterArena& arena) {
   m_ = zeros_like(arena.params());
   v_ = zeros_like(arena.params());
+  moment_steps_ = 0;
 }
 void Adam::step(nn::ParameterArena& arena) {
-  const double t = static_cast<double>(t_);
+  const double t = static_cast<double>(++moment_steps_);
   const double fix1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
   const double fix2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
   const auto lr_t = static_cast<float>(alpha_ * std::sqrt(fix2) / fix1);

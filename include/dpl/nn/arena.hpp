@@ -24,9 +24,10 @@ struct ArenaEntry {
 /// in both arenas and stay zero under every optimizer, so whole-arena operations need no mask.
 class ParameterArena {
  public:
-  /// Packs the given parameters (in the given order) into fresh arenas: copies each value in,
-  /// then rebinds each Variable's data and gradient to views of the arenas. Gradients start at
-  /// zero. All parameters must be float32 on one device.
+  /// Packs the given parameters (in the given order) into fresh arenas: copies each value (and
+  /// each gradient a parameter already has) in, then rebinds each Variable's data and gradient to
+  /// views of the arenas. Other gradients start at zero. All parameters must be float32 on one
+  /// device.
   static ParameterArena pack(const std::vector<std::pair<std::string, Variable>>& named_parameters);
 
   ParameterArena() = default;
@@ -41,6 +42,8 @@ class ParameterArena {
   /// Bytes of each arena (padding included) — the L of the allreduce.
   std::size_t nbytes() const { return params_.defined() ? params_.nbytes() : 0; }
   Device device() const { return params_.device(); }
+  /// A number unique to each pack() in this process: equal ids mean the same layout and buffers.
+  std::uint64_t id() const { return id_; }
   /// Sets every gradient to zero (one fill over the gradient arena).
   void zero_grads();
   /// True when each variable still views this arena at its entry (names and order equal).
@@ -50,6 +53,7 @@ class ParameterArena {
   Tensor params_;
   Tensor grads_;
   std::vector<ArenaEntry> entries_;
+  std::uint64_t id_ = 0;
 };
 
 /// Elements each parameter is aligned to in the arenas.

@@ -25,7 +25,8 @@ class Module {
   virtual Variable forward(const Variable& x) = 0;
   Variable operator()(const Variable& x) { return forward(x); }
 
-  /// Every parameter of this module and its sub-modules, sorted by hierarchical name.
+  /// Every parameter of this module and its sub-modules, sorted by hierarchical name. A parameter
+  /// reachable under several names (a shared sub-module) is listed once, under the first name.
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   /// The values of named_parameters(), in the same order.
   std::vector<Variable> parameters() const;

@@ -45,11 +45,13 @@ class Optimizer {
 
  protected:
   /// Allocates and zeroes the state for the arena's layout.
-  virtual void init_state(const nn::ParameterArena& arena) {}
+  virtual void init_state(const nn::ParameterArena& /*arena*/) {}
   /// Runs the fused update over the whole arena (t_ already counts this step).
   virtual void step(nn::ParameterArena& arena) = 0;
 
   nn::Module* target_ = nullptr;
+  // The arena the state was laid out for; a repacked model gets fresh state.
+  std::uint64_t state_arena_ = 0;
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
 };
@@ -88,7 +90,8 @@ class MomentumSGD : public Optimizer {
 
 /// Chainer's Adam (defaults alpha 1e-3, beta1 0.9, beta2 0.999, eps 1e-8):
 /// m += (1-beta1)(g-m); v += (1-beta2)(g^2-v);
-/// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps).
+/// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps),
+/// where t counts the steps since m and v were last zeroed (setup() or a repacked model).
 class Adam : public Optimizer {
  public:
   explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
@@ -106,6 +109,9 @@ class Adam : public Optimizer {
  private:
   float alpha_, beta1_, beta2_, eps_;
   Tensor m_, v_;
+  // The bias correction must count the steps folded into m_ and v_, which restart from zero when
+  // the state does; t_ keeps counting every update.
+  std::int64_t moment_steps_ = 0;
 };
 
 }  // namespace dpl::optim

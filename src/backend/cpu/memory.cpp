@@ -4,19 +4,14 @@
 #include <new>
 
 #include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/host_cache.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
 
-void* CpuKernels::allocate(std::size_t nbytes) {
-  // aligned_alloc needs a size that is a multiple of the alignment, and a non-zero one.
-  const std::size_t size = ((nbytes + kHostAlignment - 1) / kHostAlignment) * kHostAlignment;
-  void* p = std::aligned_alloc(kHostAlignment, size == 0 ? kHostAlignment : size);
-  DPL_CHECK(p != nullptr, "host allocation of ", nbytes, " bytes failed");
-  return p;
-}
+void* CpuKernels::allocate(std::size_t nbytes) { return host_cache_allocate(nbytes); }
 
-void CpuKernels::deallocate(void* p) { std::free(p); }
+void CpuKernels::deallocate(void* p) { host_cache_free(p); }
 
 void CpuKernels::copy_bytes(void* dst, const void* src, std::size_t nbytes) {
   if (nbytes) std::memmove(dst, src, nbytes);

@@ -1,0 +1,283 @@
+// The backward engine: gradient accumulation, no-grad scopes, graph lifetime, scalar roots.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <pthread.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "dpl/dpl.hpp"
+#include "support/expect_error.hpp"
+#include "support/gradcheck.hpp"
+
+namespace dpl {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+using test::gradcheck;
+
+using Vars = std::vector<Variable>;
+
+std::vector<float> values(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+TEST(Autograd, LeavesAndResults) {
+  Variable x(Tensor::ones({2}), true);
+  Variable c(Tensor::ones({2}));
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_FALSE(c.requires_grad());
+  const Variable y = mul(x, c);
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_TRUE(y.requires_grad());
+  ASSERT_NE(y.creator(), nullptr);
+  EXPECT_STREQ(y.creator()->name(), "mul");
+  // Only constants in, no graph out.
+  const Variable z = mul(c, c);
+  EXPECT_TRUE(z.is_leaf());
+  EXPECT_FALSE(z.requires_grad());
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, MulOfAVariableWithItselfAccumulates) {
+  Variable x(Tensor::from_vector<float>({1, -2, 3}, {3}), true);
+  sum(mul(x, x)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, -4, 6));
+}
+
+TEST(Autograd, AddOfAVariableWithItselfAccumulates) {
+  Variable x(Tensor::from_vector<float>({1, -2, 3}, {3}), true);
+  sum(add(x, x)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 2, 2));
+  // sub(x, x) is identically zero: the two contributions must cancel, not overwrite.
+  Variable y(Tensor::from_vector<float>({1, -2, 3}, {3}), true);
+  sum(sub(y, y)).backward();
+  EXPECT_THAT(y.grad().to_vector<float>(), ElementsAre(0, 0, 0));
+}
+
+TEST(Autograd, VariableUsedByTwoOpsAccumulates) {
+  // L = sum(x*x) + sum(relu(x)) + mean(x): dL/dx = 2x + (x > 0) + 1/n.
+  Variable x(Tensor::from_vector<float>({1, -2, 3, -0.5f}, {4}), true);
+  add(add(sum(mul(x, x)), sum(relu(x))), mean(x)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(),
+              Pointwise(FloatNear(1e-6f), values({2 + 1 + 0.25f, -4 + 0 + 0.25f, 6 + 1 + 0.25f, -1 + 0 + 0.25f})));
+}
+
+TEST(Autograd, IntermediateUsedTwiceAccumulates) {
+  // h = 3x is used twice: L = sum(h*h) + sum(h) so dL/dx = 3 (2h + 1) = 18x + 3.
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  const Variable three(Tensor::full({}, 3.0));
+  const Variable h = mul(x, three);
+  add(sum(mul(h, h)), sum(h)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), Pointwise(FloatNear(1e-5f), values({21, 39})));
+}
+
+TEST(Autograd, SharedUseAgreesWithFiniteDifferences) {
+  Generator gen(3);
+  const auto f = [](const Vars& v) {
+    const Variable h = linear(v[0], v[1]);
+    return add(mul(h, h), matmul(v[0], v[2]));  // x used by linear and matmul, h used twice
+  };
+  EXPECT_TRUE(gradcheck(f, {Tensor::normal({3, 4}, 0, 1, gen), Tensor::normal({2, 4}, 0, 1, gen),
+                            Tensor::normal({4, 2}, 0, 1, gen)}));
+}
+
+TEST(Autograd, RepeatedBackwardOnFreshGraphsAddsToLeafGradients) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  sum(mul(x, x)).backward();
+  sum(x).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(3, 5));
+  x.clear_grad();
+  EXPECT_FALSE(x.grad().defined());
+  sum(x).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(1, 1));
+}
+
+TEST(Autograd, BackwardWritesIntoAGradBufferSetByTheCaller) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  Tensor buffer = Tensor::full({2}, 10.0);
+  x.set_grad(buffer);
+  sum(mul(x, x)).backward();
+  // The caller's buffer is reused (so an arena view stays a view) and accumulated into.
+  EXPECT_TRUE(x.grad().shares_storage_with(buffer));
+  EXPECT_THAT(buffer.to_vector<float>(), ElementsAre(12, 14));
+  DPL_EXPECT_ERROR(x.set_grad(Tensor::zeros({3})), AllOf(HasSubstr("set_grad"), HasSubstr("(2,)"), HasSubstr("(3,)")));
+}
+
+TEST(Autograd, ConstantInputsGetNoGradient) {
+  Variable x(Tensor::ones({2}), true);
+  Variable c(Tensor::full({2}, 2.0));
+  sum(mul(x, c)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 2));
+  EXPECT_FALSE(c.grad().defined());
+}
+
+TEST(Autograd, BackwardOfALeafSeedsItsGradient) {
+  Variable s(Tensor::full({}, 4.0), true);
+  s.backward();
+  EXPECT_FLOAT_EQ(s.grad().item(), 1.f);
+  Variable c(Tensor::full({}, 4.0));
+  DPL_EXPECT_ERROR(c.backward(), AllOf(HasSubstr("backward"), HasSubstr("requires a gradient")));
+}
+
+TEST(Autograd, NoGradGuardRecordsNoGraph) {
+  Variable x(Tensor::ones({2, 2}), true);
+  ASSERT_TRUE(grad_enabled());
+  {
+    NoGradGuard outer;
+    EXPECT_FALSE(grad_enabled());
+    const Variable y = relu(mul(x, x));
+    EXPECT_EQ(y.creator(), nullptr);
+    EXPECT_TRUE(y.is_leaf());
+    EXPECT_FALSE(y.requires_grad());
+    {
+      NoGradGuard inner;
+      EXPECT_FALSE(grad_enabled());
+    }
+    // Leaving the inner scope restores the outer one's mode, not "on".
+    EXPECT_FALSE(grad_enabled());
+    const Variable loss = sum(linear(x, x));
+    EXPECT_EQ(loss.creator(), nullptr);
+    DPL_EXPECT_ERROR(loss.backward(), HasSubstr("backward"));
+  }
+  EXPECT_TRUE(grad_enabled());
+  EXPECT_NE(mul(x, x).creator(), nullptr);
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, GraphIsFreedAfterBackward) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  const Variable h = mul(x, x);
+  const Variable loss = sum(h);
+  std::weak_ptr<Node> mul_node = h.creator();
+  ASSERT_FALSE(mul_node.expired());
+  loss.backward();
+  // Every variable on the graph forgot its creator, so the nodes and what they saved are gone.
+  EXPECT_EQ(loss.creator(), nullptr);
+  EXPECT_EQ(h.creator(), nullptr);
+  EXPECT_TRUE(mul_node.expired());
+  DPL_EXPECT_ERROR(loss.backward(), AllOf(HasSubstr("backward"), HasSubstr("freed")));
+  // The leaf's gradient survives, and a fresh forward pass can run backward again.
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 4));
+  sum(mul(x, x)).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(4, 8));
+}
+
+TEST(Autograd, BackwardThroughAPartlyFreedGraphThrows) {
+  // z1 and z2 share h; z1's backward frees h's graph, so z2 can no longer reach x through h.
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  const Variable h = mul(x, x);
+  const Variable z1 = sum(h);
+  const Variable z2 = sum(relu(h));
+  z1.backward();
+  DPL_EXPECT_ERROR(z2.backward(), AllOf(HasSubstr("backward"), HasSubstr("relu"), HasSubstr("freed")));
+  // The refused call touched nothing: x holds z1's gradient alone, and z2's graph is intact.
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 4));
+  EXPECT_NE(z2.creator(), nullptr);
+}
+
+TEST(Autograd, BackwardOnANonScalarThrows) {
+  Variable x(Tensor::ones({2, 3}), true);
+  const Variable y = mul(x, x);
+  DPL_EXPECT_ERROR(y.backward(), AllOf(HasSubstr("backward"), HasSubstr("one element"), HasSubstr("(2, 3)")));
+  // The failed call left the graph intact.
+  sum(y).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 2, 2, 2, 2, 2));
+}
+
+TEST(Autograd, OneElementRootOfAnyShapeIsAccepted) {
+  Variable x(Tensor::from_vector<float>({3}, {1, 1}), true);
+  const Variable y = mul(x, x);  // shape (1, 1)
+  y.backward();
+  EXPECT_FLOAT_EQ(x.grad().at<float>({0, 0}), 6.f);
+}
+
+// Runs fn on a thread with a 512 KiB stack, so that anything that recurses once per graph node
+// fails on a chain of a few thousand nodes instead of only on chains of hundreds of thousands.
+void run_on_small_stack(const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 512 * 1024), 0);
+  pthread_t thread;
+  auto trampoline = [](void* arg) -> void* {
+    (*static_cast<const std::function<void()>*>(arg))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, trampoline, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+constexpr int kDeep = 20000;
+
+TEST(Autograd, BackwardThroughADeepChainDoesNotRecurse) {
+  float grad = 0.f, value = 0.f;
+  run_on_small_stack([&] {
+    Variable x(Tensor::full({}, 1.0), true);
+    const Variable one(Tensor::full({}, 1.0));
+    Variable h = x;
+    for (int i = 0; i < kDeep; ++i) h = add(h, one);
+    h.backward();
+    grad = x.grad().item();
+    value = h.item();
+  });
+  EXPECT_FLOAT_EQ(grad, 1.f);
+  EXPECT_FLOAT_EQ(value, kDeep + 1.f);
+}
+
+TEST(Autograd, DroppingADeepGraphWithoutBackwardDoesNotRecurse) {
+  std::weak_ptr<Node> first;
+  bool built = false;
+  run_on_small_stack([&] {
+    Variable x(Tensor::full({}, 1.0), true);
+    const Variable one(Tensor::full({}, 1.0));
+    Variable h = add(x, one);
+    first = h.creator();
+    for (int i = 1; i < kDeep; ++i) h = add(h, one);
+    built = true;
+  });  // the last handle to the whole chain goes away here
+  EXPECT_TRUE(built);
+  EXPECT_TRUE(first.expired());
+}
+
+TEST(Autograd, DroppingADeepGraphOfRepeatedInputsDoesNotRecurse) {
+  std::weak_ptr<Node> first;
+  run_on_small_stack([&] {
+    Variable x(Tensor::ones({2}), true);
+    Variable h = mul(x, x);
+    first = h.creator();
+    for (int i = 1; i < kDeep; ++i) h = mul(h, h);  // each node lists its input twice
+  });
+  EXPECT_TRUE(first.expired());
+}
+
+TEST(Autograd, DroppingTheRootKeepsWhatTheUserStillHolds) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  Variable kept = mul(x, x);
+  {
+    const Variable root = sum(relu(kept));
+    ASSERT_NE(root.creator(), nullptr);
+  }
+  // The intermediate the user holds keeps its own graph and can still run backward.
+  ASSERT_NE(kept.creator(), nullptr);
+  sum(kept).backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 4));
+}
+
+TEST(Autograd, SetRequiresGradOnAResultIsRejected) {
+  Variable x(Tensor::ones({2}), true);
+  Variable y = mul(x, x);
+  DPL_EXPECT_ERROR(y.set_requires_grad(false), HasSubstr("set_requires_grad"));
+  Variable leaf(Tensor::ones({2}));
+  leaf.set_requires_grad(true);
+  sum(leaf).backward();
+  EXPECT_THAT(leaf.grad().to_vector<float>(), ElementsAre(1, 1));
+}
+
+}  // namespace
+}  // namespace dpl

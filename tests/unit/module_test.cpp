@@ -1,0 +1,193 @@
+// Modules and layers: parameter names and order, train/eval, Linear initialisation, Sequential.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpl/dpl.hpp"
+#include "support/expect_error.hpp"
+
+namespace dpl {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
+
+std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& p : m.named_parameters()) out.push_back(p.first);
+  return out;
+}
+
+class Named : public nn::Module {
+ public:
+  Variable forward(const Variable& x) override { return x; }
+  Variable add(const std::string& name, Tensor value) { return register_parameter(name, std::move(value)); }
+  void child(const std::string& name, std::shared_ptr<nn::Module> m) { register_module(name, std::move(m)); }
+};
+
+TEST(Module, MlpParameterNamesOrderAndShapes) {
+  Generator gen(0);
+  nn::MLP mlp(5, 4, 3, gen);
+  EXPECT_THAT(names_of(mlp), ElementsAre("l1.bias", "l1.weight", "l2.bias", "l2.weight", "l3.bias", "l3.weight"));
+  std::vector<Shape> shapes;
+  for (const auto& p : mlp.named_parameters()) shapes.push_back(p.second.shape());
+  EXPECT_THAT(shapes, ElementsAre(Shape{5}, (Shape{5, 4}), Shape{5}, (Shape{5, 5}), Shape{3}, (Shape{3, 5})));
+  EXPECT_EQ(mlp.num_parameters(), 5 + 20 + 5 + 25 + 3 + 15);
+  for (const auto& v : mlp.parameters()) {
+    EXPECT_TRUE(v.requires_grad());
+    EXPECT_TRUE(v.is_leaf());
+  }
+  // parameters() is named_parameters() without the names, in the same order.
+  const auto named = mlp.named_parameters();
+  const auto plain = mlp.parameters();
+  ASSERT_EQ(named.size(), plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(named[i].second.id(), plain[i].id());
+  EXPECT_EQ(mlp.device(), Device::cpu());
+}
+
+TEST(Module, NamesAreSortedAsStringsAcrossNesting) {
+  Named root;
+  root.add("z", Tensor::ones({1}));
+  auto a = std::make_shared<Named>();
+  a->add("y", Tensor::ones({1}));
+  auto deep = std::make_shared<Named>();
+  deep->add("x", Tensor::ones({1}));
+  a->child("deep", deep);
+  root.child("a", a);
+  root.add("b", Tensor::ones({1}));
+  EXPECT_THAT(names_of(root), ElementsAre("a.deep.x", "a.y", "b", "z"));
+}
+
+TEST(Module, RejectsBadOrDuplicateNames) {
+  Named m;
+  m.add("w", Tensor::ones({1}));
+  DPL_EXPECT_ERROR(m.add("w", Tensor::ones({1})), AllOf(HasSubstr("'w'"), HasSubstr("already registered")));
+  DPL_EXPECT_ERROR(m.child("w", std::make_shared<Named>()), HasSubstr("already registered"));
+  DPL_EXPECT_ERROR(m.add("a.b", Tensor::ones({1})), HasSubstr("'a.b'"));
+  DPL_EXPECT_ERROR(m.add("", Tensor::ones({1})), HasSubstr("non-empty"));
+  DPL_EXPECT_ERROR(m.child("c", nullptr), HasSubstr("null"));
+}
+
+TEST(Module, TrainAndEvalPropagateToEverySubModule) {
+  auto inner = std::make_shared<nn::Sequential>(
+      std::initializer_list<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(2, 2), std::make_shared<nn::ReLU>()});
+  nn::Sequential outer{inner, std::make_shared<nn::Linear>(2, 1)};
+  const auto all = [&] {
+    std::vector<bool> modes{outer.is_training(), inner->is_training()};
+    for (const auto& c : inner->children()) modes.push_back(c.second->is_training());
+    for (const auto& c : outer.children()) modes.push_back(c.second->is_training());
+    return modes;
+  };
+  EXPECT_THAT(all(), ::testing::Each(true));
+  outer.eval();
+  EXPECT_THAT(all(), ::testing::Each(false));
+  outer.train();
+  EXPECT_THAT(all(), ::testing::Each(true));
+  inner->train(false);  // a sub-tree alone
+  EXPECT_TRUE(outer.is_training());
+  EXPECT_FALSE(inner->children()[0].second->is_training());
+}
+
+TEST(Linear, InitialisationStatistics) {
+  Generator gen(2024);
+  const std::int64_t in = 400, out = 300;
+  nn::Linear lin(in, out, true, gen);
+  const auto w = lin.weight().data().to_vector<float>();
+  double mean = 0, sq = 0;
+  for (float x : w) mean += x;
+  mean /= static_cast<double>(w.size());
+  for (float x : w) sq += (x - mean) * (x - mean);
+  const double var = sq / static_cast<double>(w.size());
+  // N(0, 1/in) over 120000 draws: the mean's standard error is sqrt(1/400/120000) ~ 1.4e-4 and
+  // the variance's is (1/400) * sqrt(2/120000) ~ 1e-5.
+  EXPECT_NEAR(mean, 0.0, 1e-3);
+  EXPECT_NEAR(var, 1.0 / in, 1e-4);
+  for (float b : lin.bias().data().to_vector<float>()) ASSERT_EQ(b, 0.f);
+  EXPECT_EQ(lin.weight().shape(), (Shape{out, in}));
+  EXPECT_EQ(lin.bias().shape(), (Shape{out}));
+
+  // The same seed gives the same layer.
+  Generator again(2024);
+  nn::Linear twin(in, out, true, again);
+  EXPECT_EQ(twin.weight().data().to_vector<float>(), w);
+}
+
+TEST(Linear, ForwardAndNoBias) {
+  nn::Linear lin(3, 2, false);
+  EXPECT_THAT(names_of(lin), ElementsAre("weight"));
+  EXPECT_FALSE(lin.bias().defined());
+  Tensor w = lin.weight().data();  // a view: copying into it sets the layer's weight
+  w.copy_(Tensor::from_vector<float>({1, 2, 3, -1, 0, 1}, {2, 3}));
+  const Variable y = lin(Variable(Tensor::from_vector<float>({1, 1, 1, 2, 0, -1}, {2, 3})));
+  EXPECT_THAT(y.data().to_vector<float>(), ElementsAre(6, 0, -1, -3));
+  DPL_EXPECT_ERROR(nn::Linear(0, 3), AllOf(HasSubstr("Linear"), HasSubstr("in=0")));
+}
+
+TEST(Sequential, NamesChildrenByPositionAndComposes) {
+  Generator gen(5);
+  auto l0 = std::make_shared<nn::Linear>(4, 3, true, gen);
+  auto l2 = std::make_shared<nn::Linear>(3, 2, true, gen);
+  nn::Sequential seq{l0, std::make_shared<nn::ReLU>(), l2};
+  EXPECT_EQ(seq.size(), 3u);
+  EXPECT_THAT(names_of(seq), ElementsAre("0.bias", "0.weight", "2.bias", "2.weight"));
+  seq.append(std::make_shared<nn::Flatten>());
+  EXPECT_EQ(seq.children().back().first, "3");
+
+  const Variable x(Tensor::normal({5, 4}, 0, 1, gen));
+  const Variable expected = linear(relu(linear(x, l0->weight(), l0->bias())), l2->weight(), l2->bias());
+  EXPECT_THAT(seq(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), expected.data().to_vector<float>()));
+}
+
+TEST(Sequential, BackwardReachesEveryParameter) {
+  Generator gen(6);
+  nn::Sequential seq{std::make_shared<nn::Linear>(3, 4, true, gen), std::make_shared<nn::ReLU>(),
+                     std::make_shared<nn::Linear>(4, 2, true, gen)};
+  seq.zero_grad();
+  const Tensor labels = Tensor::from_vector<std::int32_t>({0, 1, 1}, {3});
+  softmax_cross_entropy(seq(Variable(Tensor::normal({3, 3}, 0, 1, gen))), labels).backward();
+  for (const auto& [name, p] : seq.named_parameters()) {
+    double norm = 0;
+    for (float g : p.grad().to_vector<float>()) norm += g * g;
+    EXPECT_GT(norm, 0.0) << name;
+  }
+}
+
+TEST(MLP, AcceptsImagesAndFlatRows) {
+  Generator gen(8);
+  nn::MLP mlp(6, 4, 3, gen);
+  const Tensor images = Tensor::normal({2, 1, 2, 2}, 0, 1, gen);
+  const Variable a = mlp(Variable(images));
+  const Variable b = mlp(Variable(images.reshape({2, 4})));
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a.data().to_vector<float>(), b.data().to_vector<float>());
+}
+
+}  // namespace
+}  // namespace dpl
+
+namespace dpl {
+namespace {
+
+// Weight sharing: a sub-module registered under two names owns one set of parameters, listed
+// once, and the arena stays packed across calls (no repack, so optimizer state survives).
+TEST(Module, SharedSubModuleIsListedOnceAndPacksOnce) {
+  Generator gen(9);
+  auto shared = std::make_shared<nn::Linear>(3, 3, true, gen);
+  nn::Sequential seq{shared, std::make_shared<nn::ReLU>(), shared};
+  EXPECT_THAT(names_of(seq), ElementsAre("0.bias", "0.weight"));
+  const std::uint64_t id = seq.arena().id();
+  bool repacked = true;
+  seq.arena(&repacked);
+  EXPECT_FALSE(repacked);
+  EXPECT_EQ(seq.arena().id(), id);
+}
+
+}  // namespace
+}  // namespace dpl
