@@ -1,5 +1,7 @@
 #pragma once
 // Communicators: the collectives of data-parallel training, over MPI (and, in CUDA builds, NCCL).
+//
+// See docs/communicators.md for the algorithms, the topology rules and the error behaviour.
 
 #include <memory>
 #include <string>
@@ -14,12 +16,15 @@ class Module;
 
 namespace dpl::comm {
 
-/// Reduction applied by allreduce and reduce_scatter. kMean is the sum divided by size().
+/// Reduction applied by allreduce and reduce_scatter. kMean is the sum divided by size(); it is
+/// defined for floating-point buffers only (an integer buffer with kMean throws dpl::Error, since a
+/// silently truncated mean is rarely what a caller wants: reduce with kSum and divide instead).
 enum class ReduceOp { kSum, kMean };
 
 /// Where this process sits. Ranks of one node form the intra-node group (intra_rank,
-/// intra_size); ranks with the same intra_rank on different nodes form an inter-node group
-/// (inter_rank = node index, inter_size = number of nodes).
+/// intra_size); ranks with the same intra_rank on different nodes form an inter-node group.
+/// inter_rank is the node's index and inter_size the number of nodes; nodes are numbered by
+/// their lowest world rank, and intra ranks follow world-rank order inside a node.
 struct Topology {
   int rank = 0;
   int size = 1;
@@ -29,7 +34,7 @@ struct Topology {
   int inter_size = 1;
 };
 
-/// Time spent in one sub-phase of the last allreduce_grad (e.g. "intra_reduce").
+/// Time spent in one sub-phase of the last allreduce (e.g. "intra_reduce").
 struct SubPhase {
   std::string name;
   double seconds = 0.0;
@@ -37,50 +42,79 @@ struct SubPhase {
 
 /// A group of processes and the collectives among them. Created by create_communicator().
 ///
-/// Buffers are contiguous tensors of float32, int32 or int64 (plus bfloat16/float16 where a
-/// communicator says so) on the host or, in CUDA builds, on this process's GPU. Every collective
-/// must be called by every rank with buffers of equal shape and dtype; shapes are checked locally
-/// and a mismatch throws dpl::Error naming the collective, the expected and the received shape.
+/// Buffers are contiguous tensors of float32, int32 or int64 on the host or, in CUDA builds, on
+/// this process's GPU for the communicators that say so. Collectives that only move data
+/// (broadcast, allgather, send, recv) also accept bfloat16 and float16. Every collective must be
+/// called by every rank of the group, in the same order, with buffers of equal shape and dtype.
+/// What can be checked locally (definedness, device, contiguity, dtype, the sizes of send against
+/// recv, roots and peers in range) is checked before any communication, and a violation throws
+/// dpl::Error naming the collective and the communicator, what was expected and what came; a
+/// check that fails fails on every rank that passed the same arguments, so nothing hangs.
+///
+/// Collectives are called from the thread that initialised MPI (normally the main thread); host
+/// kernels may use other threads meanwhile, but only that thread communicates.
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   /// Name as passed to create_communicator ("naive", "hierarchical", ...).
   virtual std::string name() const = 0;
+  /// This process's place in the job; fixed for the communicator's lifetime.
   const Topology& topology() const { return topology_; }
+  /// Rank in the job, 0 <= rank() < size().
   int rank() const { return topology_.rank; }
+  /// Number of processes in the job.
   int size() const { return topology_.size; }
+  /// Rank among the processes of this node.
   int intra_rank() const { return topology_.intra_rank; }
+  /// Number of processes on this node.
   int intra_size() const { return topology_.intra_size; }
+  /// Index of this node.
   int inter_rank() const { return topology_.inter_rank; }
+  /// Number of nodes.
   int inter_size() const { return topology_.inter_size; }
 
   // --- collectives over contiguous buffers ------------------------------------------------------
-  /// In place: buf = op over all ranks' buf.
+  /// In place: buf = op over all ranks' buf. Requires a reducible dtype (float32, int32, int64;
+  /// kMean: float32 only). Ensures every rank holds the same values afterwards; last_phases()
+  /// then describes this call.
   virtual void allreduce(Tensor& buf, ReduceOp op = ReduceOp::kSum) = 0;
-  /// In place: every rank's buf = root's buf.
+  /// In place: every rank's buf = root's buf. Requires 0 <= root < size().
   virtual void broadcast(Tensor& buf, int root = 0) = 0;
   /// recv (size() * send.numel() elements, rank-major) = every rank's send, concatenated.
+  /// Requires recv of the same dtype as send and not overlapping it, except that send may be
+  /// exactly this rank's block of recv (in-place allgather).
   virtual void allgather(const Tensor& send, Tensor& recv) = 0;
   /// recv (send.numel() / size() elements) = this rank's slice of op over all ranks' send.
-  /// Requires send.numel() divisible by size().
+  /// Requires send.numel() divisible by size(), recv of the same dtype, no overlap of the two.
   virtual void reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::kSum) = 0;
+  /// Returns once every rank has entered the barrier.
   virtual void barrier() = 0;
-  /// Point to point: blocks until buf has been sent to / received from the given rank.
+  /// Point to point: blocks until buf has been sent to rank dest. Requires dest != rank() and
+  /// 0 <= tag <= the MPI tag bound (at least 32767).
   virtual void send(const Tensor& buf, int dest, int tag = 0) = 0;
+  /// Point to point: blocks until buf has been received from rank source, which must have sent
+  /// exactly buf.numel() elements of buf's dtype with this tag (else dpl::Error).
   virtual void recv(Tensor& buf, int source, int tag = 0) = 0;
 
   // --- data parallel ----------------------------------------------------------------------------
-  /// Every rank's parameters = rank 0's (one broadcast over the parameter arena).
+  /// Every rank's parameters = rank 0's (one broadcast over the parameter arena). First checks,
+  /// with one small allgather, that every rank's model has the same arena layout; if not, throws
+  /// dpl::Error on every rank, naming the first rank that differs from rank 0.
   virtual void bcast_data(nn::Module& model);
-  /// Every rank's gradients = their mean over all ranks (one allreduce over the gradient arena).
+  /// Every rank's gradients = their mean over all ranks (one allreduce with kMean over the
+  /// gradient arena). Requires the same model layout on every rank (see bcast_data).
   virtual void allreduce_grad(nn::Module& model);
 
   /// The sub-phases of the last allreduce (empty for single-step algorithms).
   const std::vector<SubPhase>& last_phases() const { return last_phases_; }
   /// When on, the algorithm puts a barrier between sub-phases so that each is attributed cleanly
-  /// (slower; for profiling). Off by default.
+  /// (slower; for profiling). Off by default. Must be set to the same value on every rank.
   void set_synchronized(bool on) { synchronized_ = on; }
+  /// Whether sub-phases are separated by barriers (see set_synchronized).
   bool synchronized() const { return synchronized_; }
 
  protected:
@@ -89,17 +123,23 @@ class Communicator {
   bool synchronized_ = false;
 };
 
-/// The names create_communicator accepts in this build.
+/// The names create_communicator accepts in this build, in a stable order.
 std::vector<std::string> communicator_names();
 
 /// Creates the named communicator over all processes of the job (MPI_COMM_WORLD).
+/// Must be called by every rank, in the same order as any other collective call.
+///
 /// Initialises MPI if the program has not (and finalises it at exit), and accepts an MPI the
-/// program initialised itself. Topology comes from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED);
-/// the environment variable DPL_RANKS_PER_NODE=k instead groups ranks [0,k), [k,2k), ... into
-/// virtual nodes (size must be divisible by k). Sets the host threads of this process to
-/// cores / processes-on-this-host unless DPL_NUM_THREADS or OMP_NUM_THREADS is set.
-/// After this call an uncaught exception on any rank prints its message and aborts every rank.
+/// program initialised itself (which the program then finalises). Topology comes from
+/// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED); the environment variable DPL_RANKS_PER_NODE=k
+/// instead groups ranks [0,k), [k,2k), ... into virtual nodes (size must be divisible by k).
+/// The first call sets the host threads of this process to cores / processes-on-this-host unless
+/// DPL_NUM_THREADS (used as given) or OMP_NUM_THREADS is set.
+/// After this call an uncaught exception on any rank prints "rank R: what()" and aborts every rank.
 /// Throws dpl::Error listing the valid names for an unknown name.
+///
+/// In a build without MPI every name gives a one-process communicator (rank 0 of size 1) whose
+/// collectives are local copies, so single-process programs run unchanged.
 std::unique_ptr<Communicator> create_communicator(const std::string& name = "hierarchical");
 
 /// Prints "rank R: message" to stderr and aborts every rank of the job (MPI_Abort) — what an

@@ -1,0 +1,55 @@
+#pragma once
+// Process-level policy shared by every communicator: environment variables, the host-thread
+// rule, error reporting. Pure functions where possible so the rules can be tested on their own.
+
+#include <optional>
+#include <string>
+
+namespace dpl::comm::detail {
+
+/// The value of environment variable `name` as a positive integer; nullopt when unset or empty.
+/// Throws dpl::Error naming the variable when it is set to anything but a positive integer.
+std::optional<int> positive_int_env(const char* name);
+
+/// The virtual node size from DPL_RANKS_PER_NODE, validated against the job size; nullopt when
+/// the variable is unset (topology then comes from the hardware). Throws dpl::Error with both
+/// numbers when world_size is not divisible by it.
+std::optional<int> ranks_per_node(int world_size);
+
+/// The host-thread rule. Returns the thread count to set, or nullopt to leave the OpenMP runtime
+/// as it is (OMP_NUM_THREADS set and DPL_NUM_THREADS not). dpl_num_threads wins over everything;
+/// otherwise max(1, cores / processes_on_host).
+std::optional<int> choose_num_threads(std::optional<int> dpl_num_threads, bool omp_num_threads_set, int cores,
+                                      int processes_on_host);
+
+/// Logical CPUs of the machine (at least 1).
+int hardware_cpus();
+/// CPUs this process may run on (its affinity mask); hardware_cpus() where that is unknown.
+int affinity_cpus();
+
+/// What configure_threads_once did.
+struct ThreadSetup {
+  bool first = false;           // this call applied the rule (the first in the process)
+  bool oversubscribed = false;  // the process runs more threads than its affinity mask has CPUs
+};
+/// Applies the host-thread rule once per process (later calls change nothing): sets
+/// dpl::set_num_threads unless the rule says to leave the OpenMP runtime alone.
+ThreadSetup configure_threads_once(int processes_on_host);
+/// The warning rank 0 prints when `oversubscribed_ranks` of `size` ranks run more threads than
+/// they have CPUs.
+std::string binding_warning(int oversubscribed_ranks, int size, int cpus, int threads);
+
+/// Installs, once, a terminate handler that reports the pending exception as
+/// "rank R: what()" and aborts the job through abort_job().
+void install_terminate_handler();
+/// Writes "rank R: message" (one line per message line, so interleaved ranks stay readable) to
+/// stderr in one write.
+void report_error(int rank, const std::string& message);
+
+// --- provided by the MPI layer (src/comm/mpi) or the one-process layer (src/comm/single) ---------
+/// This process's rank in the job, as far as it can be known now (0 when it cannot).
+int job_rank() noexcept;
+/// Ends every process of the job with exit_code (MPI_Abort where MPI runs); never returns.
+[[noreturn]] void abort_job(int exit_code) noexcept;
+
+}  // namespace dpl::comm::detail

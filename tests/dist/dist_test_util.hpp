@@ -1,0 +1,57 @@
+#pragma once
+// Helpers shared by the distributed tests (tests/dist/*_test.cpp).
+//
+// Rules for writing a distributed test, so that a failure never turns into a hang:
+//  - every rank runs the same tests in the same order and makes the same collective calls;
+//  - do the communication first, then check with EXPECT_* (an ASSERT_* that returns early on one
+//    rank leaves the others waiting in the next collective);
+//  - an unexpected exception aborts every rank with its message (see dist_main.cpp).
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dpl/comm.hpp"
+
+namespace dpl::test {
+
+/// The communicator named `name`, created on the first call in this process and shared by later
+/// tests (creating one is collective, so every rank must ask for the same names in the same order,
+/// which running the same tests guarantees).
+inline comm::Communicator& communicator(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<comm::Communicator>> cache;
+  auto& slot = cache[name];
+  if (!slot) slot = comm::create_communicator(name);
+  return *slot;
+}
+
+/// Sets (or with nullopt, unsets) an environment variable for the lifetime of this object, then
+/// restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::optional<std::string>& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value->c_str(), 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+}  // namespace dpl::test
