@@ -1,0 +1,87 @@
+#pragma once
+// Mini-batches over a data set, with Chainer's SerialIterator semantics.
+
+#include <cstdint>
+#include <vector>
+
+#include "dpl/core/random.hpp"
+#include "dpl/data/dataset.hpp"
+
+namespace dpl::data {
+
+/// One mini-batch: x of shape (B, ...) float32 and y of shape (B,) int32, on the host.
+struct Batch {
+  Tensor x;  ///< samples, (B, ...) float32
+  Tensor y;  ///< labels, (B,) int32
+  /// Number of samples B (0 for an undefined batch).
+  std::int64_t size() const { return y.defined() ? y.size(0) : 0; }
+};
+
+/// Draws mini-batches from a data set in the order of Chainer's SerialIterator.
+///
+/// An epoch is one pass over the N samples, in a fresh permutation drawn from the iterator's own
+/// Generator(seed) when shuffle is on (the same seed gives the same sequence of batches).
+/// With repeat on, every batch has exactly batch_size samples: a batch that reaches the end of an
+/// epoch is completed from the start of the next epoch's order (so batches wrap across epochs,
+/// and the epoch counter advances on the batch that crossed the boundary). With repeat off, the
+/// last batch of the epoch holds the N mod batch_size remaining samples (when non-zero) and the
+/// iterator is then exhausted.
+///
+/// Batches are copied into buffers the iterator keeps and reuses, so a steady loop allocates
+/// nothing. A buffer is reused only when no tensor outside the iterator still views it: keeping a
+/// Batch (or a view of it) past the next call is safe and merely costs an allocation.
+class BatchIterator {
+ public:
+  /// Requires: batch_size >= 1 and a non-empty data set; throws dpl::Error otherwise.
+  /// Ensures: epoch() == 0, iteration() == 0, is_new_epoch() == false.
+  BatchIterator(Dataset dataset, std::int64_t batch_size, bool shuffle = true, std::uint64_t seed = 0,
+                bool repeat = true);
+
+  /// The next mini-batch. Requires has_next(); throws dpl::Error when the iterator is exhausted.
+  /// Ensures: iteration() grew by one; is_new_epoch() says whether this batch ended an epoch.
+  Batch next();
+  /// False only when repeat is off and the single epoch has been served.
+  bool has_next() const { return repeat_ || epoch_ == 0; }
+  /// Starts over: epoch 0, iteration 0, the generator reseeded with the constructor's seed.
+  void reset();
+
+  /// Completed epochs.
+  std::int64_t epoch() const { return epoch_; }
+  /// Batches served since construction or reset().
+  std::int64_t iteration() const { return iteration_; }
+  /// True when the last next() finished an epoch.
+  bool is_new_epoch() const { return is_new_epoch_; }
+  /// epoch() plus the fraction of the current epoch already served (Chainer's epoch_detail).
+  double epoch_detail() const { return static_cast<double>(epoch_) + static_cast<double>(position_) / size_; }
+  /// Batches in one epoch, counting a final partial one: ceil(N / batch_size).
+  std::int64_t batches_per_epoch() const { return (size_ + batch_size_ - 1) / batch_size_; }
+  /// The batch size given at construction (every batch's size with repeat on).
+  std::int64_t batch_size() const { return batch_size_; }
+  /// The data set the batches come from.
+  const Dataset& dataset() const { return dataset_; }
+
+ private:
+  struct Buffers {
+    Tensor x, y;
+  };
+  Buffers& free_buffers();
+  void new_order();
+
+  Dataset dataset_;
+  std::int64_t size_;
+  std::int64_t batch_size_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  bool repeat_;
+  Generator gen_;
+  std::vector<std::int64_t> order_;
+  std::int64_t position_ = 0;
+  std::int64_t epoch_ = 0;
+  std::int64_t iteration_ = 0;
+  bool is_new_epoch_ = false;
+  // Two sets, so that a caller holding the previous batch while asking for the next still gets
+  // a buffer without an allocation.
+  std::vector<Buffers> buffers_;
+};
+
+}  // namespace dpl::data

@@ -1,0 +1,7 @@
+#pragma once
+// Umbrella header: multi-node evaluation and Chainer-style reports (log, table, progress bar).
+#include "dpl/train/console.hpp"
+#include "dpl/train/evaluator.hpp"
+#include "dpl/train/log_report.hpp"
+#include "dpl/train/print_report.hpp"
+#include "dpl/train/progress_bar.hpp"

@@ -1,0 +1,96 @@
+#include "dpl/data/batch_iterator.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "data/rows.hpp"
+#include "dpl/core/error.hpp"
+
+namespace dpl::data {
+
+BatchIterator::BatchIterator(Dataset dataset, std::int64_t batch_size, bool shuffle, std::uint64_t seed, bool repeat)
+    : dataset_(std::move(dataset)),
+      size_(dataset_.size()),
+      batch_size_(batch_size),
+      shuffle_(shuffle),
+      seed_(seed),
+      repeat_(repeat),
+      gen_(seed) {
+  DPL_CHECK(batch_size >= 1, "BatchIterator: expected batch_size >= 1, got ", batch_size);
+  DPL_CHECK(size_ >= 1, "BatchIterator: expected a non-empty data set, got one of 0 samples");
+  reset();
+}
+
+void BatchIterator::reset() {
+  gen_.seed(seed_);
+  position_ = 0;
+  epoch_ = 0;
+  iteration_ = 0;
+  is_new_epoch_ = false;
+  new_order();
+}
+
+void BatchIterator::new_order() {
+  if (shuffle_) {
+    order_ = permutation(size_, gen_);
+  } else if (static_cast<std::int64_t>(order_.size()) != size_) {
+    order_.resize(static_cast<std::size_t>(size_));
+    std::iota(order_.begin(), order_.end(), std::int64_t{0});
+  }
+}
+
+BatchIterator::Buffers& BatchIterator::free_buffers() {
+  // A use count of one means only this iterator views the storage, so overwriting it cannot
+  // change a batch the caller still holds.
+  auto is_free = [](const Buffers& b) { return b.x.storage().use_count() == 1 && b.y.storage().use_count() == 1; };
+  for (Buffers& b : buffers_) {
+    if (is_free(b)) return b;
+  }
+  Shape s{batch_size_};
+  const Shape sample = dataset_.sample_shape();
+  s.insert(s.end(), sample.begin(), sample.end());
+  Buffers fresh{Tensor::empty(s, kFloat32), Tensor::empty({batch_size_}, kInt32)};
+  constexpr std::size_t kSlots = 2;
+  if (buffers_.size() < kSlots) {
+    buffers_.push_back(std::move(fresh));
+    return buffers_.back();
+  }
+  // Every slot is held by the caller: replace one; its old storage lives on with the caller.
+  Buffers& slot = buffers_[static_cast<std::size_t>(iteration_ % static_cast<std::int64_t>(kSlots))];
+  slot = std::move(fresh);
+  return slot;
+}
+
+Batch BatchIterator::next() {
+  DPL_CHECK(has_next(), "BatchIterator::next: the iterator is exhausted: repeat is off and its epoch ended at "
+                        "iteration ", iteration_, "; call reset() to start over");
+  const std::int64_t n = repeat_ ? batch_size_ : std::min(batch_size_, size_ - position_);
+  Buffers& buf = free_buffers();
+  float* x = buf.x.data<float>();
+  std::int32_t* y = buf.y.data<std::int32_t>();
+  const std::int64_t row = dataset_.sample_numel();
+
+  is_new_epoch_ = false;
+  std::int64_t filled = 0;
+  while (filled < n) {
+    const std::int64_t take = std::min(n - filled, size_ - position_);
+    detail::copy_rows(dataset_, order_.data() + position_, take, x + filled * row, y + filled);
+    filled += take;
+    position_ += take;
+    if (position_ == size_) {
+      // The batch that reaches the end of the order closes the epoch; with repeat it goes on
+      // filling from the next epoch's fresh order.
+      ++epoch_;
+      is_new_epoch_ = true;
+      position_ = 0;
+      if (!repeat_) break;
+      new_order();
+    }
+  }
+  ++iteration_;
+  if (n == batch_size_) return Batch{buf.x, buf.y};
+  return Batch{buf.x.narrow(0, 0, n), buf.y.narrow(0, 0, n)};
+}
+
+}  // namespace dpl::data

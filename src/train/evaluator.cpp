@@ -1,0 +1,93 @@
+#include "dpl/train/evaluator.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "dpl/autograd/ops.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/data/batch_iterator.hpp"
+
+namespace dpl::train {
+
+namespace {
+// Puts the model into eval mode and back into its previous mode on every way out.
+class EvalModeGuard {
+ public:
+  explicit EvalModeGuard(nn::Module& m) : model_(m), was_training_(m.is_training()) { model_.eval(); }
+  ~EvalModeGuard() { model_.train(was_training_); }
+  EvalModeGuard(const EvalModeGuard&) = delete;
+  EvalModeGuard& operator=(const EvalModeGuard&) = delete;
+
+ private:
+  nn::Module& model_;
+  bool was_training_;
+};
+
+std::int64_t bits_of(double v) {
+  std::int64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+double double_of(std::int64_t b) {
+  double v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+}  // namespace
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& dataset, std::int64_t batch_size,
+                    comm::Communicator* comm) {
+  DPL_CHECK(batch_size >= 1, "evaluate: expected batch_size >= 1, got ", batch_size);
+  double loss_sum = 0.0;  // sum over samples of their cross-entropy
+  std::int64_t correct = 0;
+  std::int64_t count = 0;
+  {
+    EvalModeGuard mode(model);
+    NoGradGuard no_grad;
+    if (!dataset.empty()) {
+      const Device device = model.device();
+      data::BatchIterator it(dataset, batch_size, /*shuffle=*/false, /*seed=*/0, /*repeat=*/false);
+      while (it.has_next()) {
+        const data::Batch batch = it.next();
+        const Tensor x = batch.x.to(device);
+        const Tensor y = batch.y.to(device);
+        const Variable logits = model.forward(Variable(x));
+        const std::int64_t b = batch.size();
+        // The ops return batch means; scaling back by b gives sums that weight every sample once.
+        loss_sum += static_cast<double>(softmax_cross_entropy(logits, y).item()) * static_cast<double>(b);
+        correct += std::llround(static_cast<double>(accuracy(logits, y).item()) * static_cast<double>(b));
+        count += b;
+      }
+    }
+  }
+
+  if (comm != nullptr && comm->size() > 1) {
+    // Allgather of raw float64 bits rather than an allreduce in float32: the sums stay exact to
+    // double precision, and adding them in rank order gives every rank the identical result.
+    Tensor mine = Tensor::empty({3}, kInt64);
+    std::int64_t* m = mine.data<std::int64_t>();
+    m[0] = bits_of(loss_sum);
+    m[1] = correct;
+    m[2] = count;
+    Tensor all = Tensor::empty({3 * static_cast<std::int64_t>(comm->size())}, kInt64);
+    comm->allgather(mine, all);
+    const std::int64_t* a = all.data<std::int64_t>();
+    loss_sum = 0.0;
+    correct = 0;
+    count = 0;
+    for (int r = 0; r < comm->size(); ++r) {
+      loss_sum += double_of(a[3 * r]);
+      correct += a[3 * r + 1];
+      count += a[3 * r + 2];
+    }
+  }
+  DPL_CHECK(count > 0, "evaluate: no samples to evaluate: the data set is empty",
+            comm != nullptr && comm->size() > 1 ? " on every rank" : "");
+  EvalResult r;
+  r.loss = loss_sum / static_cast<double>(count);
+  r.accuracy = static_cast<double>(correct) / static_cast<double>(count);
+  r.samples = count;
+  return r;
+}
+
+}  // namespace dpl::train

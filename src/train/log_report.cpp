@@ -1,0 +1,102 @@
+#include "dpl/train/log_report.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "dpl/core/error.hpp"
+
+namespace dpl::train {
+
+std::optional<double> LogEntry::get(const std::string& key) const {
+  if (key == "epoch") return static_cast<double>(epoch);
+  if (key == "iteration") return static_cast<double>(iteration);
+  if (key == "elapsed_time") return elapsed_time;
+  for (const auto& [k, v] : values) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
+}
+
+LogReport::LogReport(std::string out_dir, std::string filename)
+    : out_dir_(std::move(out_dir)), filename_(std::move(filename)), start_(std::chrono::steady_clock::now()) {}
+
+double LogReport::elapsed_time() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void LogReport::observe(const std::string& key, double value) {
+  for (Accum& a : current_) {
+    if (a.key == key) {
+      a.sum += value;
+      ++a.count;
+      return;
+    }
+  }
+  current_.push_back({key, value, 1});
+}
+
+const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
+                                     const std::vector<std::pair<std::string, double>>& extra,
+                                     std::optional<double> elapsed_time) {
+  LogEntry e;
+  e.epoch = epoch;
+  e.iteration = iteration;
+  e.elapsed_time = elapsed_time ? *elapsed_time : this->elapsed_time();
+  for (const Accum& a : current_) e.values.emplace_back(a.key, a.sum / static_cast<double>(a.count));
+  for (const auto& [key, value] : extra) {
+    bool replaced = false;
+    for (auto& kv : e.values) {
+      if (kv.first == key) {
+        kv.second = value;
+        replaced = true;
+      }
+    }
+    if (!replaced) e.values.emplace_back(key, value);
+  }
+  current_.clear();
+  log_.push_back(std::move(e));
+  write();
+  return log_.back();
+}
+
+std::string LogReport::path() const {
+  if (out_dir_.empty()) return "";
+  return (std::filesystem::path(out_dir_) / filename_).string();
+}
+
+std::string LogReport::to_json() const {
+  // ordered_json keeps Chainer's key order (values, then epoch, iteration, elapsed_time).
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const LogEntry& e : log_) {
+    nlohmann::ordered_json obj = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : e.values) obj[k] = v;
+    obj["epoch"] = e.epoch;
+    obj["iteration"] = e.iteration;
+    obj["elapsed_time"] = e.elapsed_time;
+    arr.push_back(std::move(obj));
+  }
+  return arr.dump(4);
+}
+
+void LogReport::write() const {
+  if (out_dir_.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(out_dir_, ec);
+  DPL_CHECK(!ec, "LogReport: cannot create the output folder ", out_dir_, ": ", ec.message());
+  const fs::path target = fs::path(out_dir_) / filename_;
+  const fs::path tmp = fs::path(out_dir_) / (filename_ + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    DPL_CHECK(f.good(), "LogReport: cannot open ", tmp.string(), " for writing");
+    f << to_json() << '\n';
+    f.flush();
+    DPL_CHECK(f.good(), "LogReport: writing ", tmp.string(), " failed");
+  }
+  fs::rename(tmp, target, ec);
+  DPL_CHECK(!ec, "LogReport: cannot move ", tmp.string(), " to ", target.string(), ": ", ec.message());
+}
+
+}  // namespace dpl::train
