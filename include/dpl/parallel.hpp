@@ -1,0 +1,5 @@
+#pragma once
+// Umbrella header: data-parallel training.
+#include "dpl/comm.hpp"
+#include "dpl/parallel/multi_node_optimizer.hpp"
+#include "dpl/profile.hpp"

@@ -1,0 +1,75 @@
+#pragma once
+// MultiNodeOptimizer: turns any optimizer into a data-parallel one.
+
+#include <memory>
+
+#include "dpl/comm/communicator.hpp"
+#include "dpl/optim/optimizer.hpp"
+#include "dpl/profile/phase_timer.hpp"
+
+namespace dpl::parallel {
+
+/// Decorates an optimizer for data-parallel training over a communicator, as ChainerMN's
+/// create_multi_node_optimizer does.
+///
+/// setup(model) checks — on every rank, before any collective touches the parameters — that all
+/// ranks have the same parameter names, shapes and dtypes (a mismatch throws dpl::Error on every
+/// rank, naming the first difference), then broadcasts rank 0's weights. Each update then runs
+///   compute (update(loss_fn) only: forward + backward)
+///   → allreduce (mean of the gradient arena over all ranks, one call)
+///   → optimize (the wrapped optimizer's fused update),
+/// timing each phase (and the allreduce's sub-phases) into timer(). If the parameter set changes
+/// (a parameter added, data replaced), the check and the broadcast run again before the update.
+/// The gradient of the first iteration is used like every other.
+class MultiNodeOptimizer : public optim::Optimizer {
+ public:
+  MultiNodeOptimizer(std::unique_ptr<optim::Optimizer> actual, std::shared_ptr<comm::Communicator> comm,
+                     profile::TimingMode mode = profile::TimingMode::kNonIntrusive);
+
+  void setup(nn::Module& model) override;
+  void update() override;
+  Variable update(const std::function<Variable()>& loss_fn) override;
+  void zero_grad() override;
+
+  float lr() const override { return actual_->lr(); }
+  void set_lr(float lr) override { actual_->set_lr(lr); }
+  float weight_decay() const override { return actual_->weight_decay(); }
+  void set_weight_decay(float rate) override { actual_->set_weight_decay(rate); }
+  std::int64_t t() const override { return actual_->t(); }
+  std::vector<std::pair<std::string, Tensor>> state() const override { return actual_->state(); }
+  nn::Module& target() const override { return actual_->target(); }
+
+  /// The wrapped optimizer.
+  optim::Optimizer& actual() const { return *actual_; }
+  comm::Communicator& communicator() const { return *comm_; }
+  /// This rank's phase times.
+  profile::PhaseTimer& timer() { return timer_; }
+  const profile::PhaseTimer& timer() const { return timer_; }
+  /// The timing mode chosen at construction (may be changed between updates).
+  profile::TimingMode timing_mode() const { return mode_; }
+  void set_timing_mode(profile::TimingMode mode);
+  /// Summary of the phase times across all ranks (collective; see profile::summarize).
+  profile::Summary summary(std::int64_t skip_warmup = 1) const;
+
+ protected:
+  void step(nn::ParameterArena&) override {}
+
+ private:
+  void check_and_broadcast(nn::Module& model);
+  void allreduce_and_step();
+  void sync_point();
+
+  std::unique_ptr<optim::Optimizer> actual_;
+  std::shared_ptr<comm::Communicator> comm_;
+  profile::TimingMode mode_;
+  profile::PhaseTimer timer_;
+  std::uint64_t checked_arena_ = 0;  // id of the arena last checked and broadcast
+  std::int64_t iteration_ = 0;
+};
+
+/// ChainerMN's spelling: wraps actual in a MultiNodeOptimizer over comm.
+std::unique_ptr<MultiNodeOptimizer> create_multi_node_optimizer(
+    std::unique_ptr<optim::Optimizer> actual, std::shared_ptr<comm::Communicator> comm,
+    profile::TimingMode mode = profile::TimingMode::kNonIntrusive);
+
+}  // namespace dpl::parallel

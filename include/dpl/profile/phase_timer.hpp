@@ -1,0 +1,118 @@
+#pragma once
+// Phase timers: how long each part of a data-parallel update takes, per rank, per iteration,
+// and what bandwidth the allreduce reached.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpl::comm {
+class Communicator;
+}
+
+namespace dpl::profile {
+
+/// Non-intrusive (default): phases are timed as they run; nothing waits for the timers.
+/// Synchronized: a barrier across ranks (and a device synchronisation) separates the phases, so
+/// each rank's time is attributed cleanly to one phase — slower, for profiling.
+enum class TimingMode { kNonIntrusive, kSynchronized };
+
+/// Wall-clock seconds since an arbitrary fixed point (steady clock).
+double now_seconds();
+
+/// One timed interval of one phase.
+struct PhaseSample {
+  double start = 0.0;    // now_seconds() at the start
+  double seconds = 0.0;  // duration
+  std::int64_t iteration = 0;
+};
+
+/// All samples of one named phase on this rank, in recording order.
+struct PhaseSeries {
+  std::string name;  // "compute", "allreduce", "optimize", or "allreduce/<sub-phase>"
+  std::vector<PhaseSample> samples;
+};
+
+/// Collects the phase times of this rank. Phases appear in the order first recorded.
+class PhaseTimer {
+ public:
+  /// Adds one sample of phase `name` for iteration `iteration`.
+  void record(const std::string& name, double start, double seconds, std::int64_t iteration);
+  /// The series recorded so far.
+  const std::vector<PhaseSeries>& series() const { return series_; }
+  /// The series named `name`, or null.
+  const PhaseSeries* find(const std::string& name) const;
+  /// Forgets every sample (e.g. after warm-up).
+  void clear();
+
+  /// Gradient bytes L moved by each allreduce and the number of ranks p, for the bandwidth
+  /// figures: traffic per rank = 2L(p-1)/p, algbw = L / t, busbw = algbw * 2(p-1)/p.
+  void set_allreduce_size(std::size_t bytes, int ranks) {
+    bytes_ = bytes;
+    ranks_ = ranks;
+  }
+  std::size_t allreduce_bytes() const { return bytes_; }
+  int ranks() const { return ranks_; }
+
+  /// Writes every sample as a Chrome trace (chrome://tracing, Perfetto) JSON file; pid = rank.
+  /// Throws dpl::Error when the file cannot be written.
+  void write_chrome_trace(const std::string& path, int rank) const;
+
+ private:
+  std::vector<PhaseSeries> series_;
+  std::size_t bytes_ = 0;
+  int ranks_ = 1;
+};
+
+/// Statistics of one phase across ranks. Each rank first reduces its own samples to a mean and
+/// a median over iterations; mean/median/max below are taken across ranks of the per-rank means.
+struct PhaseSummary {
+  std::string name;
+  std::int64_t iterations = 0;  // samples per rank (rank 0's count)
+  double mean = 0.0;            // seconds: mean over ranks of the per-rank mean
+  double median = 0.0;          // seconds: median over ranks of the per-rank mean
+  double max = 0.0;             // seconds: slowest rank's mean
+  double min = 0.0;             // seconds: fastest rank's mean
+};
+
+/// The whole summary: every phase, the allreduce size and the bandwidth it reached.
+struct Summary {
+  int ranks = 1;
+  std::size_t allreduce_bytes = 0;
+  double traffic_bytes = 0.0;      // per rank per allreduce: 2L(p-1)/p
+  double algbw_gbps = 0.0;         // L / mean allreduce time, GB/s (1e9 bytes)
+  double busbw_gbps = 0.0;         // algbw * 2(p-1)/p
+  std::int64_t skipped_iterations = 0;
+  std::vector<PhaseSummary> phases;
+};
+
+/// Summarises timer over all ranks of comm (a collective: every rank must call it with timers
+/// that recorded the same phases; comm may be null for one process). The first `skip`
+/// iterations (warm-up) are left out where more remain.
+Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_t skip = 1);
+
+/// A fixed-width text table of the summary (milliseconds, share of an iteration, bandwidth).
+std::string format_table(const Summary& summary);
+/// The summary as a JSON object (seconds and bytes, GB/s).
+std::string to_json(const Summary& summary);
+
+/// Measures a scope into a PhaseTimer: start on construction, record on stop() or destruction.
+class ScopedPhase {
+ public:
+  ScopedPhase(PhaseTimer& timer, std::string name, std::int64_t iteration);
+  ~ScopedPhase();
+  ScopedPhase(const ScopedPhase&) = delete;
+  ScopedPhase& operator=(const ScopedPhase&) = delete;
+  /// Records now; later stops do nothing.
+  void stop();
+
+ private:
+  PhaseTimer& timer_;
+  std::string name_;
+  std::int64_t iteration_;
+  double start_;
+  bool stopped_ = false;
+};
+
+}  // namespace dpl::profile

@@ -1,0 +1,200 @@
+#include "dpl/profile/phase_timer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "dpl/comm/communicator.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl::profile {
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+void PhaseTimer::record(const std::string& name, double start, double seconds, std::int64_t iteration) {
+  auto it = std::find_if(series_.begin(), series_.end(), [&](const PhaseSeries& s) { return s.name == name; });
+  if (it == series_.end()) {
+    series_.push_back(PhaseSeries{name, {}});
+    it = series_.end() - 1;
+  }
+  it->samples.push_back(PhaseSample{start, seconds, iteration});
+}
+
+const PhaseSeries* PhaseTimer::find(const std::string& name) const {
+  for (const auto& s : series_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+void PhaseTimer::clear() { series_.clear(); }
+
+void PhaseTimer::write_chrome_trace(const std::string& path, int rank) const {
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& s : series_) {
+    // Sub-phases go on their own row so they nest visibly under their phase.
+    const int tid = s.name.find('/') == std::string::npos ? 0 : 1;
+    for (const auto& x : s.samples) {
+      events.push_back({{"name", s.name}, {"ph", "X"}, {"pid", rank}, {"tid", tid},
+                        {"ts", x.start * 1e6}, {"dur", x.seconds * 1e6}, {"args", {{"iteration", x.iteration}}}});
+    }
+  }
+  std::ofstream f(path);
+  DPL_CHECK(f.good(), "write_chrome_trace: cannot open '", path, "' for writing");
+  f << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  DPL_CHECK(f.good(), "write_chrome_trace: writing '", path, "' failed");
+}
+
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Per-rank mean of one series after the warm-up samples.
+double series_mean(const PhaseSeries& s, std::int64_t skip, std::int64_t& used, std::int64_t& skipped) {
+  const auto n = static_cast<std::int64_t>(s.samples.size());
+  skipped = n > skip ? skip : 0;
+  used = n - skipped;
+  double total = 0.0;
+  for (std::int64_t i = skipped; i < n; ++i) total += s.samples[static_cast<std::size_t>(i)].seconds;
+  return used ? total / static_cast<double>(used) : 0.0;
+}
+}  // namespace
+
+Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_t skip) {
+  const auto& series = timer.series();
+  const auto phases = static_cast<std::int64_t>(series.size());
+  const int ranks = comm ? comm->size() : 1;
+
+  // Every rank must hold the same phases in the same order before their numbers are combined.
+  std::string names;
+  for (const auto& s : series) names += s.name + '\n';
+  const auto name_hash = static_cast<std::int64_t>(std::hash<std::string>{}(names) & 0x7fffffffffffffffULL);
+
+  Summary out;
+  out.ranks = ranks;
+  out.allreduce_bytes = timer.allreduce_bytes();
+
+  // Nanoseconds as int64: exact to combine, and every communicator supports int64.
+  std::vector<std::int64_t> mine(static_cast<std::size_t>(2 * phases));
+  for (std::int64_t i = 0; i < phases; ++i) {
+    std::int64_t used = 0, skipped = 0;
+    const double mean = series_mean(series[static_cast<std::size_t>(i)], skip, used, skipped);
+    mine[static_cast<std::size_t>(2 * i)] = static_cast<std::int64_t>(mean * 1e9 + 0.5);
+    mine[static_cast<std::size_t>(2 * i + 1)] = used;
+    if (i == 0) out.skipped_iterations = skipped;
+  }
+
+  std::vector<std::int64_t> all = mine;
+  if (comm && ranks > 1) {
+    Tensor head = Tensor::from_vector<std::int64_t>({name_hash, phases}, {2});
+    Tensor heads = Tensor::empty({2 * ranks}, kInt64);
+    comm->allgather(head, heads);
+    const auto h = heads.to_vector<std::int64_t>();
+    for (int r = 0; r < ranks; ++r) {
+      DPL_CHECK(h[2 * r] == name_hash && h[2 * r + 1] == phases, "profile::summarize: rank ", r,
+                " recorded different phases (", h[2 * r + 1], ") than rank ", comm->rank(), " (", phases,
+                "); every rank must time the same phases");
+    }
+    if (phases > 0) {
+      Tensor send = Tensor::from_vector<std::int64_t>(mine, {2 * phases});
+      Tensor recv = Tensor::empty({2 * phases * ranks}, kInt64);
+      comm->allgather(send, recv);
+      all = recv.to_vector<std::int64_t>();
+    }
+  }
+
+  for (std::int64_t i = 0; i < phases; ++i) {
+    std::vector<double> means;
+    for (int r = 0; r < ranks; ++r) means.push_back(static_cast<double>(all[static_cast<std::size_t>(r * 2 * phases + 2 * i)]) * 1e-9);
+    PhaseSummary p;
+    p.name = series[static_cast<std::size_t>(i)].name;
+    p.iterations = all[static_cast<std::size_t>(2 * i + 1)];
+    p.mean = std::accumulate(means.begin(), means.end(), 0.0) / static_cast<double>(ranks);
+    p.median = median_of(means);
+    p.max = *std::max_element(means.begin(), means.end());
+    p.min = *std::min_element(means.begin(), means.end());
+    out.phases.push_back(p);
+  }
+
+  const double L = static_cast<double>(out.allreduce_bytes);
+  const double factor = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.0;
+  out.traffic_bytes = L * factor;
+  for (const auto& p : out.phases) {
+    if (p.name == "allreduce" && p.mean > 0) {
+      out.algbw_gbps = L / p.mean / 1e9;
+      out.busbw_gbps = out.algbw_gbps * factor;
+    }
+  }
+  return out;
+}
+
+std::string format_table(const Summary& s) {
+  double iteration = 0.0;
+  for (const auto& p : s.phases)
+    if (p.name.find('/') == std::string::npos) iteration += p.mean;
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %10s %10s %10s %10s %7s\n", "phase (per iteration)", "mean ms", "median ms",
+                "max ms", "min ms", "share");
+  os << line;
+  for (const auto& p : s.phases) {
+    const bool sub = p.name.find('/') != std::string::npos;
+    const std::string label = sub ? "  " + p.name.substr(p.name.find('/') + 1) : p.name;
+    std::snprintf(line, sizeof line, "%-28s %10.3f %10.3f %10.3f %10.3f %6.1f%%\n", label.c_str(), p.mean * 1e3,
+                  p.median * 1e3, p.max * 1e3, p.min * 1e3, iteration > 0 ? 100.0 * p.mean / iteration : 0.0);
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "%-28s %10.3f\n", "iteration (sum of phases)", iteration * 1e3);
+  os << line;
+  const std::int64_t iters = s.phases.empty() ? 0 : s.phases.front().iterations;
+  std::snprintf(line, sizeof line,
+                "ranks p = %d, iterations = %lld (+%lld warm-up left out), gradient bytes L = %zu (%.2f MB)\n", s.ranks,
+                static_cast<long long>(iters), static_cast<long long>(s.skipped_iterations), s.allreduce_bytes,
+                static_cast<double>(s.allreduce_bytes) / 1e6);
+  os << line;
+  std::snprintf(line, sizeof line, "allreduce traffic 2L(p-1)/p = %.2f MB, algbw = %.3f GB/s, busbw = %.3f GB/s\n",
+                s.traffic_bytes / 1e6, s.algbw_gbps, s.busbw_gbps);
+  os << line;
+  return os.str();
+}
+
+std::string to_json(const Summary& s) {
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& p : s.phases) {
+    phases.push_back({{"name", p.name}, {"iterations", p.iterations}, {"mean_s", p.mean}, {"median_s", p.median},
+                      {"max_s", p.max}, {"min_s", p.min}});
+  }
+  return nlohmann::json{{"ranks", s.ranks},
+                        {"allreduce_bytes", s.allreduce_bytes},
+                        {"traffic_bytes", s.traffic_bytes},
+                        {"algbw_gbps", s.algbw_gbps},
+                        {"busbw_gbps", s.busbw_gbps},
+                        {"skipped_iterations", s.skipped_iterations},
+                        {"phases", phases}}
+      .dump(2);
+}
+
+ScopedPhase::ScopedPhase(PhaseTimer& timer, std::string name, std::int64_t iteration)
+    : timer_(timer), name_(std::move(name)), iteration_(iteration), start_(now_seconds()) {}
+
+ScopedPhase::~ScopedPhase() { stop(); }
+
+void ScopedPhase::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  timer_.record(name_, start_, now_seconds() - start_, iteration_);
+}
+
+}  // namespace dpl::profile
