@@ -1,0 +1,210 @@
+#include "backend/cuda/caching_allocator.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "dpl/core/error.hpp"
+
+namespace dpl::backend::cuda_detail {
+
+namespace {
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+bool caching_enabled_by_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("DPL_CUDA_NO_CACHING");
+    return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
+  }();
+  return on;
+}
+
+CachingAllocator::CachingAllocator(int device, bool caching) : device_(device), caching_(caching) {}
+
+CachingAllocator::~CachingAllocator() = default;  // the instances live until process exit
+
+void CachingAllocator::note_allocated(std::size_t size) {
+  stats_.current += size;
+  if (stats_.current > stats_.peak) stats_.peak = stats_.current;
+  stats_.allocations += 1;
+}
+
+void* CachingAllocator::allocate_uncached(std::size_t size) {
+  DeviceGuard guard(device_);
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, size);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    DPL_FAIL("cuda:", device_, ": out of memory allocating ", size, " bytes (", cudaGetErrorString(err),
+             "); in use ", stats_.current, " bytes");
+  }
+  uncached_.emplace(p, size);
+  stats_.reserved += size;
+  stats_.driver_allocs += 1;
+  note_allocated(size);
+  return p;
+}
+
+CachingAllocator::Block* CachingAllocator::new_segment(std::size_t segment_size, bool small) {
+  DeviceGuard guard(device_);
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, segment_size);
+  if (err == cudaErrorMemoryAllocation) {
+    // Give the cache back and try once more before failing: fragmentation across pools is the
+    // usual reason a cached allocator runs out first.
+    cudaGetLastError();
+    release_free_segments();
+    err = cudaMalloc(&p, segment_size);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    DPL_FAIL("cuda:", device_, ": out of memory allocating a segment of ", segment_size, " bytes (",
+             cudaGetErrorString(err), "); in use ", stats_.current, " bytes, cached ", stats_.cached, " bytes");
+  }
+  stats_.reserved += segment_size;
+  stats_.cached += segment_size;
+  stats_.driver_allocs += 1;
+  auto* b = new Block;
+  b->ptr = p;
+  b->size = segment_size;
+  b->small = small;
+  return b;
+}
+
+CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, std::size_t size, bool small) {
+  Block key;
+  key.size = size;
+  key.ptr = nullptr;
+  auto it = pool.lower_bound(&key);
+  Block* b = nullptr;
+  if (it != pool.end()) {
+    b = *it;
+    pool.erase(it);
+  } else {
+    const std::size_t seg = small ? kSmallSegment
+                                  : (size < kMidRequest ? kLargeSegment : round_up(size, kLargeRound));
+    b = new_segment(seg, small);
+  }
+  // Split off the tail when it is worth keeping: any remainder in the small pool, only sizeable
+  // ones in the large pool (small tails of big blocks would just fragment it).
+  const std::size_t rest = b->size - size;
+  if (rest >= (small ? kRound : kSmallRequest)) {
+    auto* tail = new Block;
+    tail->ptr = static_cast<char*>(b->ptr) + size;
+    tail->size = rest;
+    tail->small = small;
+    tail->prev = b;
+    tail->next = b->next;
+    if (b->next) b->next->prev = tail;
+    b->next = tail;
+    b->size = size;
+    pool.insert(tail);
+  }
+  return b;
+}
+
+void* CachingAllocator::allocate(std::size_t nbytes) {
+  const std::size_t size = round_up(nbytes == 0 ? 1 : nbytes, kRound);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!caching_) return allocate_uncached(size);
+  const bool small = size <= kSmallRequest;
+  Block* b = take_from_pool(small ? small_pool_ : large_pool_, size, small);
+  b->allocated = true;
+  active_.emplace(b->ptr, b);
+  stats_.cached -= b->size;
+  note_allocated(b->size);
+  return b->ptr;
+}
+
+void CachingAllocator::deallocate(void* p) noexcept {
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!caching_) {
+    auto it = uncached_.find(p);
+    if (it == uncached_.end()) return;
+    stats_.current -= it->second;
+    stats_.reserved -= it->second;
+    stats_.driver_frees += 1;
+    uncached_.erase(it);
+    // cudaFree waits for the device, so queued kernels that still read p finish first. Errors
+    // are ignored: at process exit the runtime may be unloaded already.
+    int previous = -1;
+    cudaGetDevice(&previous);
+    if (previous != device_) cudaSetDevice(device_);
+    cudaFree(p);
+    if (previous >= 0 && previous != device_) cudaSetDevice(previous);
+    cudaGetLastError();
+    return;
+  }
+  auto it = active_.find(p);
+  if (it == active_.end()) return;
+  Block* b = it->second;
+  active_.erase(it);
+  b->allocated = false;
+  stats_.current -= b->size;
+  stats_.cached += b->size;
+  Pool& pool = b->small ? small_pool_ : large_pool_;
+  // Merge with free neighbours so that a later, larger request can use the space again.
+  if (b->prev && !b->prev->allocated) {
+    Block* prev = b->prev;
+    pool.erase(prev);
+    prev->size += b->size;
+    prev->next = b->next;
+    if (b->next) b->next->prev = prev;
+    delete b;
+    b = prev;
+  }
+  if (b->next && !b->next->allocated) {
+    Block* next = b->next;
+    pool.erase(next);
+    b->size += next->size;
+    b->next = next->next;
+    if (next->next) next->next->prev = b;
+    delete next;
+  }
+  pool.insert(b);
+}
+
+void CachingAllocator::release_free_segments() {
+  bool synced = false;
+  for (Pool* pool : {&small_pool_, &large_pool_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {  // part of a segment that is partly in use
+        ++it;
+        continue;
+      }
+      if (!synced) {
+        // Blocks freed by the host may still be read by queued kernels.
+        cudaDeviceSynchronize();
+        synced = true;
+      }
+      cudaFree(b->ptr);
+      stats_.reserved -= b->size;
+      stats_.cached -= b->size;
+      stats_.driver_frees += 1;
+      it = pool->erase(it);
+      delete b;
+    }
+  }
+  cudaGetLastError();
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DeviceGuard guard(device_);
+  release_free_segments();
+}
+
+cuda::MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak = stats_.current;
+}
+
+}  // namespace dpl::backend::cuda_detail

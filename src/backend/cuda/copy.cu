@@ -1,0 +1,193 @@
+// Strided copies and fills of device tensors of any dtype. Both move raw element bits, so one
+// kernel per element width serves every dtype of that width.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstring>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/device_utils.cuh"
+#include "dpl/core/error.hpp"
+
+namespace dpl::backend {
+
+namespace cuda_detail {
+namespace {
+
+/// Most dimensions a strided kernel walks after merging contiguous ones.
+constexpr int kMaxDims = 8;
+
+/// Shape and the strides of the source and destination, in elements, passed by value.
+struct StridedLayout {
+  int ndim = 0;
+  std::int64_t shape[kMaxDims];
+  std::int64_t src_stride[kMaxDims];
+  std::int64_t dst_stride[kMaxDims];
+};
+
+/// Drops extents of 1 and merges neighbouring dimensions that are contiguous in both layouts, so
+/// that most copies end with one or two dimensions. src may be null (fills).
+StridedLayout merge_dims(const Shape& shape, const Strides* src, const Strides& dst, const char* op) {
+  std::vector<std::int64_t> sh, ss, ds;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 1) continue;
+    const std::int64_t s = src ? (*src)[k] : 0;
+    if (!sh.empty() && ss.back() == s * shape[k] && ds.back() == dst[k] * shape[k]) {
+      sh.back() *= shape[k];
+      ss.back() = s;
+      ds.back() = dst[k];
+    } else {
+      sh.push_back(shape[k]);
+      ss.push_back(s);
+      ds.push_back(dst[k]);
+    }
+  }
+  DPL_CHECK(sh.size() <= static_cast<std::size_t>(kMaxDims), op, ": a strided layout of shape ", shape_str(shape),
+            " has ", sh.size(), " non-mergeable dimensions on the GPU; at most ", kMaxDims, " are supported");
+  StridedLayout l;
+  l.ndim = static_cast<int>(sh.size());
+  for (int k = 0; k < l.ndim; ++k) {
+    l.shape[k] = sh[static_cast<std::size_t>(k)];
+    l.src_stride[k] = ss[static_cast<std::size_t>(k)];
+    l.dst_stride[k] = ds[static_cast<std::size_t>(k)];
+  }
+  return l;
+}
+
+// ============================================================================================
+// kernels
+// ============================================================================================
+
+__device__ __forceinline__ void offsets(const StridedLayout& l, std::int64_t i, std::int64_t& so, std::int64_t& dof) {
+  so = 0;
+  dof = 0;
+  for (int k = l.ndim - 1; k >= 0; --k) {
+    const std::int64_t q = i / l.shape[k];
+    const std::int64_t r = i - q * l.shape[k];
+    so += r * l.src_stride[k];
+    dof += r * l.dst_stride[k];
+    i = q;
+  }
+}
+
+template <typename T>
+__global__ void copy_strided_kernel(const T* src, T* dst, std::int64_t n, StridedLayout l) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    std::int64_t so, dof;
+    offsets(l, i, so, dof);
+    dst[dof] = src[so];
+  }
+}
+
+template <typename T>
+__global__ void fill_kernel(T* dst, std::int64_t n, T value) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) dst[i] = value;
+}
+
+template <typename T>
+__global__ void fill_strided_kernel(T* dst, std::int64_t n, StridedLayout l, T value) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    std::int64_t so, dof;
+    offsets(l, i, so, dof);
+    dst[dof] = value;
+  }
+}
+
+// ============================================================================================
+// launchers
+// ============================================================================================
+
+template <typename T>
+void launch_copy_strided_typed(const void* src, void* dst, std::int64_t n, const StridedLayout& l, int device,
+                               cudaStream_t stream) {
+  copy_strided_kernel<T><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(static_cast<const T*>(src),
+                                                                                  static_cast<T*>(dst), n, l);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_copy_strided(std::size_t elem, const void* src, void* dst, std::int64_t n, const StridedLayout& l,
+                         int device, cudaStream_t stream) {
+  switch (elem) {
+    case 2: launch_copy_strided_typed<std::uint16_t>(src, dst, n, l, device, stream); break;
+    case 4: launch_copy_strided_typed<std::uint32_t>(src, dst, n, l, device, stream); break;
+    case 8: launch_copy_strided_typed<std::uint64_t>(src, dst, n, l, device, stream); break;
+    default: DPL_FAIL("copy_strided: elements of ", elem, " bytes are not supported on the GPU");
+  }
+}
+
+template <typename T>
+void launch_fill(void* dst, std::int64_t n, const StridedLayout* l, T value, int device, cudaStream_t stream) {
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (l) fill_strided_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), n, *l, value);
+  else fill_kernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), n, value);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace cuda_detail
+
+// ============================================================================================
+// Kernels methods
+// ============================================================================================
+
+using cuda_detail::DeviceGuard;
+
+void CudaKernels::copy_strided(const Tensor& src, Tensor& dst) {
+  const std::int64_t n = src.numel();
+  if (n == 0) return;
+  const auto l = cuda_detail::merge_dims(src.shape(), &src.strides(), dst.strides(), "copy_strided");
+  DeviceGuard guard(device_);
+  cuda_detail::launch_copy_strided(dtype_size(src.dtype()), src.raw_data(), dst.raw_data(), n, l, device_, stream_);
+}
+
+void CudaKernels::fill(Tensor& t, double value) {
+  const std::int64_t n = t.numel();
+  if (n == 0) return;
+  // The element's bit pattern; fills move bits, not numbers.
+  std::uint64_t bits = 0;
+  switch (t.dtype()) {
+    case DType::kFloat32: {
+      const auto v = static_cast<float>(value);
+      std::uint32_t b;
+      std::memcpy(&b, &v, 4);
+      bits = b;
+      break;
+    }
+    case DType::kInt32: bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(value)); break;
+    case DType::kInt64: bits = static_cast<std::uint64_t>(static_cast<std::int64_t>(value)); break;
+    case DType::kBFloat16: {
+      const __nv_bfloat16 v = __float2bfloat16(static_cast<float>(value));
+      std::uint16_t b;
+      std::memcpy(&b, &v, 2);
+      bits = b;
+      break;
+    }
+    case DType::kFloat16: {
+      const __half v = __float2half(static_cast<float>(value));
+      std::uint16_t b;
+      std::memcpy(&b, &v, 2);
+      bits = b;
+      break;
+    }
+  }
+  DeviceGuard guard(device_);
+  const std::size_t elem = dtype_size(t.dtype());
+  if (t.is_contiguous() && bits == 0) {
+    DPL_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream_));
+    return;
+  }
+  cuda_detail::StridedLayout layout;
+  const cuda_detail::StridedLayout* l = nullptr;
+  if (!t.is_contiguous()) {
+    layout = cuda_detail::merge_dims(t.shape(), nullptr, t.strides(), "fill");
+    l = &layout;
+  }
+  switch (elem) {
+    case 2: cuda_detail::launch_fill<std::uint16_t>(t.raw_data(), n, l, static_cast<std::uint16_t>(bits), device_, stream_); break;
+    case 4: cuda_detail::launch_fill<std::uint32_t>(t.raw_data(), n, l, static_cast<std::uint32_t>(bits), device_, stream_); break;
+    default: cuda_detail::launch_fill<std::uint64_t>(t.raw_data(), n, l, bits, device_, stream_); break;
+  }
+}
+
+}  // namespace dpl::backend

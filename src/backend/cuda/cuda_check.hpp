@@ -1,0 +1,65 @@
+#pragma once
+// Error checking and device scoping for the CUDA backend. Internal: includes CUDA headers.
+//
+// Every runtime or cuBLAS call whose failure matters goes through DPL_CUDA_CHECK or
+// DPL_CUBLAS_CHECK, so a failure surfaces as dpl::Error naming the call, the error and the
+// device instead of as garbage results later.
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dpl::backend::cuda_detail {
+
+/// Throws dpl::Error for a failed CUDA runtime call (call text, error name and string, device).
+[[noreturn]] void throw_cuda_error(const char* call, cudaError_t err);
+/// Throws dpl::Error for a failed cuBLAS call (call text, status name, device).
+[[noreturn]] void throw_cublas_error(const char* call, cublasStatus_t status);
+
+/// Makes `device` current for the lifetime of the guard and restores the previous device after.
+/// Kernels and streams belong to one device, and the user's thread may have another one current.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  int device_ = -1;
+};
+
+/// Number of streaming multiprocessors of device (queried once per device).
+int sm_count(int device);
+
+/// Blocks for a grid-stride loop over n work items: enough to fill the GPU a few times over,
+/// never more than n needs.
+inline unsigned grid_for(std::int64_t n, int threads, int device) {
+  const std::int64_t want = (n + threads - 1) / threads;
+  const std::int64_t cap = static_cast<std::int64_t>(sm_count(device)) * 8;
+  const std::int64_t g = want < cap ? want : cap;
+  return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+/// True when p is aligned for 16-byte (float4) loads and stores.
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace dpl::backend::cuda_detail
+
+/// Runs a CUDA runtime call and throws dpl::Error when it fails.
+#define DPL_CUDA_CHECK(call)                                                    \
+  do {                                                                          \
+    const cudaError_t dpl_cuda_err_ = (call);                                   \
+    if (dpl_cuda_err_ != cudaSuccess)                                           \
+      ::dpl::backend::cuda_detail::throw_cuda_error(#call, dpl_cuda_err_);      \
+  } while (0)
+
+/// Runs a cuBLAS call and throws dpl::Error when it fails.
+#define DPL_CUBLAS_CHECK(call)                                                  \
+  do {                                                                          \
+    const cublasStatus_t dpl_cublas_st_ = (call);                               \
+    if (dpl_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                \
+      ::dpl::backend::cuda_detail::throw_cublas_error(#call, dpl_cublas_st_);   \
+  } while (0)

@@ -1,0 +1,110 @@
+#pragma once
+// Device-side building blocks shared by the .cu files: vector loads, warp and block reductions,
+// and the "last block finishes the reduction" pattern that gives one-launch, deterministic
+// reductions to a single value.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dpl::backend::cuda_detail {
+
+/// Threads per block of the elementwise and reduction kernels.
+constexpr int kThreads = 256;
+
+/// V consecutive floats, loaded and stored as one 16-byte access when V is 4.
+template <int V>
+struct Vec {
+  float v[V];
+};
+
+template <int V>
+__device__ __forceinline__ Vec<V> load(const float* p) {
+  Vec<V> r;
+  if constexpr (V == 4) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    r.v[0] = t.x;
+    r.v[1] = t.y;
+    r.v[2] = t.z;
+    r.v[3] = t.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = p[j];
+  }
+  return r;
+}
+
+template <int V>
+__device__ __forceinline__ void store(float* p, const Vec<V>& r) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = r.v[j];
+  }
+}
+
+/// First index and stride of a grid-stride loop.
+__device__ __forceinline__ std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_threads() {
+  return static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Sum over the block; the result is valid in thread 0. Every thread of the block must call it.
+/// The fixed shuffle tree makes the result independent of timing.
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double warp_part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // warp_part may still be read by an earlier call
+  v = warp_sum(v);
+  if (lane == 0) warp_part[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warp == 0) {
+    v = lane < warps ? warp_part[lane] : 0.0;
+    v = warp_sum(v);
+  }
+  return v;
+}
+
+/// Called by every thread of every block with the block's partial in thread 0. Stores it; the
+/// block that finishes last sums all partials in block order and returns true, with the total in
+/// *total of its thread 0; other blocks return false. Resets the counter for the next launch.
+__device__ __forceinline__ bool last_block_total(double block_partial, double* partials, unsigned* counter,
+                                                 double* total) {
+  __shared__ bool is_last;
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = block_partial;
+    __threadfence();  // the partial must be visible before the ticket says it is there
+    const unsigned ticket = atomicAdd(counter, 1u);
+    is_last = ticket == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!is_last) return false;
+  __threadfence();
+  double acc = 0.0;
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) acc += __ldcg(partials + i);
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) {
+    *total = acc;
+    *counter = 0u;
+  }
+  return true;
+}
+
+}  // namespace dpl::backend::cuda_detail

@@ -1,0 +1,323 @@
+// Elementwise maps and reductions: binary ops with broadcasting, axpby, fill_scaled, relu and
+// its backward, column sums (bias gradients) and the sum of all elements.
+//
+// Maps use 16-byte vector accesses when every pointer is 16-byte aligned and the length (and,
+// for row broadcasting, the row length) is a multiple of 4, and scalar accesses otherwise.
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/device_utils.cuh"
+
+namespace dpl::backend {
+
+namespace cuda_detail {
+namespace {
+
+// ============================================================================================
+// kernels
+// ============================================================================================
+
+template <BinaryOp op>
+__device__ __forceinline__ float apply(float a, float b) {
+  if constexpr (op == BinaryOp::kAdd) return a + b;
+  if constexpr (op == BinaryOp::kSub) return a - b;
+  return a * b;
+}
+
+// out may alias a (linear adds its bias in place).
+template <BinaryOp op, Broadcast bc, bool acc, int V>
+__global__ void binary_kernel(const float* a, const float* b, float* out, std::int64_t n, std::int64_t cols) {
+  const float s = bc == Broadcast::kScalar ? b[0] : 0.f;
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const std::int64_t i = k * V;
+    const Vec<V> x = load<V>(a + i);
+    Vec<V> y;
+    if constexpr (bc == Broadcast::kNone) {
+      y = load<V>(b + i);
+    } else if constexpr (bc == Broadcast::kRow) {
+      y = load<V>(b + i % cols);  // a row holds a whole number of vectors (cols % V == 0)
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) y.v[j] = s;
+    }
+    Vec<V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = apply<op>(x.v[j], y.v[j]);
+    if constexpr (acc) {
+      const Vec<V> o = load<V>(out + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = o.v[j] + r.v[j];
+    }
+    store<V>(out + i, r);
+  }
+}
+
+template <bool acc, int V>
+__global__ void axpby_kernel(float alpha, const float* x, float beta, float* y, std::int64_t n) {
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const std::int64_t i = k * V;
+    const Vec<V> xv = load<V>(x + i);
+    Vec<V> r;
+    if constexpr (acc) {
+      const Vec<V> yv = load<V>(y + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = beta * yv.v[j] + alpha * xv.v[j];
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = alpha * xv.v[j];
+    }
+    store<V>(y + i, r);
+  }
+}
+
+template <bool acc, int V>
+__global__ void fill_scaled_kernel(float alpha, const float* s, float beta, float* out, std::int64_t n) {
+  const float v = alpha * s[0];
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const std::int64_t i = k * V;
+    Vec<V> r;
+    if constexpr (acc) {
+      const Vec<V> o = load<V>(out + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = beta * o.v[j] + v;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = v;
+    }
+    store<V>(out + i, r);
+  }
+}
+
+template <int V>
+__global__ void relu_kernel(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const std::int64_t i = k * V;
+    const Vec<V> xv = load<V>(x + i);
+    Vec<V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = xv.v[j] > 0.f ? xv.v[j] : 0.f;
+    store<V>(y + i, r);
+  }
+}
+
+template <bool acc, int V>
+__global__ void relu_backward_kernel(const float* y, const float* gy, float* gx, std::int64_t n) {
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const std::int64_t i = k * V;
+    const Vec<V> yv = load<V>(y + i);
+    const Vec<V> g = load<V>(gy + i);
+    Vec<V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = yv.v[j] > 0.f ? g.v[j] : 0.f;
+    if constexpr (acc) {
+      const Vec<V> o = load<V>(gx + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) r.v[j] = o.v[j] + r.v[j];
+    }
+    store<V>(gx + i, r);
+  }
+}
+
+// A block owns 32 adjacent columns; its 32 x kRowsPerBlock threads walk down the rows, reading
+// a row's 32 columns as one coalesced access, and combine their column sums in a fixed order.
+constexpr int kSumRowsY = 16;
+
+__global__ void sum_rows_kernel(float alpha, const float* x, float beta, float* out, std::int64_t rows,
+                                std::int64_t cols) {
+  __shared__ float part[kSumRowsY][33];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  float acc = 0.f;
+  if (c < cols) {
+    for (std::int64_t r = threadIdx.y; r < rows; r += kSumRowsY) acc += x[r * cols + c];
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int y = 0; y < kSumRowsY; ++y) total += part[y][threadIdx.x];
+    out[c] = (beta == 0.f ? 0.f : beta * out[c]) + alpha * total;
+  }
+}
+
+template <int V>
+__global__ void sum_all_kernel(float alpha, const float* x, std::int64_t n, float* out, double* partials,
+                               unsigned* counter) {
+  double acc = 0.0;
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    const Vec<V> xv = load<V>(x + k * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += static_cast<double>(xv.v[j]);
+  }
+  const double block = block_sum(acc);
+  double total = 0.0;
+  if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0) {
+    out[0] = static_cast<float>(static_cast<double>(alpha) * total);
+  }
+}
+
+// ============================================================================================
+// launchers
+// ============================================================================================
+
+template <BinaryOp op, Broadcast bc>
+void launch_binary_bc(bool acc, bool vec, const float* a, const float* b, float* out, std::int64_t n,
+                      std::int64_t cols, int device, cudaStream_t stream) {
+  const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (vec) {
+    if (acc) binary_kernel<op, bc, true, 4><<<grid, kThreads, 0, stream>>>(a, b, out, n, cols);
+    else binary_kernel<op, bc, false, 4><<<grid, kThreads, 0, stream>>>(a, b, out, n, cols);
+  } else {
+    if (acc) binary_kernel<op, bc, true, 1><<<grid, kThreads, 0, stream>>>(a, b, out, n, cols);
+    else binary_kernel<op, bc, false, 1><<<grid, kThreads, 0, stream>>>(a, b, out, n, cols);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <BinaryOp op>
+void launch_binary_op(Broadcast bc, bool acc, bool vec, const float* a, const float* b, float* out, std::int64_t n,
+                      std::int64_t cols, int device, cudaStream_t stream) {
+  switch (bc) {
+    case Broadcast::kNone: launch_binary_bc<op, Broadcast::kNone>(acc, vec, a, b, out, n, cols, device, stream); break;
+    case Broadcast::kRow: launch_binary_bc<op, Broadcast::kRow>(acc, vec, a, b, out, n, cols, device, stream); break;
+    case Broadcast::kScalar:
+      launch_binary_bc<op, Broadcast::kScalar>(acc, vec, a, b, out, n, cols, device, stream);
+      break;
+  }
+}
+
+void launch_binary(BinaryOp op, Broadcast bc, bool acc, const float* a, const float* b, float* out, std::int64_t n,
+                   std::int64_t cols, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  bool vec = n % 4 == 0 && aligned16(a) && aligned16(out);
+  if (bc == Broadcast::kNone) vec = vec && aligned16(b);
+  if (bc == Broadcast::kRow) vec = vec && cols % 4 == 0 && aligned16(b);
+  switch (op) {
+    case BinaryOp::kAdd: launch_binary_op<BinaryOp::kAdd>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
+    case BinaryOp::kSub: launch_binary_op<BinaryOp::kSub>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
+    case BinaryOp::kMul: launch_binary_op<BinaryOp::kMul>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
+  }
+}
+
+void launch_axpby(float alpha, const float* x, float beta, float* y, std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y);
+  const bool acc = beta != 0.f;
+  const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (vec) {
+    if (acc) axpby_kernel<true, 4><<<grid, kThreads, 0, stream>>>(alpha, x, beta, y, n);
+    else axpby_kernel<false, 4><<<grid, kThreads, 0, stream>>>(alpha, x, beta, y, n);
+  } else {
+    if (acc) axpby_kernel<true, 1><<<grid, kThreads, 0, stream>>>(alpha, x, beta, y, n);
+    else axpby_kernel<false, 1><<<grid, kThreads, 0, stream>>>(alpha, x, beta, y, n);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill_scaled(float alpha, const float* s, float beta, float* out, std::int64_t n, int device,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = n % 4 == 0 && aligned16(out);
+  const bool acc = beta != 0.f;
+  const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (vec) {
+    if (acc) fill_scaled_kernel<true, 4><<<grid, kThreads, 0, stream>>>(alpha, s, beta, out, n);
+    else fill_scaled_kernel<false, 4><<<grid, kThreads, 0, stream>>>(alpha, s, beta, out, n);
+  } else {
+    if (acc) fill_scaled_kernel<true, 1><<<grid, kThreads, 0, stream>>>(alpha, s, beta, out, n);
+    else fill_scaled_kernel<false, 1><<<grid, kThreads, 0, stream>>>(alpha, s, beta, out, n);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_relu(const float* x, float* y, std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y);
+  const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (vec) relu_kernel<4><<<grid, kThreads, 0, stream>>>(x, y, n);
+  else relu_kernel<1><<<grid, kThreads, 0, stream>>>(x, y, n);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_relu_backward(const float* y, const float* gy, bool acc, float* gx, std::int64_t n, int device,
+                          cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = n % 4 == 0 && aligned16(y) && aligned16(gy) && aligned16(gx);
+  const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (vec) {
+    if (acc) relu_backward_kernel<true, 4><<<grid, kThreads, 0, stream>>>(y, gy, gx, n);
+    else relu_backward_kernel<false, 4><<<grid, kThreads, 0, stream>>>(y, gy, gx, n);
+  } else {
+    if (acc) relu_backward_kernel<true, 1><<<grid, kThreads, 0, stream>>>(y, gy, gx, n);
+    else relu_backward_kernel<false, 1><<<grid, kThreads, 0, stream>>>(y, gy, gx, n);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_sum_rows(float alpha, const float* x, float beta, float* out, std::int64_t rows, std::int64_t cols,
+                     cudaStream_t stream) {
+  if (cols == 0) return;
+  const dim3 block(32, kSumRowsY);
+  const auto grid = static_cast<unsigned>((cols + 31) / 32);
+  sum_rows_kernel<<<grid, block, 0, stream>>>(alpha, x, beta, out, rows, cols);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_sum_all(float alpha, const float* x, std::int64_t n, float* out, const CudaKernels::ReduceScratch& s,
+                    int device, cudaStream_t stream) {
+  const bool vec = n % 4 == 0 && aligned16(x);
+  unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
+  if (grid > static_cast<unsigned>(CudaKernels::kMaxReduceBlocks)) grid = CudaKernels::kMaxReduceBlocks;
+  if (vec) sum_all_kernel<4><<<grid, kThreads, 0, stream>>>(alpha, x, n, out, s.partials, s.counter);
+  else sum_all_kernel<1><<<grid, kThreads, 0, stream>>>(alpha, x, n, out, s.partials, s.counter);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace cuda_detail
+
+// ============================================================================================
+// Kernels methods
+// ============================================================================================
+
+using cuda_detail::DeviceGuard;
+
+void CudaKernels::binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_binary(op, bc, beta != 0.f, a.data<float>(), b.data<float>(), out.data<float>(), a.numel(),
+                             bc == Broadcast::kRow ? b.numel() : 1, device_, stream_);
+}
+
+void CudaKernels::axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_axpby(alpha, x.data<float>(), beta, y.data<float>(), x.numel(), device_, stream_);
+}
+
+void CudaKernels::sum_rows(float alpha, const Tensor& x, float beta, Tensor& out) {
+  const std::int64_t cols = out.numel();
+  const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  DeviceGuard guard(device_);
+  cuda_detail::launch_sum_rows(alpha, x.data<float>(), beta, out.data<float>(), rows, cols, stream_);
+}
+
+void CudaKernels::sum_all(float alpha, const Tensor& x, Tensor& out) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_sum_all(alpha, x.data<float>(), x.numel(), out.data<float>(), scratch_, device_, stream_);
+}
+
+void CudaKernels::fill_scaled(float alpha, const Tensor& s, float beta, Tensor& out) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_fill_scaled(alpha, s.data<float>(), beta, out.data<float>(), out.numel(), device_, stream_);
+}
+
+void CudaKernels::relu(const Tensor& x, Tensor& y) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_relu(x.data<float>(), y.data<float>(), x.numel(), device_, stream_);
+}
+
+void CudaKernels::relu_backward(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
+  DeviceGuard guard(device_);
+  cuda_detail::launch_relu_backward(y.data<float>(), gy.data<float>(), beta != 0.f, gx.data<float>(), y.numel(),
+                                    device_, stream_);
+}
+
+}  // namespace dpl::backend

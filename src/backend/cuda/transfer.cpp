@@ -1,0 +1,87 @@
+// Copies between devices: host <-> GPU and GPU <-> GPU, each on the compute stream of the GPU
+// involved, so they are ordered after the kernels that produced the source.
+#include <cstring>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
+#include "dpl/core/error.hpp"
+
+namespace dpl::backend {
+
+namespace {
+using cuda_detail::DeviceGuard;
+
+void host_to_device(const Tensor& src, Tensor& dst) {
+  CudaKernels& k = CudaKernels::get(dst.device().index);
+  DeviceGuard guard(k.device());
+  // From pageable memory (every host tensor dpl allocates itself) the driver stages the data and
+  // returns once the source has been read, so the host tensor may be freed or changed right after.
+  // From page-locked memory the copy is truly asynchronous: that is what pinned memory is for.
+  // Freeing it is still safe (pinned_free waits for queued copies), but overwriting it before the
+  // device is synchronised is not.
+  DPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, k.stream()));
+}
+
+void device_to_host(const Tensor& src, Tensor& dst) {
+  CudaKernels& k = CudaKernels::get(src.device().index);
+  DeviceGuard guard(k.device());
+  DPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, k.stream()));
+  // The caller reads the host tensor next.
+  DPL_CUDA_CHECK(cudaStreamSynchronize(k.stream()));
+}
+
+void device_to_device(const Tensor& src, Tensor& dst) {
+  CudaKernels& ks = CudaKernels::get(src.device().index);
+  CudaKernels& kd = CudaKernels::get(dst.device().index);
+  // The copy runs on the destination's stream after the source's producers (event 1); the
+  // source's stream then waits for the copy (event 2), because a block freed there may be reused
+  // by its next kernel at once.
+  cudaEvent_t produced = nullptr, copied = nullptr;
+  {
+    DeviceGuard guard(ks.device());
+    DPL_CUDA_CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    DPL_CUDA_CHECK(cudaEventRecord(produced, ks.stream()));
+  }
+  {
+    DeviceGuard guard(kd.device());
+    DPL_CUDA_CHECK(cudaStreamWaitEvent(kd.stream(), produced, 0));
+    DPL_CUDA_CHECK(cudaMemcpyPeerAsync(dst.raw_data(), kd.device(), src.raw_data(), ks.device(), src.nbytes(),
+                                       kd.stream()));
+    DPL_CUDA_CHECK(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    DPL_CUDA_CHECK(cudaEventRecord(copied, kd.stream()));
+  }
+  {
+    DeviceGuard guard(ks.device());
+    DPL_CUDA_CHECK(cudaStreamWaitEvent(ks.stream(), copied, 0));
+    // Destroying a recorded event is fine: its resources go once the work it marks is done.
+    cudaEventDestroy(produced);
+  }
+  {
+    DeviceGuard guard(kd.device());
+    cudaEventDestroy(copied);
+  }
+}
+}  // namespace
+
+void copy_between_devices(const Tensor& src, Tensor& dst) {
+  DPL_CHECK(src.defined() && dst.defined(), "copy_between_devices: both tensors must be defined");
+  DPL_CHECK(src.is_contiguous() && dst.is_contiguous(), "copy_between_devices: expected contiguous tensors");
+  DPL_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy_between_devices: expected equal shapes "
+            "and dtypes, got ", shape_str(src.shape()), " ", src.dtype(), " and ", shape_str(dst.shape()), " ",
+            dst.dtype());
+  if (src.nbytes() == 0) return;
+  const Device s = src.device(), d = dst.device();
+  if (s.is_cpu() && d.is_cpu()) {
+    std::memmove(dst.raw_data(), src.raw_data(), src.nbytes());
+  } else if (s.is_cpu()) {
+    host_to_device(src, dst);
+  } else if (d.is_cpu()) {
+    device_to_host(src, dst);
+  } else if (s.index == d.index) {
+    CudaKernels::get(d.index).copy_bytes(dst.raw_data(), src.raw_data(), src.nbytes());
+  } else {
+    device_to_device(src, dst);
+  }
+}
+
+}  // namespace dpl::backend

@@ -1,0 +1,103 @@
+#pragma once
+// Shared pieces of the GPU tests: a fixture that skips without a GPU, fresh random inputs with
+// a printed seed, NaN-poisoned outputs, and CPU-vs-CUDA comparisons with stated tolerances.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/kernels.hpp"
+#include "dpl/core/cuda.hpp"
+#include "dpl/dpl.hpp"
+
+namespace dpl::test {
+
+inline Device gpu() { return Device::cuda(0); }
+
+/// Base fixture: skips the test when no GPU answers (CI) and gives each test a fresh seed,
+/// printed on failure and fixed by DPL_TEST_SEED to replay a failure.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU available";
+    if (const char* s = std::getenv("DPL_TEST_SEED"); s != nullptr && *s != '\0') {
+      seed_ = std::strtoull(s, nullptr, 10);
+    } else {
+      seed_ = (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    }
+    gen_.seed(seed_);
+    trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__, "DPL_TEST_SEED=" + std::to_string(seed_));
+  }
+  void TearDown() override { trace_.reset(); }
+
+ public:  // also used by free helper functions of the tests
+  /// Uniform in [lo, hi) on the host.
+  Tensor rand(const Shape& s, float lo = -1.f, float hi = 1.f) { return Tensor::uniform(s, lo, hi, gen_); }
+  /// Random int32 labels in [0, classes) on the host.
+  Tensor labels(std::int64_t n, std::int64_t classes) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<std::int32_t>(gen_.below(static_cast<std::uint64_t>(classes)));
+    return Tensor::from_vector(v, {n});
+  }
+
+  backend::Kernels& cpu() { return backend::cpu_kernels(); }
+  backend::Kernels& cuda() { return backend::kernels_for(gpu()); }
+
+  Generator gen_{0};
+  std::uint64_t seed_ = 0;
+
+ private:
+  std::unique_ptr<::testing::ScopedTrace> trace_;
+};
+
+/// A device tensor of the given shape filled with NaN, so that any element a kernel fails to
+/// write shows up in the comparison.
+inline Tensor poisoned(const Shape& s, Device d = gpu()) { return Tensor::full(s, std::nan(""), d); }
+
+/// A copy of t on the GPU.
+inline Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
+
+/// Expects |got - want| <= atol + rtol * |want| element by element (NaN never passes), and
+/// reports how many elements fail and the worst one.
+inline void expect_close(const Tensor& got, const Tensor& want, float rtol, float atol, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  std::size_t bad = 0, worst = 0;
+  double worst_excess = -1.0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double tol = atol + rtol * std::fabs(static_cast<double>(w[i]));
+    const double diff = std::fabs(static_cast<double>(g[i]) - static_cast<double>(w[i]));
+    if (!(diff <= tol)) {
+      ++bad;
+      const double excess = std::isnan(diff) ? 1e300 : diff - tol;
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << g.size() << " elements differ beyond rtol=" << rtol
+                     << " atol=" << atol << "; worst at flat index " << worst << ": cuda " << g[worst] << " vs cpu "
+                     << w[worst];
+}
+
+/// Expects bit-for-bit equal int32 or float contents.
+template <typename T>
+void expect_equal(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<T> g = got.to_vector<T>(), w = want.to_vector<T>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!(g[i] == w[i])) {
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << ", expected " << w[i];
+      return;
+    }
+  }
+}
+
+}  // namespace dpl::test

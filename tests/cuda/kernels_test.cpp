@@ -1,0 +1,361 @@
+// CPU-vs-CUDA agreement of every method of the backend interface (src/backend/kernels.hpp).
+// Each test runs the same fresh random inputs through both backends; device outputs start as
+// NaN so that an element the kernel does not write fails the comparison.
+//
+// Tolerances: elementwise maps and optimizer updates rtol 1e-5 (the GPU contracts a*b+c into one
+// rounding, the CPU does not); sums rtol 1e-5 plus an absolute term for cancellation; matrix
+// products atol 1e-6*K + rtol 1e-5 (different summation orders over K terms; TF32 would miss
+// this by two orders of magnitude); comparisons and copies exact.
+#include <cstring>
+
+#include "cuda_test_util.hpp"
+
+namespace dpl::test {
+namespace {
+
+using backend::Broadcast;
+using backend::BinaryOp;
+
+class KernelsTest : public CudaTest {};
+
+// --- matrix products ------------------------------------------------------------------------
+
+void check_gemm(KernelsTest& t, bool ta, bool tb, float beta, std::int64_t m, std::int64_t k, std::int64_t n) {
+  const Tensor a = ta ? t.rand({k, m}) : t.rand({m, k});
+  const Tensor b = tb ? t.rand({n, k}) : t.rand({k, n});
+  const Tensor c0 = t.rand({m, n});
+  Tensor want = c0.clone();
+  t.cpu().gemm(ta, tb, 0.75f, a, b, beta, want);
+  Tensor got = beta == 0.f ? poisoned({m, n}) : on_gpu(c0);
+  t.cuda().gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
+  expect_close(got, want, 1e-5f, 1e-6f * static_cast<float>(k),
+               "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta) +
+                   " m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+}
+
+TEST_F(KernelsTest, GemmAllTransposesAndBetas) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.f, 1.f}) check_gemm(*this, ta, tb, beta, 37, 53, 29);
+}
+
+TEST_F(KernelsTest, GemmMlpShapes) {
+  // The three products of a Linear(784, 1000) layer at batch 100: forward, grad input, grad weight.
+  check_gemm(*this, false, true, 0.f, 100, 784, 1000);
+  check_gemm(*this, false, false, 0.f, 100, 1000, 784);
+  check_gemm(*this, true, false, 1.f, 1000, 100, 784);
+  check_gemm(*this, false, true, 0.f, 1, 1, 1);
+}
+
+// --- elementwise ----------------------------------------------------------------------------
+
+TEST_F(KernelsTest, BinaryEveryOpBroadcastAndBeta) {
+  // (7,13) takes the scalar path, (8,16) the float4 path.
+  for (const Shape& s : {Shape{7, 13}, Shape{8, 16}}) {
+    for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+      for (Broadcast bc : {Broadcast::kNone, Broadcast::kRow, Broadcast::kScalar}) {
+        for (float beta : {0.f, 1.f}) {
+          const Shape bs = bc == Broadcast::kNone ? s : bc == Broadcast::kRow ? Shape{s[1]} : Shape{};
+          const Tensor a = rand(s), b = rand(bs), o0 = rand(s);
+          Tensor want = o0.clone();
+          cpu().binary(op, bc, a, b, beta, want);
+          Tensor got = beta == 0.f ? poisoned(s) : on_gpu(o0);
+          cuda().binary(op, bc, on_gpu(a), on_gpu(b), beta, got);
+          expect_close(got, want, 1e-6f, 0.f,
+                       "binary op=" + std::to_string(static_cast<int>(op)) + " bc=" +
+                           std::to_string(static_cast<int>(bc)) + " beta=" + std::to_string(beta) + " shape=" +
+                           shape_str(s));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, BinaryInPlaceAndMisaligned) {
+  // linear adds its bias in place (out aliases a); a view one element into a buffer is not
+  // 16-byte aligned and must take the scalar path.
+  const Tensor a = rand({8, 16}), b = rand({16});
+  Tensor want = a.clone();
+  cpu().binary(BinaryOp::kAdd, Broadcast::kRow, want, b, 0.f, want);
+  Tensor got = on_gpu(a);
+  cuda().binary(BinaryOp::kAdd, Broadcast::kRow, got, on_gpu(b), 0.f, got);
+  expect_close(got, want, 1e-6f, 0.f, "binary in place");
+
+  const Tensor big = rand({129});
+  const Tensor x = big.view_range(1, {128}), y = rand({128});
+  Tensor want2 = Tensor::empty({128});
+  cpu().binary(BinaryOp::kMul, Broadcast::kNone, x, y, 0.f, want2);
+  Tensor got2 = poisoned({129}).view_range(1, {128});
+  cuda().binary(BinaryOp::kMul, Broadcast::kNone, on_gpu(big).view_range(1, {128}), on_gpu(y), 0.f, got2);
+  expect_close(got2, want2, 1e-6f, 0.f, "binary misaligned");
+}
+
+TEST_F(KernelsTest, Axpby) {
+  for (std::int64_t n : {1, 13, 4096, 100003}) {
+    for (float beta : {0.f, 1.f, 0.5f}) {
+      const Tensor x = rand({n}), y0 = rand({n});
+      Tensor want = y0.clone();
+      cpu().axpby(0.7f, x, beta, want);
+      Tensor got = beta == 0.f ? poisoned({n}) : on_gpu(y0);
+      cuda().axpby(0.7f, on_gpu(x), beta, got);
+      expect_close(got, want, 1e-5f, 1e-7f, "axpby n=" + std::to_string(n) + " beta=" + std::to_string(beta));
+    }
+  }
+}
+
+TEST_F(KernelsTest, FillScaledReadsItsScaleOnTheDevice) {
+  for (std::int64_t n : {1, 10, 4096, 1001}) {
+    for (float beta : {0.f, 1.f}) {
+      const Tensor s = rand({}), o0 = rand({n});
+      Tensor want = o0.clone();
+      cpu().fill_scaled(0.5f, s, beta, want);
+      Tensor got = beta == 0.f ? poisoned({n}) : on_gpu(o0);
+      cuda().fill_scaled(0.5f, on_gpu(s), beta, got);
+      expect_close(got, want, 1e-6f, 1e-7f, "fill_scaled n=" + std::to_string(n) + " beta=" + std::to_string(beta));
+    }
+  }
+}
+
+TEST_F(KernelsTest, ReluAndBackward) {
+  for (std::int64_t n : {7, 1000, 65537}) {
+    Tensor x = rand({n});
+    x.set<float>({0}, 0.f);  // the boundary: relu(0) = 0 and no gradient passes
+    Tensor want = Tensor::empty({n});
+    cpu().relu(x, want);
+    Tensor got = poisoned({n});
+    cuda().relu(on_gpu(x), got);
+    expect_equal<float>(got, want, "relu n=" + std::to_string(n));
+
+    for (float beta : {0.f, 1.f}) {
+      const Tensor gy = rand({n}), g0 = rand({n});
+      Tensor wg = g0.clone();
+      cpu().relu_backward(want, gy, beta, wg);
+      Tensor gg = beta == 0.f ? poisoned({n}) : on_gpu(g0);
+      cuda().relu_backward(got, on_gpu(gy), beta, gg);
+      expect_close(gg, wg, 1e-6f, 0.f, "relu_backward n=" + std::to_string(n) + " beta=" + std::to_string(beta));
+    }
+  }
+}
+
+// --- reductions -----------------------------------------------------------------------------
+
+TEST_F(KernelsTest, SumRows) {
+  for (const Shape& s : {Shape{100, 1000}, Shape{3, 10}, Shape{1000, 7}, Shape{1, 33}, Shape{4097, 64}}) {
+    for (float beta : {0.f, 1.f}) {
+      const Tensor x = rand(s), o0 = rand({s[1]});
+      Tensor want = o0.clone();
+      cpu().sum_rows(0.5f, x, beta, want);
+      Tensor got = beta == 0.f ? poisoned({s[1]}) : on_gpu(o0);
+      cuda().sum_rows(0.5f, on_gpu(x), beta, got);
+      expect_close(got, want, 1e-5f, 1e-6f * static_cast<float>(s[0]),
+                   "sum_rows shape=" + shape_str(s) + " beta=" + std::to_string(beta));
+    }
+  }
+}
+
+TEST_F(KernelsTest, SumAll) {
+  for (std::int64_t n : {1, 13, 4096, (1 << 20) + 3, 1 << 22}) {
+    const Tensor x = rand({n});
+    Tensor want = Tensor::empty({});
+    cpu().sum_all(0.25f, x, want);
+    Tensor got = poisoned({});
+    cuda().sum_all(0.25f, on_gpu(x), got);
+    // Both sides sum in double; only the final rounding to float differs.
+    expect_close(got, want, 1e-6f, 1e-6f, "sum_all n=" + std::to_string(n));
+  }
+  // Repeated launches reuse the reduction scratch; each must start from a clean counter.
+  const Tensor x = rand({5000});
+  Tensor want = Tensor::empty({});
+  cpu().sum_all(1.f, x, want);
+  const Tensor xg = on_gpu(x);
+  for (int i = 0; i < 5; ++i) {
+    Tensor got = poisoned({});
+    cuda().sum_all(1.f, xg, got);
+    expect_close(got, want, 1e-6f, 1e-6f, "sum_all repeated");
+  }
+}
+
+// --- loss and accuracy ----------------------------------------------------------------------
+
+TEST_F(KernelsTest, SoftmaxCrossEntropyForwardAndBackward) {
+  for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}, Shape{1, 1}, Shape{5000, 10}}) {
+    for (float scale : {1.f, 30.f}) {  // large logits test the max subtraction
+      const Tensor logits = rand(s, -scale, scale), y = labels(s[0], s[1]);
+      Tensor wp = Tensor::empty(s), wl = Tensor::empty({});
+      cpu().softmax_xent(logits, y, wp, wl);
+      Tensor gp = poisoned(s), gl = poisoned({});
+      cuda().softmax_xent(on_gpu(logits), on_gpu(y), gp, gl);
+      const std::string what = " shape=" + shape_str(s) + " scale=" + std::to_string(scale);
+      expect_close(gp, wp, 1e-5f, 1e-7f, "softmax_xent probs" + what);
+      expect_close(gl, wl, 1e-5f, 1e-6f, "softmax_xent loss" + what);
+
+      for (float beta : {0.f, 1.f}) {
+        const Tensor gloss = rand({}, 0.5f, 2.f), g0 = rand(s);
+        Tensor want = g0.clone();
+        cpu().softmax_xent_backward(wp, y, gloss, beta, want);
+        Tensor got = beta == 0.f ? poisoned(s) : on_gpu(g0);
+        cuda().softmax_xent_backward(on_gpu(wp), on_gpu(y), on_gpu(gloss), beta, got);
+        expect_close(got, want, 1e-6f, 1e-7f, "softmax_xent_backward beta=" + std::to_string(beta) + what);
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, AccuracyIncludingTies) {
+  for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{4099, 7}}) {
+    const Tensor logits = rand(s), y = labels(s[0], s[1]);
+    Tensor want = Tensor::empty({});
+    cpu().accuracy(logits, y, want);
+    Tensor got = poisoned({});
+    cuda().accuracy(on_gpu(logits), on_gpu(y), got);
+    expect_equal<float>(got, want, "accuracy shape=" + shape_str(s));
+  }
+  // Ties: the first index of the maximum wins, also when the tied entries sit in different lanes.
+  std::vector<float> v(4 * 40, 0.f);
+  std::vector<std::int32_t> lab = {3, 35, 0, 39};
+  v[0 * 40 + 3] = 2.f;
+  v[0 * 40 + 35] = 2.f;  // row 0: max at 3 and 35, label 3 -> correct
+  v[1 * 40 + 3] = 2.f;
+  v[1 * 40 + 35] = 2.f;  // row 1: label 35 -> wrong
+  // row 2: all zero, label 0 -> correct; row 3: all zero, label 39 -> wrong
+  const Tensor logits = Tensor::from_vector(v, {4, 40});
+  const Tensor y = Tensor::from_vector(lab, {4});
+  Tensor want = Tensor::empty({});
+  cpu().accuracy(logits, y, want);
+  EXPECT_EQ(want.item(), 0.5f);
+  Tensor got = poisoned({});
+  cuda().accuracy(on_gpu(logits), on_gpu(y), got);
+  EXPECT_EQ(got.item(), 0.5f);
+}
+
+TEST_F(KernelsTest, LabelRange) {
+  for (std::int64_t n : {1, 100, 10000, 1 << 20}) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(n));
+    for (auto& x : v) x = static_cast<std::int32_t>(gen_.below(56)) - 5;
+    const Tensor t = Tensor::from_vector(v, {n});
+    std::int64_t clo = 0, chi = 0, glo = 0, ghi = 0;
+    cpu().label_range(t, clo, chi);
+    cuda().label_range(on_gpu(t), glo, ghi);
+    EXPECT_EQ(glo, clo) << "n=" << n;
+    EXPECT_EQ(ghi, chi) << "n=" << n;
+  }
+  std::int64_t glo = 0, ghi = 0, clo = 0, chi = 0;
+  const Tensor empty = Tensor::empty({0}, kInt32);
+  cpu().label_range(empty, clo, chi);
+  cuda().label_range(empty.to(gpu()), glo, ghi);
+  EXPECT_EQ(glo, clo);
+  EXPECT_EQ(ghi, chi);
+}
+
+// --- memory, copies and fills ----------------------------------------------------------------
+
+TEST_F(KernelsTest, CopyBytesAndRoundTrip) {
+  const Tensor x = rand({1000, 3});
+  const Tensor xg = on_gpu(x);
+  Tensor yg = poisoned({1000, 3});
+  cuda().copy_bytes(yg.raw_data(), xg.raw_data(), xg.nbytes());
+  expect_equal<float>(yg, x, "copy_bytes");
+  expect_equal<float>(xg.to(Device::cpu()), x, "host -> device -> host");
+  const Tensor li = Tensor::from_vector<std::int64_t>({1, -2, std::int64_t{1} << 40}, {3});
+  expect_equal<std::int64_t>(li.to(gpu()).to(Device::cpu()), li, "int64 round trip");
+}
+
+TEST_F(KernelsTest, CopyStridedSourceAndDestination) {
+  const Tensor src = rand({6, 10, 4});
+  const Tensor sview = src.narrow(1, 2, 5);  // (6,5,4), not contiguous
+  Tensor want = Tensor::empty({6, 5, 4});
+  cpu().copy_strided(sview, want);
+  Tensor got = poisoned({6, 5, 4});
+  cuda().copy_strided(on_gpu(src).narrow(1, 2, 5), got);
+  expect_equal<float>(got, want, "copy_strided strided -> contiguous");
+
+  // Into a strided destination: the elements outside the view must stay untouched (NaN).
+  Tensor dst = poisoned({6, 10, 4});
+  Tensor dview = dst.narrow(1, 3, 5);
+  cuda().copy_strided(on_gpu(want), dview);
+  expect_equal<float>(dview.contiguous(), want, "copy_strided contiguous -> strided");
+  std::size_t nan_count = 0;
+  for (float v : dst.to_vector<float>()) nan_count += std::isnan(v) ? 1 : 0;
+  EXPECT_EQ(nan_count, static_cast<std::size_t>(6 * 5 * 4)) << "copy_strided wrote outside its view";
+
+  // Integer dtypes take the same path by element width.
+  std::vector<std::int32_t> iv(60);
+  for (std::size_t i = 0; i < iv.size(); ++i) iv[i] = static_cast<std::int32_t>(i * 7 - 100);
+  const Tensor it = Tensor::from_vector(iv, {6, 10});
+  Tensor iwant = Tensor::empty({6, 3}, kInt32);
+  cpu().copy_strided(it.narrow(1, 4, 3), iwant);
+  Tensor igot = Tensor::full({6, 3}, -1, TensorOptions(kInt32, gpu()));
+  cuda().copy_strided(it.to(gpu()).narrow(1, 4, 3), igot);
+  expect_equal<std::int32_t>(igot, iwant, "copy_strided int32");
+}
+
+TEST_F(KernelsTest, FillEveryDtypeContiguousAndStrided) {
+  for (double value : {0.0, 3.5, -7.0}) {
+    Tensor f = poisoned({33});
+    cuda().fill(f, value);
+    expect_equal<float>(f, Tensor::full({33}, value), "fill float32 " + std::to_string(value));
+    Tensor i = Tensor::empty({33}, TensorOptions(kInt32, gpu()));
+    cuda().fill(i, value);
+    expect_equal<std::int32_t>(i, Tensor::full({33}, value, kInt32), "fill int32 " + std::to_string(value));
+  }
+  Tensor l = Tensor::empty({5}, TensorOptions(kInt64, gpu()));
+  cuda().fill(l, static_cast<double>(std::int64_t{1} << 40));
+  expect_equal<std::int64_t>(l, Tensor::full({5}, static_cast<double>(std::int64_t{1} << 40), kInt64), "fill int64");
+
+  // 16-bit types: 1.5 is 0x3FC0 in bfloat16 and 0x3E00 in float16.
+  const std::pair<DType, std::uint16_t> cases[] = {{kBFloat16, 0x3FC0}, {kFloat16, 0x3E00}};
+  for (const auto& [dt, bits] : cases) {
+    Tensor h = Tensor::empty({9}, TensorOptions(dt, gpu()));
+    cuda().fill(h, 1.5);
+    Tensor back = Tensor::empty({9}, dt);
+    backend::copy_between_devices(h, back);
+    const auto* p = static_cast<const std::uint16_t*>(back.raw_data());
+    for (int k = 0; k < 9; ++k) EXPECT_EQ(p[k], bits) << dtype_name(dt) << " element " << k;
+  }
+
+  // A strided fill leaves the rest alone.
+  Tensor base = Tensor::zeros({4, 6}, gpu());
+  Tensor view = base.narrow(1, 1, 2);
+  cuda().fill(view, 2.0);
+  Tensor expect = Tensor::zeros({4, 6});
+  Tensor ev = expect.narrow(1, 1, 2);
+  cpu().fill(ev, 2.0);
+  expect_equal<float>(base, expect, "strided fill");
+}
+
+// --- optimizer updates ----------------------------------------------------------------------
+
+TEST_F(KernelsTest, OptimizerUpdatesOverSeveralSteps) {
+  for (std::int64_t n : {1000, 1001}) {  // float4 path, scalar path
+    for (float wd : {0.f, 0.01f}) {
+      const std::string what = " n=" + std::to_string(n) + " wd=" + std::to_string(wd);
+      const Tensor p0 = rand({n});
+      Tensor pc = p0.clone(), pg = on_gpu(p0);
+      Tensor vc = Tensor::zeros({n}), vg = Tensor::zeros({n}, gpu());
+      Tensor mc = Tensor::zeros({n}), mg = Tensor::zeros({n}, gpu());
+      Tensor sc = Tensor::zeros({n}), sg = Tensor::zeros({n}, gpu());
+      Tensor qc = p0.clone(), qg = on_gpu(p0);
+      Tensor rc = p0.clone(), rg = on_gpu(p0);
+      for (int step = 1; step <= 4; ++step) {
+        const Tensor g = rand({n});
+        const Tensor gg = on_gpu(g);
+        cpu().sgd_update(pc, g, {0.1f, wd});
+        cuda().sgd_update(pg, gg, {0.1f, wd});
+        cpu().momentum_update(qc, g, vc, {0.1f, 0.9f, wd});
+        cuda().momentum_update(qg, gg, vg, {0.1f, 0.9f, wd});
+        const float lr_t = 1e-2f * std::sqrt(1.f - std::pow(0.999f, step)) / (1.f - std::pow(0.9f, step));
+        cpu().adam_update(rc, g, mc, sc, {lr_t, 0.9f, 0.999f, 1e-8f, wd});
+        cuda().adam_update(rg, gg, mg, sg, {lr_t, 0.9f, 0.999f, 1e-8f, wd});
+      }
+      expect_close(pg, pc, 1e-5f, 1e-6f, "sgd" + what);
+      expect_close(qg, qc, 1e-5f, 1e-6f, "momentum param" + what);
+      expect_close(vg, vc, 1e-5f, 1e-6f, "momentum velocity" + what);
+      expect_close(rg, rc, 1e-5f, 1e-6f, "adam param" + what);
+      expect_close(mg, mc, 1e-5f, 1e-7f, "adam m" + what);
+      expect_close(sg, sc, 1e-5f, 1e-8f, "adam v" + what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dpl::test
