@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job: installs dependencies, builds dpl and trains the MNIST MLP on Fashion-MNIST
+# with data-parallel Adam under mpiexec. Arguments go to train_mnist (default: 20 epochs).
+# DPL_NP sets the number of processes (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+source scripts/env.sh
+bash scripts/build.sh
+np=${DPL_NP:-2}
+# --bind-to none: OpenMPI pins each rank to one core when -n <= 2, which would stop a rank's
+# threads from spreading over the cores dpl assigns it.
+exec mpiexec -n "$np" --bind-to none "$DPL_BUILD_DIR/examples/mnist/train_mnist" "$@"
