@@ -102,7 +102,12 @@ std::vector<std::string> communicator_names() {
 
 std::unique_ptr<Communicator> create_communicator(const std::string& name) {
   for (const auto& e : registry()) {
-    if (name == e.name) return e.make(name);
+    if (name == e.name) {
+      std::unique_ptr<Communicator> c = e.make(name);
+      // CUDA builds accept device buffers by staging them through pinned host memory.
+      if (DPL_WITH_CUDA) c = detail::make_staging(std::move(c));
+      return c;
+    }
   }
   std::ostringstream valid;
   const auto names = communicator_names();

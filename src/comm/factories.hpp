@@ -19,5 +19,8 @@ std::unique_ptr<Communicator> make_hierarchical(const std::string& name);
 /// The whole job is this one process (src/comm/single_communicator.cpp).
 std::unique_ptr<Communicator> make_single(const std::string& name);
 #endif
+/// Wraps a host communicator so that it also accepts CUDA tensors, staged through pinned host
+/// memory (src/comm/staging_communicator.cpp).
+std::unique_ptr<Communicator> make_staging(std::unique_ptr<Communicator> inner);
 
 }  // namespace dpl::comm::detail

@@ -26,7 +26,9 @@ Variable flatten(const Variable& x, std::int64_t start_dim = 1);
 Variable sum(const Variable& x);
 Variable mean(const Variable& x);
 /// Mean over the batch of -log softmax(logits)[label]. logits (N,C) float32, labels (N,) int32
-/// in [0, C). Result has shape ().
+/// in [0, C). Result has shape (). Host labels outside [0, C) throw dpl::Error; labels on a GPU
+/// are not read back to be checked (that would stall every step): an out-of-range label there
+/// gives a NaN loss, so check labels when loading them.
 Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels);
 /// Fraction of rows whose arg-max is the label (no gradient). Result has shape ().
 Tensor accuracy(const Variable& logits, const Tensor& labels);

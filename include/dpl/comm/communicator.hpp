@@ -113,7 +113,7 @@ class Communicator {
   const std::vector<SubPhase>& last_phases() const { return last_phases_; }
   /// When on, the algorithm puts a barrier between sub-phases so that each is attributed cleanly
   /// (slower; for profiling). Off by default. Must be set to the same value on every rank.
-  void set_synchronized(bool on) { synchronized_ = on; }
+  virtual void set_synchronized(bool on) { synchronized_ = on; }
   /// Whether sub-phases are separated by barriers (see set_synchronized).
   bool synchronized() const { return synchronized_; }
 

@@ -3,6 +3,7 @@
 // Forward and accuracy give each row to one warp (rows are short: class counts), and end in the
 // one-launch reduction of device_utils.cuh, so the mean loss and the accuracy are written on the
 // device by the same launch, in an order that does not depend on timing.
+#include <math_constants.h>
 #include <climits>
 #include <limits>
 
@@ -44,7 +45,12 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* lab
     // Each lane rescales the entries it wrote itself, so no barrier is needed.
     for (std::int64_t j = lane; j < cols; j += 32) p[j] *= inv;
     // Log-sum-exp form: finite even when the true class's probability underflows.
-    if (lane == 0) row_losses += static_cast<double>(logf(s) + mx - x[labels[r]]);
+    // Labels on the device are not range-checked per call (that would stall every step): an
+    // out-of-range label makes the loss NaN instead of reading outside the row.
+    if (lane == 0) {
+      const std::int32_t t = labels[r];
+      row_losses += (t >= 0 && t < cols) ? static_cast<double>(logf(s) + mx - x[t]) : CUDART_NAN;
+    }
   }
   const double block = block_sum(row_losses);
   double total = 0.0;
