@@ -13,7 +13,9 @@ enum class OutputMode { kAuto, kTerminal, kPlain };
 /// terminal, and TERM is not "dumb". Any other stream (files, string streams) is not a terminal.
 bool is_terminal(const std::ostream& out);
 
-/// kTerminal or kPlain: mode itself unless it is kAuto, which is resolved with is_terminal(out).
+/// kTerminal or kPlain: mode itself unless it is kAuto, which is resolved by the environment
+/// variable DPL_OUTPUT ("plain" or "terminal") when set, else with is_terminal(out). Under
+/// Open MPI every rank's output is a pseudo-terminal, so redirect with DPL_OUTPUT=plain.
 OutputMode resolve_mode(OutputMode mode, const std::ostream& out);
 
 }  // namespace dpl::train
