@@ -164,6 +164,49 @@ else
   FAILED+=("bench")
 fi
 
+# --- communicators on GPU: allreduce bandwidth (nccl-tests format), p2p (OSU format), MNIST ------
+# Whole-node sweep with raw NCCL as the ceiling; then two virtual nodes (DPL_RANKS_PER_NODE=1), where
+# the inter-node step of hierarchical/two_dimensional/flat is the pipelined staged MPI and "naive"
+# is the plain host-staged MPI_Allreduce (whole buffer to the host, MPI_Allreduce, back).
+ARB="$BUILD/benchmarks/bench_allreduce"
+P2P="$BUILD/benchmarks/bench_p2p"
+AR_NP="${NGPU:-0}"
+if [ "$AR_NP" -gt 8 ]; then AR_NP=8; fi
+if [ -x "$ARB" ] && [ "$AR_NP" -ge 2 ]; then
+  run_step allreduce-node timeout 150 mpiexec -n "$AR_NP" --bind-to none -x NCCL_NVLS_ENABLE \
+    "$ARB" -b 8 -e "${ALLREDUCE_MAX_BYTES:-1G}" -f 4 --sizes 102228128 -n 20 -w 5 -c 1 --raw --time-limit 1.5
+  run_step allreduce-2nodes timeout 120 mpiexec -n "$AR_NP" --bind-to none -x NCCL_NVLS_ENABLE \
+    -x DPL_RANKS_PER_NODE=1 "$ARB" -b 1M -e 64M -f 8 --sizes 102228128 -n 10 -w 2 -c 1 --time-limit 1.5 \
+    --comm naive,flat,hierarchical,two_dimensional,pure_nccl
+fi
+if [ -x "$P2P" ] && [ "$AR_NP" -ge 1 ]; then
+  run_step p2p timeout 90 mpiexec -n 2 --bind-to none -x NCCL_NVLS_ENABLE "$P2P"
+fi
+declare -A MNIST_COMM=()
+if [ -n "${DATA:-}" ] && [ -x "$BUILD/examples/mnist/train_mnist" ] && [ "${NGPU:-0}" -ge 2 ]; then
+  # Short runs (2 epochs): they show each communicator trains, not the final accuracy.
+  for c in naive hierarchical two_dimensional flat pure_nccl single_node; do
+    run_step "mnist-comm-$c" timeout 90 mpiexec -n 2 --bind-to none -x NCCL_NVLS_ENABLE \
+      "$BUILD/examples/mnist/train_mnist" -g -e "${MNIST_COMM_EPOCHS:-2}" --communicator "$c" --data "$DATA" \
+      -o "$OUT/mnist-comm-$c"
+    MNIST_COMM[$c]="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[-1]['validation/main/accuracy'])" \
+      "$OUT/mnist-comm-$c/log" 2>/dev/null || echo n/a)"
+  done
+fi
+# summary comm=NAME bytes=B ... lines of bench_allreduce
+ar_field() { grep "^summary comm=$2 bytes=$3 " "$OUT/$1.log" 2>/dev/null | grep -o "$4=[^ ]*" | cut -d= -f2 | head -n 1 || true; }
+L=102228128
+BUS_RAW="$(ar_field allreduce-node raw_nccl $L busbw)"
+BUS_PURE="$(ar_field allreduce-node pure_nccl $L busbw)"
+BUS_HIER="$(ar_field allreduce-node hierarchical $L busbw)"
+ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b }' || true; }
+R_PURE="$(ratio "$BUS_PURE" "$BUS_RAW")"
+R_HIER="$(ratio "$BUS_HIER" "$BUS_RAW")"
+T_NAIVE2="$(ar_field allreduce-2nodes naive $L time_us)"
+T_HIER2="$(ar_field allreduce-2nodes hierarchical $L time_us)"
+T_FLAT2="$(ar_field allreduce-2nodes flat $L time_us)"
+SPEEDUP2="$(ratio "$T_NAIVE2" "$T_HIER2")"
+
 DPL_IPS="$(printf '%s\n' "${dpl_cuda[@]:-}" | grep . | median || true)"
 PEER_IPS="$(printf '%s\n' "${peer_cuda[@]:-}" | grep . | median || true)"
 CPU_IPS="$(kv "$OUT/bench-mlp-dpl-cpu.log" iters_per_s)"
@@ -176,6 +219,11 @@ fi
   echo "peer_cuda_iters_per_s=${PEER_IPS:-} runs=${peer_cuda[*]:-}"
   echo "dpl_cpu_iters_per_s=${CPU_IPS:-}"
   echo "ratio_dpl_over_peer=${RATIO:-}"
+  echo "allreduce_102MB_busbw_raw_nccl=${BUS_RAW:-}"
+  echo "allreduce_102MB_busbw_pure_nccl=${BUS_PURE:-} ratio=${R_PURE:-}"
+  echo "allreduce_102MB_busbw_hierarchical=${BUS_HIER:-} ratio=${R_HIER:-}"
+  echo "allreduce_102MB_2nodes_time_us_naive=${T_NAIVE2:-} hierarchical=${T_HIER2:-} flat=${T_FLAT2:-} speedup=${SPEEDUP2:-}"
+  for c in "${!MNIST_COMM[@]}"; do echo "mnist_comm_${c}_accuracy=${MNIST_COMM[$c]}"; done
 } >"$OUT/summary.txt"
 
 # --- the table ----------------------------------------------------------------------------
@@ -196,6 +244,16 @@ else
 fi
 printf '%-22s %s\n' "ratio dpl / peer" "${RATIO:-n/a}${RATIO:+x (target >= 3x)}"
 printf '%-22s %s\n' "MLP step dpl cpu" "${CPU_IPS:-n/a} iters/s"
+printf '%-22s %s\n' "allreduce 102MB raw" "${BUS_RAW:-n/a}${BUS_RAW:+ GB/s busbw (raw ncclAllReduce, $AR_NP GPUs)}"
+printf '%-22s %s\n' "  pure_nccl" "${BUS_PURE:-n/a}${BUS_PURE:+ GB/s busbw, ${R_PURE:-?}x raw (target >= 0.97)}"
+printf '%-22s %s\n' "  hierarchical" "${BUS_HIER:-n/a}${BUS_HIER:+ GB/s busbw, ${R_HIER:-?}x raw (target >= 0.97)}"
+printf '%-22s %s\n' "2 virtual nodes 102MB" "naive (host-staged MPI_Allreduce) ${T_NAIVE2:-n/a} us; hierarchical (pipelined staged) ${T_HIER2:-n/a} us; flat ${T_FLAT2:-n/a} us"
+printf '%-22s %s\n' "  staged speedup" "${SPEEDUP2:-n/a}${SPEEDUP2:+x naive / hierarchical (target >= 2x)}"
+for c in naive hierarchical two_dimensional flat pure_nccl single_node; do
+  if [ -n "${MNIST_COMM[$c]:-}" ]; then
+    printf '%-22s %s\n' "mnist -e ${MNIST_COMM_EPOCHS:-2} $c" "${MNIST_COMM[$c]} validation accuracy (2 ranks)"
+  fi
+done
 if [ "${#FAILED[@]}" -eq 0 ]; then
   printf '%-22s %s\n' "failed steps" "none"
 else

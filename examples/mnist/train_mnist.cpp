@@ -62,7 +62,8 @@ int run(const Options& o) {
   if (o.gpu) {
     DPL_CHECK(DPL_WITH_CUDA, "--gpu was given, but this build of dpl has no CUDA backend "
                              "(rebuild on a machine with the CUDA toolkit)");
-    const int index = cuda::select_device_for_local_rank(comm->intra_rank());
+    // By the rank on the physical machine: virtual nodes (DPL_RANKS_PER_NODE) share its GPUs.
+    const int index = cuda::select_device_for_local_rank(comm->host_rank());
     DPL_CHECK(index >= 0, "--gpu was given, but rank ", comm->rank(), " finds no CUDA device");
     device = Device::cuda(index);
   }

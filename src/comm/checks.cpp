@@ -10,10 +10,20 @@ std::string what_call(const char* collective, const std::string& comm_name) {
 
 void check_host_buffer(const char* collective, const std::string& comm_name, const Tensor& t, const char* role,
                        Use use) {
+  check_buffer(collective, comm_name, t, role, use, false);
+}
+
+void check_buffer(const char* collective, const std::string& comm_name, const Tensor& t, const char* role, Use use,
+                  bool device) {
   DPL_CHECK(t.defined(), what_call(collective, comm_name), ": ", role, " is an undefined tensor");
-  DPL_CHECK(t.device().is_cpu(), what_call(collective, comm_name), ": expected ", role,
-            " on the host (cpu), got a tensor on ", t.device(),
-            "; the MPI communicators work on host memory");
+  if (device) {
+    DPL_CHECK(t.device().is_cuda(), what_call(collective, comm_name), ": expected ", role,
+              " on a GPU like the other buffers of this call, got a tensor on ", t.device());
+  } else {
+    DPL_CHECK(t.device().is_cpu(), what_call(collective, comm_name), ": expected ", role,
+              " on the host (cpu), got a tensor on ", t.device(),
+              "; the MPI communicators work on host memory");
+  }
   DPL_CHECK(t.is_contiguous(), what_call(collective, comm_name), ": expected a contiguous ", role,
             ", got shape ", shape_str(t.shape()), " with strides ", shape_str(t.strides()),
             "; call contiguous() first");
@@ -55,9 +65,10 @@ void check_peer(const char* collective, const std::string& comm_name, int peer, 
             "], got ", tag);
 }
 
-bool check_allgather(const std::string& comm_name, const Tensor& send, const Tensor& recv, int rank, int size) {
-  check_host_buffer("allgather", comm_name, send, "send", Use::kMove);
-  check_host_buffer("allgather", comm_name, recv, "recv", Use::kMove);
+bool check_allgather(const std::string& comm_name, const Tensor& send, const Tensor& recv, int rank, int size,
+                     bool device) {
+  check_buffer("allgather", comm_name, send, "send", Use::kMove, device);
+  check_buffer("allgather", comm_name, recv, "recv", Use::kMove, device);
   DPL_CHECK(recv.dtype() == send.dtype(), what_call("allgather", comm_name), ": expected recv of send's dtype ",
             send.dtype(), ", got ", recv.dtype());
   const std::int64_t want = send.numel() * size;
@@ -72,9 +83,10 @@ bool check_allgather(const std::string& comm_name, const Tensor& send, const Ten
   return true;
 }
 
-void check_reduce_scatter(const std::string& comm_name, const Tensor& send, const Tensor& recv, int size) {
-  check_host_buffer("reduce_scatter", comm_name, send, "send", Use::kReduce);
-  check_host_buffer("reduce_scatter", comm_name, recv, "recv", Use::kReduce);
+void check_reduce_scatter(const std::string& comm_name, const Tensor& send, const Tensor& recv, int size,
+                          bool device) {
+  check_buffer("reduce_scatter", comm_name, send, "send", Use::kReduce, device);
+  check_buffer("reduce_scatter", comm_name, recv, "recv", Use::kReduce, device);
   DPL_CHECK(recv.dtype() == send.dtype(), what_call("reduce_scatter", comm_name),
             ": expected recv of send's dtype ", send.dtype(), ", got ", recv.dtype());
   DPL_CHECK(send.numel() % size == 0, what_call("reduce_scatter", comm_name), ": expected send.numel() divisible by ",

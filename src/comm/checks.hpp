@@ -20,6 +20,10 @@ std::string what_call(const char* collective, const std::string& comm_name);
 /// argument in the message ("buf", "send", "recv").
 void check_host_buffer(const char* collective, const std::string& comm_name, const Tensor& t, const char* role,
                        Use use);
+/// As check_host_buffer, but the tensor must be on a GPU when `device` is true (on the host when
+/// false).
+void check_buffer(const char* collective, const std::string& comm_name, const Tensor& t, const char* role, Use use,
+                  bool device);
 /// Requires op to be defined for t's dtype (kMean only for floating point).
 void check_op(const char* collective, const std::string& comm_name, const Tensor& t, ReduceOp op);
 /// Requires 0 <= root < size.
@@ -29,10 +33,13 @@ void check_peer(const char* collective, const std::string& comm_name, int peer, 
                 int tag_ub);
 /// Requires recv to have size * send.numel() elements and send's dtype, and send either apart
 /// from recv or exactly this rank's block of it. Returns true in the second case (in place).
-bool check_allgather(const std::string& comm_name, const Tensor& send, const Tensor& recv, int rank, int size);
+/// `device` selects where both buffers must be (see check_buffer).
+bool check_allgather(const std::string& comm_name, const Tensor& send, const Tensor& recv, int rank, int size,
+                     bool device = false);
 /// Requires send.numel() divisible by size, recv of send.numel() / size elements, equal dtypes,
 /// and no overlap.
-void check_reduce_scatter(const std::string& comm_name, const Tensor& send, const Tensor& recv, int size);
+void check_reduce_scatter(const std::string& comm_name, const Tensor& send, const Tensor& recv, int size,
+                          bool device = false);
 
 /// True when the byte ranges of a and b intersect (both defined, contiguous).
 bool overlaps(const Tensor& a, const Tensor& b);

@@ -62,7 +62,8 @@ void Communicator::bcast_data(nn::Module& model) {
 
 void Communicator::allreduce_grad(nn::Module& model) {
   nn::ParameterArena& arena = model.arena();
-  if (arena.numel() == 0) {
+  // The mean over one rank is the gradient itself: no copy, no pass over the arena.
+  if (arena.numel() == 0 || size() == 1) {
     last_phases_.clear();
     return;
   }
@@ -74,7 +75,8 @@ namespace {
 
 struct Entry {
   const char* name;
-  std::unique_ptr<Communicator> (*make)(const std::string& name);
+  std::unique_ptr<Communicator> (*make)(const std::string& name);  // the host (MPI) algorithm
+  bool reduces_16bit;  // whether allreduce_grad can reduce in bfloat16/float16 (CommOptions)
 };
 
 // The one table of names. New communicators (e.g. the NCCL ones of CUDA builds) add a line here
@@ -82,11 +84,20 @@ struct Entry {
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
 #if DPL_WITH_MPI
-      {"naive", &detail::make_naive},
-      {"hierarchical", &detail::make_hierarchical},
+      {"naive", &detail::make_naive, false},
+      {"hierarchical", &detail::make_hierarchical, DPL_WITH_NCCL != 0},
+      {"two_dimensional", &detail::make_two_dimensional, DPL_WITH_NCCL != 0},
+      {"flat", &detail::make_naive, false},
+#if DPL_WITH_NCCL
+      // On host buffers these two run the naive MPI algorithm; their point is device memory.
+      {"pure_nccl", &detail::make_naive, true},
+      {"single_node", &detail::make_naive, true},
+#endif
 #else
-      {"naive", &detail::make_single},
-      {"hierarchical", &detail::make_single},
+      {"naive", &detail::make_single, false},
+      {"hierarchical", &detail::make_single, false},
+      {"two_dimensional", &detail::make_single, false},
+      {"flat", &detail::make_single, false},
 #endif
   };
   return entries;
@@ -101,13 +112,31 @@ std::vector<std::string> communicator_names() {
 }
 
 std::unique_ptr<Communicator> create_communicator(const std::string& name) {
+  return create_communicator(name, CommOptions{});
+}
+
+std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options) {
+  const DType dt = options.allreduce_dtype;
+  DPL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, "create_communicator('", name,
+            "'): expected CommOptions::allreduce_dtype float32, bfloat16 or float16, got ", dt);
   for (const auto& e : registry()) {
-    if (name == e.name) {
-      std::unique_ptr<Communicator> c = e.make(name);
-      // CUDA builds accept device buffers by staging them through pinned host memory.
-      if (DPL_WITH_CUDA) c = detail::make_staging(std::move(c));
-      return c;
-    }
+    if (name != e.name) continue;
+    // Checked before e.make, which is collective: every rank fails here alike.
+    DPL_CHECK(dt == kFloat32 || e.reduces_16bit, "create_communicator('", name, "'): allreduce_dtype ", dt,
+              " needs a communicator that reduces on the GPU with NCCL (",
+              (DPL_WITH_NCCL ? "pure_nccl, single_node, hierarchical, two_dimensional" : "none in this build"),
+              "); '", name, "' reduces in float32 only");
+    std::unique_ptr<Communicator> c = e.make(name);
+#if DPL_WITH_NCCL
+    // Device buffers go to NCCL (and pipelined staged MPI); "naive" keeps the plain staging below,
+    // the baseline the others are measured against.
+    if (name != "naive") return detail::make_device(std::move(c), name, options);
+#endif
+#if DPL_WITH_CUDA
+    // CUDA builds accept device buffers by staging them through pinned host memory.
+    c = detail::make_staging(std::move(c));
+#endif
+    return c;
   }
   std::ostringstream valid;
   const auto names = communicator_names();

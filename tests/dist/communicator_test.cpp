@@ -11,13 +11,21 @@
 #include <vector>
 
 #include "dist_test_util.hpp"
+#include "comm/mpi/mpi_runtime.hpp"
 #include "dpl/comm.hpp"
+#include "dpl/config.hpp"
 #include "dpl/nn.hpp"
 
 namespace dpl::test {
 namespace {
 
-const std::vector<std::string> kNames = {"naive", "hierarchical"};
+// Every name that works on host buffers in any layout (single_node refuses several nodes; it is
+// covered in device_communicators_test.cpp).
+const std::vector<std::string> kNames = {"naive", "hierarchical", "two_dimensional", "flat"
+#if DPL_WITH_NCCL
+                                         , "pure_nccl"
+#endif
+};
 
 // Expects fn to throw dpl::Error whose message contains every one of parts.
 void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
@@ -154,6 +162,32 @@ TEST(Hierarchical, EqualsNaiveBitForBitOnIntegers) {
   }
 }
 
+TEST(TwoDimensionalAndFlat, EqualNaiveBitForBitOnIntegersAlsoInChunks) {
+  auto& naive = communicator("naive");
+  for (std::int64_t limit : {std::int64_t{0}, std::int64_t{1000}}) {
+    comm::detail::set_max_count(limit);  // 1000: the chunked path on small buffers
+    for (const char* name : {"two_dimensional", "flat"}) {
+      auto& other = communicator(name);
+      for (std::int64_t n : {1, 17, 100003}) {
+        Tensor a = random_buffer<std::int32_t>(n, 41 + static_cast<std::uint64_t>(naive.rank()));
+        Tensor b = a.clone();
+        naive.allreduce(a);
+        other.allreduce(b);
+        EXPECT_EQ(a.to_vector<std::int32_t>(), b.to_vector<std::int32_t>()) << name << " n=" << n << " limit=" << limit;
+      }
+      Tensor f = Tensor::full({1001}, naive.rank() + 1.0, kFloat32);
+      other.allreduce(f, comm::ReduceOp::kMean);
+      EXPECT_EQ(f.to_vector<float>(), std::vector<float>(1001, (naive.size() + 1) / 2.0f)) << name;
+    }
+  }
+  comm::detail::set_max_count(0);
+  const auto& phases = communicator("two_dimensional").last_phases();
+  ASSERT_EQ(phases.size(), 3u);
+  EXPECT_EQ(phases[0].name, "intra_reduce");
+  EXPECT_EQ(phases[1].name, "inter_allreduce");
+  EXPECT_EQ(phases[2].name, "intra_gather");
+}
+
 TEST(Hierarchical, EqualsNaiveToRoundingOnFloats) {
   auto& naive = communicator("naive");
   auto& hier = communicator("hierarchical");
@@ -199,7 +233,9 @@ TEST(Hierarchical, RecordsItsSubPhases) {
 // --- names and bad inputs ------------------------------------------------------------------------
 
 TEST(Errors, NamesAndUnknownName) {
-  EXPECT_EQ(comm::communicator_names(), kNames);
+  std::vector<std::string> all = {"naive", "hierarchical", "two_dimensional", "flat"};
+  if (DPL_WITH_NCCL) all.insert(all.end(), {"pure_nccl", "single_node"});
+  EXPECT_EQ(comm::communicator_names(), all);
   expect_error([] { comm::create_communicator("nccl_please"); }, {"'nccl_please'", "'naive'", "'hierarchical'"});
 }
 

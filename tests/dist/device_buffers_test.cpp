@@ -15,7 +15,7 @@ class DeviceBuffers : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
     comm_ = &communicator(GetParam());
-    device_ = Device::cuda(cuda::select_device_for_local_rank(comm_->intra_rank()));
+    device_ = Device::cuda(cuda::select_device_for_local_rank(comm_->host_rank()));
   }
   // Integer-valued floats: sums are exact, so host and device results must be equal.
   Tensor values(std::int64_t n, int salt) const {

@@ -17,14 +17,15 @@ namespace {
 // Every rank's topology, rank-major, gathered through comm itself.
 std::vector<comm::Topology> gather_topologies(comm::Communicator& comm) {
   const comm::Topology& t = comm.topology();
-  Tensor mine = Tensor::from_vector<std::int32_t>({t.rank, t.size, t.intra_rank, t.intra_size, t.inter_rank, t.inter_size}, {6});
-  Tensor all = Tensor::empty({comm.size() * 6}, kInt32);
+  Tensor mine = Tensor::from_vector<std::int32_t>(
+      {t.rank, t.size, t.intra_rank, t.intra_size, t.inter_rank, t.inter_size, t.host_rank, t.host_size}, {8});
+  Tensor all = Tensor::empty({comm.size() * 8}, kInt32);
   comm.allgather(mine, all);
   const auto v = all.to_vector<std::int32_t>();
   std::vector<comm::Topology> out;
   for (int r = 0; r < comm.size(); ++r) {
-    const auto* w = v.data() + r * 6;
-    out.push_back(comm::Topology{w[0], w[1], w[2], w[3], w[4], w[5]});
+    const auto* w = v.data() + r * 8;
+    out.push_back(comm::Topology{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]});
   }
   return out;
 }
@@ -37,6 +38,9 @@ void expect_consistent(const std::vector<comm::Topology>& all, const std::string
   for (int r = 0; r < size; ++r) {
     EXPECT_EQ(all[r].rank, r) << what;
     EXPECT_EQ(all[r].size, size) << what;
+    // The tests run on one machine: every rank shares it, whatever the virtual nodes.
+    EXPECT_EQ(all[r].host_size, size) << what;
+    EXPECT_EQ(all[r].host_rank, r) << what;
     EXPECT_EQ(all[r].inter_size, all[0].inter_size) << what;
     ASSERT_GE(all[r].inter_rank, 0) << what;
     ASSERT_LT(all[r].inter_rank, all[r].inter_size) << what;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "dpl/core/dtype.hpp"
 #include "dpl/tensor/tensor.hpp"
 
 namespace dpl::nn {
@@ -32,6 +33,22 @@ struct Topology {
   int intra_size = 1;
   int inter_rank = 0;
   int inter_size = 1;
+  /// Rank among the processes of this physical machine (MPI_COMM_TYPE_SHARED) and their number;
+  /// equal to intra_rank/intra_size unless DPL_RANKS_PER_NODE makes virtual nodes. Pick a GPU by
+  /// host_rank: virtual nodes on one machine still share its GPUs.
+  int host_rank = 0;
+  int host_size = 1;
+};
+
+/// Choices fixed when a communicator is created (see create_communicator).
+struct CommOptions {
+  /// Element type in which allreduce_grad reduces a device gradient arena: kFloat32 (default),
+  /// kBFloat16 or kFloat16. A 16-bit type halves the bytes on the wire: the float32 arena is cast
+  /// into a 16-bit buffer by one kernel, reduced, and cast back with the division of the mean by a
+  /// second kernel (so the mean carries 16-bit rounding). Only the NCCL communicators
+  /// (pure_nccl, single_node, hierarchical, two_dimensional in NCCL builds) accept a 16-bit type;
+  /// host arenas are always reduced in float32.
+  DType allreduce_dtype = DType::kFloat32;
 };
 
 /// Time spent in one sub-phase of the last allreduce (e.g. "intra_reduce").
@@ -76,6 +93,8 @@ class Communicator {
   int inter_rank() const { return topology_.inter_rank; }
   /// Number of nodes.
   int inter_size() const { return topology_.inter_size; }
+  int host_rank() const { return topology_.host_rank; }
+  int host_size() const { return topology_.host_size; }
 
   // --- collectives over contiguous buffers ------------------------------------------------------
   /// In place: buf = op over all ranks' buf. Requires a reducible dtype (float32, int32, int64;
@@ -141,6 +160,11 @@ std::vector<std::string> communicator_names();
 /// In a build without MPI every name gives a one-process communicator (rank 0 of size 1) whose
 /// collectives are local copies, so single-process programs run unchanged.
 std::unique_ptr<Communicator> create_communicator(const std::string& name = "hierarchical");
+
+/// As create_communicator(name), with options. Throws dpl::Error (on every rank, before any
+/// communication) when the named communicator cannot honour them, e.g. a 16-bit allreduce_dtype
+/// for a communicator without NCCL, or a dtype other than float32, bfloat16 or float16.
+std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
 
 /// Prints "rank R: message" to stderr and aborts every rank of the job (MPI_Abort) — what an
 /// uncaught exception does after create_communicator(). For programs that catch errors

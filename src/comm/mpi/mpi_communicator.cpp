@@ -47,7 +47,9 @@ void MpiCommunicator::build_topology() {
                 "create_communicator: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
   CommHandle host(c);
   int host_size = 1;
+  int host_rank = 0;
   MPI_Comm_size(host.get(), &host_size);
+  MPI_Comm_rank(host.get(), &host_rank);
 
   if (virtual_node) {
     DPL_MPI_CHECK(MPI_Comm_split(world(), rank / *virtual_node, rank, &c), "create_communicator: MPI_Comm_split");
@@ -74,7 +76,7 @@ void MpiCommunicator::build_topology() {
   int nodes = 0;
   DPL_MPI_CHECK(MPI_Allreduce(&is_leader, &nodes, 1, MPI_INT, MPI_SUM, world()), "create_communicator: MPI_Allreduce");
 
-  topology_ = Topology{rank, world_size, intra_rank, intra_size, node, nodes};
+  topology_ = Topology{rank, world_size, intra_rank, intra_size, node, nodes, host_rank, host_size};
   apply_thread_rule(host_size);
 }
 

@@ -26,6 +26,15 @@ class MpiCommunicator : public Communicator {
   void send(const Tensor& buf, int dest, int tag) override;
   void recv(Tensor& buf, int source, int tag) override;
 
+  // For communicators that wrap this one (the device communicators of NCCL builds) and run their
+  // own steps over the same groups.
+  /// All ranks of the job (this communicator's duplicate of MPI_COMM_WORLD).
+  MPI_Comm world_comm() const { return world_.get(); }
+  /// The ranks of this node.
+  MPI_Comm intra_comm() const { return intra_.get(); }
+  /// The ranks with this intra_rank on every node.
+  MPI_Comm inter_comm() const { return inter_.get(); }
+
  protected:
   /// All ranks (a duplicate of MPI_COMM_WORLD, so our traffic never matches the program's own).
   MPI_Comm world() const { return world_.get(); }
