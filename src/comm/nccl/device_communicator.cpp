@@ -521,17 +521,24 @@ class DeviceCommunicator final : public Communicator {
     }
     const int show = synchronized_ ? cur_ : 1 - cur_;
     if (synchronized_) DPL_CUDA_CHECK(cudaEventSynchronize(events_[cur_][kGatherEnd]));
-    std::array<double, 5> t{0, 0, 0, 0, 0};
+    // The previous call may still be running when the host queues calls back to back: waiting
+    // for it here would stall every call by a launch latency (measured: 4% of a 102 MB
+    // allreduce on two H200s). Its times are read only once it is done; until then the last
+    // times read stand.
+    std::array<double, 5>& t = shown_;
     if (have_[show]) {
       auto& e = events_[show];
-      DPL_CUDA_CHECK(cudaEventSynchronize(e[kGatherEnd]));
+      const cudaError_t done = cudaEventQuery(e[kGatherEnd]);
+      if (done != cudaSuccess && done != cudaErrorNotReady) DPL_CUDA_CHECK(done);
       auto span = [&](int a, int b) {
         float ms = 0.f;
         DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, e[a], e[b]));
         return static_cast<double>(ms) * 1e-3;
       };
-      t = {span(kIntraBegin, kIntraEnd), span(kD2hBegin, kD2hEnd), inter_[show], span(kH2dBegin, kH2dEnd),
-           span(kGatherBegin, kGatherEnd)};
+      if (done == cudaSuccess) {
+        t = {span(kIntraBegin, kIntraEnd), span(kD2hBegin, kD2hEnd), inter_[show], span(kH2dBegin, kH2dEnd),
+             span(kGatherBegin, kGatherEnd)};
+      }
     }
     have_[cur_] = true;
     inter_[cur_] = inter_seconds;
@@ -556,6 +563,7 @@ class DeviceCommunicator final : public Communicator {
   std::array<std::array<cudaEvent_t, kEvents>, 2> events_{};  // this call's and the previous call's
   std::array<bool, 2> have_{false, false};
   std::array<double, 2> inter_{0.0, 0.0};
+  std::array<double, 5> shown_{0, 0, 0, 0, 0};  // the sub-phase times last read from events
   int cur_ = 0;
   bool world_tried_ = false, intra_tried_ = false;
   ncclComm_t world_nccl_ = nullptr, intra_nccl_ = nullptr;
