@@ -60,9 +60,13 @@ TEST_P(DeviceBuffers, AllreduceGradOfAModelOnTheGpu) {
   const auto g = model.arena().grads().to_vector<float>();
   const float want = (comm_->size() + 1) / 2.f;
   for (float x : g) ASSERT_FLOAT_EQ(x, want);
-  bool has_d2h = false;
-  for (const auto& p : comm_->last_phases()) has_d2h |= p.name == "d2h";
-  EXPECT_TRUE(has_d2h) << "the staged path reports its copies as sub-phases";
+  // naive always stages device buffers through host memory and reports the copies; the other
+  // names may run NCCL on the device instead (builds with NCCL).
+  if (GetParam() == "naive") {
+    bool has_d2h = false;
+    for (const auto& p : comm_->last_phases()) has_d2h |= p.name == "d2h";
+    EXPECT_TRUE(has_d2h) << "the staged path reports its copies as sub-phases";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Communicators, DeviceBuffers, ::testing::Values("naive", "hierarchical"));

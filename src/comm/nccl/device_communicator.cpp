@@ -421,7 +421,10 @@ class DeviceCommunicator final : public Communicator {
     void* data = buf.raw_data();
     const ncclDataType_t type = nccl_type(buf.dtype());
     const std::string what = what_call("allreduce", name_);
-    const bool world_algo = mode_ == Mode::kPureNccl || mode_ == Mode::kSingleNode;
+    // With one node, hierarchical and two_dimensional are one allreduce among the node's GPUs:
+    // they take pure_nccl's path (no sub-phase events), which keeps them at raw NCCL's speed.
+    const bool world_algo = mode_ == Mode::kPureNccl || mode_ == Mode::kSingleNode ||
+                            (mode_ != Mode::kFlat && inter_size() == 1 && world_usable());
     if (n == 0) {
       last_phases_.clear();
       return true;
