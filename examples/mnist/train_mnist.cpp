@@ -22,6 +22,8 @@
 namespace {
 using namespace dpl;
 
+constexpr std::int32_t kClasses = 10;
+
 struct Options {
   std::int64_t batchsize = 100;
   std::int64_t epochs = 20;
@@ -85,13 +87,20 @@ int run(const Options& o) {
   if (root) {
     train_all = data::load_mnist(o.data, "train");
     test_all = data::load_mnist(o.data, "test");
+    // Labels are checked here, once: on the GPU the loss does not read them back every step.
+    for (const auto* set : {&train_all, &test_all}) {
+      for (std::int32_t label : set->labels().to_vector<std::int32_t>()) {
+        DPL_CHECK(label >= 0 && label < kClasses, "train_mnist: expected labels in [0, ", kClasses, ") in ", o.data,
+                  ", got ", label);
+      }
+    }
   }
   const data::Dataset train = data::scatter_dataset(train_all, *comm, true, o.seed, true);
   const data::Dataset test = data::scatter_dataset(test_all, *comm, true, o.seed + 1, false);
   train_all = test_all = data::Dataset();
 
   Generator init(o.seed);
-  nn::MLP model(o.units, train.sample_numel(), 10, init);
+  nn::MLP model(o.units, train.sample_numel(), kClasses, init);
   model.to(device);
   auto optimizer = parallel::create_multi_node_optimizer(
       std::make_unique<optim::Adam>(), comm,

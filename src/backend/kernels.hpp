@@ -94,7 +94,7 @@ Kernels& kernels_for(Device device);
 /// The CPU backend (always present).
 Kernels& cpu_kernels();
 /// The CUDA backend for GPU `index`; defined only in CUDA builds (src/backend/cuda), and in
-/// builds without CUDA by a stub that throws (src/backend/no_cuda).
+/// builds without CUDA by stand-ins that throw a clear error (src/backend/no_cuda).
 Kernels& cuda_kernels(int index);
 
 }  // namespace dpl::backend
