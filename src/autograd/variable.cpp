@@ -1,6 +1,7 @@
 #include "dpl/autograd/variable.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -127,10 +128,17 @@ const Tensor& Variable::data() const {
   return impl_->data;
 }
 
+namespace {
+std::atomic<std::uint64_t> g_rebind_count{0};
+}  // namespace
+
+std::uint64_t Variable::rebind_count() { return g_rebind_count.load(std::memory_order_relaxed); }
+
 void Variable::set_data(Tensor data) {
   DPL_CHECK(impl_, "Variable::set_data: the variable is undefined");
   impl_->data = std::move(data);
   impl_->grad = Tensor();
+  g_rebind_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 const Tensor& Variable::grad() const { return impl_ ? impl_->grad : undefined_tensor(); }
@@ -145,10 +153,13 @@ void Variable::set_grad(Tensor grad) {
               grad.dtype(), " on ", grad.device());
   }
   impl_->grad = std::move(grad);
+  g_rebind_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Variable::clear_grad() {
-  if (impl_) impl_->grad = Tensor();
+  if (!impl_) return;
+  impl_->grad = Tensor();
+  g_rebind_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool Variable::requires_grad() const { return impl_ && impl_->requires_grad; }

@@ -1,45 +1,90 @@
 #include "dpl/nn/module.hpp"
 
-#include <algorithm>
+#include <atomic>
 #include <unordered_set>
 
 namespace dpl::nn {
 
+namespace {
+// Counts registrations on every module of the process. A module's cached arena is valid while
+// neither this count nor Variable::rebind_count() has moved; when one has, the arena is checked
+// against the parameters again (and repacked only if they really changed). A process-wide
+// count is what lets a parent notice a registration deep inside a sub-module without parent links.
+std::atomic<std::uint64_t> g_registrations{1};
+
+void note_registration() { g_registrations.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
 void Module::check_new_name(const std::string& name) const {
   DPL_CHECK(!name.empty() && name.find('.') == std::string::npos,
             "Module: expected a non-empty name without '.', got '", name, "'");
-  for (const auto& p : params_) DPL_CHECK(p.first != name, "Module: the name '", name, "' is already registered");
-  for (const auto& c : children_) DPL_CHECK(c.first != name, "Module: the name '", name, "' is already registered");
+  auto taken = [&name](const auto& list) {
+    for (const auto& entry : list)
+      if (entry.first == name) return true;
+    return false;
+  };
+  DPL_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "Module: the name '", name,
+            "' is already registered");
 }
 
 Variable Module::register_parameter(const std::string& name, Tensor value) {
   check_new_name(name);
+  DPL_CHECK(value.defined(), "Module: parameter '", name, "' has no value");
   Variable v(std::move(value), true);
+  order_.push_back({Kind::kParameter, params_.size()});
   params_.emplace_back(name, v);
+  note_registration();
+  return v;
+}
+
+Variable Module::register_buffer(const std::string& name, Tensor value) {
+  check_new_name(name);
+  DPL_CHECK(value.defined(), "Module: buffer '", name, "' has no value");
+  Variable v(std::move(value), false);
+  order_.push_back({Kind::kBuffer, buffers_.size()});
+  buffers_.emplace_back(name, v);
+  note_registration();
   return v;
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
   check_new_name(name);
   DPL_CHECK(module != nullptr, "Module: sub-module '", name, "' is null");
+  order_.push_back({Kind::kModule, children_.size()});
   children_.emplace_back(name, std::move(module));
+  note_registration();
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const {
-  for (const auto& [name, var] : params_) out.emplace_back(prefix + name, var);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+void Module::collect(Kind kind, const std::string& prefix,
+                     std::vector<std::pair<std::string, Variable>>& out) const {
+  for (const Slot& slot : order_) {
+    if (slot.kind == Kind::kModule) {
+      const auto& [name, child] = children_[slot.index];
+      child->collect(kind, prefix + name + ".", out);
+    } else if (slot.kind == kind) {
+      const auto& [name, var] = (kind == Kind::kParameter ? params_ : buffers_)[slot.index];
+      out.emplace_back(prefix + name, var);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Variable>> Module::listed_once(Kind kind) const {
+  std::vector<std::pair<std::string, Variable>> all;
+  collect(kind, "", all);
+  // A module registered twice (weight sharing) lists its entries once, under the first name.
+  std::unordered_set<const void*> seen;
+  std::vector<std::pair<std::string, Variable>> out;
+  out.reserve(all.size());
+  for (auto& entry : all)
+    if (seen.insert(entry.second.id()).second) out.push_back(std::move(entry));
+  return out;
 }
 
 std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Variable>> out;
-  collect("", out);
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // A module registered twice (weight sharing) lists its parameters once, under the first name.
-  std::unordered_set<const void*> seen;
-  out.erase(std::remove_if(out.begin(), out.end(), [&](const auto& p) { return !seen.insert(p.second.id()).second; }),
-            out.end());
-  return out;
+  return listed_once(Kind::kParameter);
 }
+
+std::vector<std::pair<std::string, Variable>> Module::named_buffers() const { return listed_once(Kind::kBuffer); }
 
 std::vector<Variable> Module::parameters() const {
   std::vector<Variable> out;
@@ -53,10 +98,20 @@ void Module::train(bool on) {
 }
 
 ParameterArena& Module::arena(bool* repacked) {
-  const auto named = named_parameters();
-  const bool stale = !arena_ || !arena_->binds(named);
-  if (stale) arena_ = std::make_shared<ParameterArena>(ParameterArena::pack(named));
-  if (repacked) *repacked = stale;
+  const std::uint64_t registrations = g_registrations.load(std::memory_order_relaxed);
+  const std::uint64_t rebinds = Variable::rebind_count();
+  bool packed = false;
+  if (!arena_ || registrations != arena_registrations_ || rebinds != arena_rebinds_) {
+    const auto named = named_parameters();
+    if (!arena_ || !arena_->binds(named)) {
+      arena_ = std::make_shared<ParameterArena>(ParameterArena::pack(named));
+      packed = true;
+    }
+    // Read after pack(), whose own rebinding of every parameter must not count as a change.
+    arena_registrations_ = g_registrations.load(std::memory_order_relaxed);
+    arena_rebinds_ = Variable::rebind_count();
+  }
+  if (repacked) *repacked = packed;
   return *arena_;
 }
 
@@ -64,6 +119,7 @@ void Module::zero_grad() { arena().zero_grads(); }
 
 void Module::to(Device device) {
   for (auto& [name, var] : named_parameters()) var.set_data(var.data().to(device));
+  for (auto& [name, var] : named_buffers()) var.set_data(var.data().to(device));
   arena_.reset();
   arena();
 }

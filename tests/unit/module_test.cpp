@@ -29,16 +29,17 @@ class Named : public nn::Module {
  public:
   Variable forward(const Variable& x) override { return x; }
   Variable add(const std::string& name, Tensor value) { return register_parameter(name, std::move(value)); }
+  Variable buffer(const std::string& name, Tensor value) { return register_buffer(name, std::move(value)); }
   void child(const std::string& name, std::shared_ptr<nn::Module> m) { register_module(name, std::move(m)); }
 };
 
 TEST(Module, MlpParameterNamesOrderAndShapes) {
   Generator gen(0);
   nn::MLP mlp(5, 4, 3, gen);
-  EXPECT_THAT(names_of(mlp), ElementsAre("l1.bias", "l1.weight", "l2.bias", "l2.weight", "l3.bias", "l3.weight"));
+  EXPECT_THAT(names_of(mlp), ElementsAre("l1.weight", "l1.bias", "l2.weight", "l2.bias", "l3.weight", "l3.bias"));
   std::vector<Shape> shapes;
   for (const auto& p : mlp.named_parameters()) shapes.push_back(p.second.shape());
-  EXPECT_THAT(shapes, ElementsAre(Shape{5}, (Shape{5, 4}), Shape{5}, (Shape{5, 5}), Shape{3}, (Shape{3, 5})));
+  EXPECT_THAT(shapes, ElementsAre((Shape{5, 4}), Shape{5}, (Shape{5, 5}), Shape{5}, (Shape{3, 5}), Shape{3}));
   EXPECT_EQ(mlp.num_parameters(), 5 + 20 + 5 + 25 + 3 + 15);
   for (const auto& v : mlp.parameters()) {
     EXPECT_TRUE(v.requires_grad());
@@ -52,7 +53,7 @@ TEST(Module, MlpParameterNamesOrderAndShapes) {
   EXPECT_EQ(mlp.device(), Device::cpu());
 }
 
-TEST(Module, NamesAreSortedAsStringsAcrossNesting) {
+TEST(Module, ParametersFollowRegistrationOrderAcrossNesting) {
   Named root;
   root.add("z", Tensor::ones({1}));
   auto a = std::make_shared<Named>();
@@ -62,7 +63,85 @@ TEST(Module, NamesAreSortedAsStringsAcrossNesting) {
   a->child("deep", deep);
   root.child("a", a);
   root.add("b", Tensor::ones({1}));
-  EXPECT_THAT(names_of(root), ElementsAre("a.deep.x", "a.y", "b", "z"));
+  EXPECT_THAT(names_of(root), ElementsAre("z", "a.y", "a.deep.x", "b"));
+}
+
+// Ten children: as text "10.weight" sorts before "2.weight"; registration order keeps 0..10.
+TEST(Module, SequentialOfElevenKeepsNumericOrder) {
+  nn::Sequential seq;
+  for (int i = 0; i < 11; ++i) seq.append(std::make_shared<nn::Linear>(2, 2, false));
+  const auto names = names_of(seq);
+  ASSERT_EQ(names.size(), 11u);
+  for (int i = 0; i < 11; ++i) EXPECT_EQ(names[static_cast<std::size_t>(i)], std::to_string(i) + ".weight");
+  // The arena lays parameters out in the same order.
+  const auto& entries = seq.arena().entries();
+  for (std::size_t i = 1; i < entries.size(); ++i) EXPECT_GT(entries[i].offset, entries[i - 1].offset);
+}
+
+TEST(Module, BuffersAreNamedListedAndNotTrained) {
+  Named root;
+  root.add("w", Tensor::ones({2}));
+  const Variable mean = root.buffer("running_mean", Tensor::zeros({2}));
+  auto child = std::make_shared<Named>();
+  child->buffer("count", Tensor::from_vector<std::int64_t>({0}, {1}));
+  root.child("bn", child);
+  const auto buffers = root.named_buffers();
+  ASSERT_EQ(buffers.size(), 2u);
+  EXPECT_EQ(buffers[0].first, "running_mean");
+  EXPECT_EQ(buffers[1].first, "bn.count");
+  EXPECT_EQ(buffers[0].second.id(), mean.id());
+  EXPECT_FALSE(buffers[0].second.requires_grad());
+  EXPECT_EQ(buffers[1].second.dtype(), kInt64);
+  // Buffers are not parameters: not in the arena, not counted.
+  EXPECT_THAT(names_of(root), ElementsAre("w"));
+  EXPECT_EQ(root.num_parameters(), 2);
+  DPL_EXPECT_ERROR(root.buffer("w", Tensor::ones({1})), HasSubstr("already registered"));
+  DPL_EXPECT_ERROR(root.add("running_mean", Tensor::ones({1})), HasSubstr("already registered"));
+  DPL_EXPECT_ERROR(root.buffer("empty", Tensor()), HasSubstr("'empty' has no value"));
+}
+
+// The arena is cached: asking again repacks nothing; a registration anywhere below, or a
+// parameter whose data is replaced, gives a fresh arena (and so fresh optimizer state).
+TEST(Module, ArenaIsCachedAndRepackedOnlyOnChange) {
+  Named root;
+  root.add("w", Tensor::ones({3}));
+  auto child = std::make_shared<Named>();
+  const Variable v = child->add("v", Tensor::ones({2}));
+  root.child("c", child);
+  bool repacked = false;
+  const std::uint64_t first = root.arena(&repacked).id();
+  EXPECT_TRUE(repacked);
+  EXPECT_EQ(root.arena(&repacked).id(), first);
+  EXPECT_FALSE(repacked);
+
+  // Another module's changes move the counters but leave this arena valid.
+  Named other;
+  other.add("u", Tensor::ones({1}));
+  EXPECT_EQ(root.arena(&repacked).id(), first);
+  EXPECT_FALSE(repacked);
+
+  child->add("late", Tensor::full({4}, 2.0));  // registered below the root
+  const std::uint64_t second = root.arena(&repacked).id();
+  EXPECT_TRUE(repacked);
+  EXPECT_NE(second, first);
+  EXPECT_EQ(root.arena().numel(), 16 * 3);
+
+  Variable late = root.named_parameters().back().second;
+  late.set_data(Tensor::full({4}, 5.0));  // replaced behind the module's back
+  EXPECT_NE(root.arena(&repacked).id(), second);
+  EXPECT_TRUE(repacked);
+  // The replacement's values are what the arena holds now.
+  EXPECT_EQ(root.arena().params().view_range(32, {4}).to_vector<float>(), std::vector<float>(4, 5.f));
+  EXPECT_EQ(v.data().shares_storage_with(root.arena().params()), true);
+}
+
+TEST(Module, ToMovesBuffersWithParameters) {
+  Named m;
+  m.add("w", Tensor::ones({2}));
+  const Variable b = m.buffer("stat", Tensor::full({2}, 3.0));
+  m.to(Device::cpu());
+  EXPECT_EQ(b.data().to_vector<float>(), std::vector<float>(2, 3.f));
+  EXPECT_EQ(m.named_buffers()[0].second.id(), b.id());
 }
 
 TEST(Module, RejectsBadOrDuplicateNames) {
@@ -136,7 +215,7 @@ TEST(Sequential, NamesChildrenByPositionAndComposes) {
   auto l2 = std::make_shared<nn::Linear>(3, 2, true, gen);
   nn::Sequential seq{l0, std::make_shared<nn::ReLU>(), l2};
   EXPECT_EQ(seq.size(), 3u);
-  EXPECT_THAT(names_of(seq), ElementsAre("0.bias", "0.weight", "2.bias", "2.weight"));
+  EXPECT_THAT(names_of(seq), ElementsAre("0.weight", "0.bias", "2.weight", "2.bias"));
   seq.append(std::make_shared<nn::Flatten>());
   EXPECT_EQ(seq.children().back().first, "3");
 
@@ -181,7 +260,7 @@ TEST(Module, SharedSubModuleIsListedOnceAndPacksOnce) {
   Generator gen(9);
   auto shared = std::make_shared<nn::Linear>(3, 3, true, gen);
   nn::Sequential seq{shared, std::make_shared<nn::ReLU>(), shared};
-  EXPECT_THAT(names_of(seq), ElementsAre("0.bias", "0.weight"));
+  EXPECT_THAT(names_of(seq), ElementsAre("0.weight", "0.bias"));
   const std::uint64_t id = seq.arena().id();
   bool repacked = true;
   seq.arena(&repacked);

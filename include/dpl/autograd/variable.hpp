@@ -1,6 +1,7 @@
 #pragma once
 // Variable: a tensor that remembers how it was computed, so that backward() can find gradients.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,10 @@ class Variable {
   void set_grad(Tensor grad);
   /// Drops the gradient (a later backward writes a fresh one).
   void clear_grad();
+  /// A process-wide count of set_data, set_grad and clear_grad calls on any variable. Caches of
+  /// views into variables' buffers (a Module's arenas) compare it to learn, with one load, that
+  /// no buffer was replaced since they were built.
+  static std::uint64_t rebind_count();
 
   bool requires_grad() const;
   void set_requires_grad(bool on);
@@ -56,7 +61,7 @@ class Variable {
   /// Opaque identity, for graph bookkeeping and tests.
   const VariableImpl* id() const { return impl_.get(); }
 
-  // --- used by ops (dpl/autograd/function.hpp) -------------------------------------------------
+  // --- used by ops (src/autograd/ops.cpp) -------------------------------------------------------
   /// A non-leaf result of creator.
   static Variable make_result(Tensor data, std::shared_ptr<Node> creator);
   const std::shared_ptr<VariableImpl>& impl() const { return impl_; }

@@ -12,8 +12,15 @@
 namespace dpl::nn {
 
 /// Base class of layers and models. A module owns parameters (leaf Variables that require
-/// gradients) and sub-modules, each under a name. Hierarchical names join with '.', as in
-/// "layers.0.weight"; named_parameters() lists them sorted by that name, the same on every rank.
+/// gradients), buffers (named tensors that are state but not trained, such as BatchNorm's running
+/// statistics) and sub-modules, each under a name. Hierarchical names join with '.', as in
+/// "layers.0.weight".
+///
+/// Order: named_parameters() and named_buffers() follow registration order, depth first: a
+/// module's own entries and its sub-modules' entries in the order they were registered. Layers
+/// register in the order of their forward pass, so backward finishes the gradients in the
+/// reverse of this order (what overlapping the gradient allreduce with backward relies on), and
+/// every rank that builds the same model gets the same order.
 class Module {
  public:
   virtual ~Module() = default;
@@ -25,11 +32,15 @@ class Module {
   virtual Variable forward(const Variable& x) = 0;
   Variable operator()(const Variable& x) { return forward(x); }
 
-  /// Every parameter of this module and its sub-modules, sorted by hierarchical name. A parameter
-  /// reachable under several names (a shared sub-module) is listed once, under the first name.
+  /// Every parameter of this module and its sub-modules, in registration order (see above). A
+  /// parameter reachable under several names (a shared sub-module) is listed once, under the
+  /// first name.
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   /// The values of named_parameters(), in the same order.
   std::vector<Variable> parameters() const;
+  /// Every buffer of this module and its sub-modules, in registration order, each listed once.
+  /// The variables never require gradients; their data() is the buffer's current tensor.
+  std::vector<std::pair<std::string, Variable>> named_buffers() const;
   /// Direct sub-modules in registration order.
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
@@ -39,12 +50,14 @@ class Module {
   bool is_training() const { return training_; }
 
   /// The flat parameter and gradient arenas of this module. Packs them on first use and again
-  /// whenever the parameter set has changed since (a parameter added or its data replaced);
-  /// `repacked` tells the caller that happened (optimizers then reset their state).
+  /// whenever the parameter set has changed since (a parameter or module registered anywhere, or
+  /// a parameter's data or gradient replaced with set_data/set_grad/clear_grad); a repack gives the
+  /// arena a new id(), which is how optimizers learn to reset their state. When nothing changed,
+  /// the call costs two counter loads. `repacked` (optional) tells whether this call packed.
   ParameterArena& arena(bool* repacked = nullptr);
   /// Sets every gradient to zero (one fill over the gradient arena).
   void zero_grad();
-  /// Moves every parameter to device, repacking the arenas there.
+  /// Moves every parameter and buffer to device, repacking the arenas there.
   void to(Device device);
   /// The device of the parameters (cpu for a module without parameters).
   Device device() const;
@@ -55,6 +68,10 @@ class Module {
   /// Registers a parameter initialised with value; returns the Variable (requires_grad on).
   /// Names must be unique within this module and contain no '.'.
   Variable register_parameter(const std::string& name, Tensor value);
+  /// Registers a buffer initialised with value and returns its Variable (requires_grad off). The
+  /// module keeps the Variable, so to() and loading replace the tensor inside it: keep the
+  /// Variable, not its data(). Same naming rules as register_parameter.
+  Variable register_buffer(const std::string& name, Tensor value);
   /// Registers a sub-module and returns it.
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
@@ -63,13 +80,26 @@ class Module {
   }
 
  private:
+  enum class Kind { kParameter, kBuffer, kModule };
+  // One registration: which kind, and its index in params_, buffers_ or children_.
+  struct Slot {
+    Kind kind;
+    std::size_t index;
+  };
+
   void add_child(const std::string& name, std::shared_ptr<Module> module);
   void check_new_name(const std::string& name) const;
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const;
+  void collect(Kind kind, const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const;
+  std::vector<std::pair<std::string, Variable>> listed_once(Kind kind) const;
 
+  std::vector<Slot> order_;
   std::vector<std::pair<std::string, Variable>> params_;
+  std::vector<std::pair<std::string, Variable>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::shared_ptr<ParameterArena> arena_;
+  // The registration and rebind counters when arena_ was last checked against the parameters.
+  std::uint64_t arena_registrations_ = 0;
+  std::uint64_t arena_rebinds_ = 0;
   bool training_ = true;
 };
 
