@@ -6,6 +6,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "dpl/core/settings.hpp"
+
 namespace dpl::train {
 
 bool is_terminal(const std::ostream& out) {
@@ -25,9 +27,10 @@ OutputMode resolve_mode(OutputMode mode, const std::ostream& out) {
   if (mode != OutputMode::kAuto) return mode;
   // Open MPI gives each rank a pseudo-terminal even when mpiexec's own output goes to a file, so
   // isatty cannot tell; DPL_OUTPUT=plain (or terminal) settles it.
-  if (const char* forced = std::getenv("DPL_OUTPUT")) {
-    if (std::strcmp(forced, "plain") == 0) return OutputMode::kPlain;
-    if (std::strcmp(forced, "terminal") == 0) return OutputMode::kTerminal;
+  switch (settings().output) {
+    case OutputSetting::kPlain: return OutputMode::kPlain;
+    case OutputSetting::kTerminal: return OutputMode::kTerminal;
+    case OutputSetting::kAuto: break;
   }
   return is_terminal(out) ? OutputMode::kTerminal : OutputMode::kPlain;
 }

@@ -1,0 +1,57 @@
+#pragma once
+// The environment variables dpl reads: every DPL_* variable is parsed here, once, strictly, and
+// listed in one table (settings_table(), and docs/configuration.md). No other part of dpl reads
+// the environment for its own configuration.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dpl {
+
+/// How reports draw on a stream (DPL_OUTPUT).
+enum class OutputSetting { kAuto, kPlain, kTerminal };
+
+/// dpl's configuration from the environment. A variable that is unset or empty takes its default.
+struct Settings {
+  /// DPL_RANKS_PER_NODE: group ranks into virtual nodes of this many ranks (unset: the real nodes).
+  std::optional<int> ranks_per_node;
+  /// DPL_NUM_THREADS: host threads per process (unset: cores / processes on the host, unless
+  /// OMP_NUM_THREADS is set, which then decides).
+  std::optional<int> num_threads;
+  /// Whether OMP_NUM_THREADS is set (its value is OpenMP's to parse).
+  bool omp_num_threads_set = false;
+  /// DPL_CPU_NO_CACHING=1: every large host block goes back to the system when freed.
+  bool cpu_caching = true;
+  /// DPL_CUDA_NO_CACHING=1: every device allocation goes to the driver (for memory checkers).
+  bool cuda_caching = true;
+  /// DPL_CUDA_TF32=1: matrix products may use TF32 tensor cores from the start.
+  bool cuda_tf32 = false;
+  /// DPL_CUDA_DEVICE: the GPU of every process ("1"), or a list indexed by the local rank ("0,2").
+  std::vector<int> cuda_devices;
+  /// DPL_MPI_CUDA_AWARE=0/1: whether MPI may be handed device memory (unset: ask the MPI library).
+  std::optional<bool> mpi_cuda_aware;
+  /// DPL_OUTPUT=plain|terminal: how reports draw (unset: a terminal when the stream is one).
+  OutputSetting output = OutputSetting::kAuto;
+};
+
+/// One row of the table of variables: its name, default and meaning.
+struct SettingInfo {
+  const char* name;
+  const char* default_value;
+  const char* meaning;
+};
+
+/// The settings of this process: the environment as it was at the first call, parsed once.
+/// Throws dpl::Error naming the variable, the value and what is accepted when a variable is
+/// malformed (and again on every later call, so the error is never lost).
+const Settings& settings();
+
+/// Parses settings from `lookup`, which returns a variable's value or null when it is unset
+/// (settings() passes std::getenv). Throws dpl::Error as settings() does.
+Settings parse_settings(const char* (*lookup)(const char* name));
+
+/// Every variable parse_settings reads, in the order of the docs' table.
+const std::vector<SettingInfo>& settings_table();
+
+}  // namespace dpl

@@ -1,0 +1,129 @@
+#include "dpl/core/settings.hpp"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "dpl/core/error.hpp"
+
+namespace dpl {
+
+namespace {
+
+// The value of a set, non-empty variable, else null.
+const char* value_of(const char* (*lookup)(const char*), const char* name) {
+  const char* v = lookup(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// A whole decimal number in [lo, hi], or nullopt when the text is anything else.
+std::optional<long> whole_number(const std::string& text, long lo, long hi) {
+  if (text.empty() || text.find_first_not_of("0123456789+-") != std::string::npos) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (end != text.c_str() + text.size() || errno != 0 || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+[[noreturn]] void bad_value(const char* name, const char* value, const char* accepted) {
+  DPL_FAIL("environment variable ", name, ": expected ", accepted, ", got '", value, "'");
+}
+
+std::optional<int> positive(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return std::nullopt;
+  const auto n = whole_number(v, 1, INT_MAX);
+  if (!n) bad_value(name, v, "a whole number from 1 to 2147483647");
+  return static_cast<int>(*n);
+}
+
+std::optional<bool> flag(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return std::nullopt;
+  const std::string s(v);
+  if (s == "1") return true;
+  if (s == "0") return false;
+  bad_value(name, v, "0 or 1");
+}
+
+std::vector<int> device_list(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return {};
+  const std::string s(v);
+  std::vector<int> list;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = s.find(',', pos);
+    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const auto n = whole_number(item, 0, INT_MAX);
+    if (!n || item.find_first_of("+-") != std::string::npos)
+      bad_value(name, v, "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
+    list.push_back(static_cast<int>(*n));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return list;
+}
+
+OutputSetting output(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return OutputSetting::kAuto;
+  const std::string s(v);
+  if (s == "plain") return OutputSetting::kPlain;
+  if (s == "terminal") return OutputSetting::kTerminal;
+  bad_value(name, v, "plain or terminal");
+}
+
+const char* system_lookup(const char* name) { return std::getenv(name); }
+
+}  // namespace
+
+Settings parse_settings(const char* (*lookup)(const char* name)) {
+  Settings s;
+  s.ranks_per_node = positive(lookup, "DPL_RANKS_PER_NODE");
+  s.num_threads = positive(lookup, "DPL_NUM_THREADS");
+  s.omp_num_threads_set = value_of(lookup, "OMP_NUM_THREADS") != nullptr;
+  s.cpu_caching = !flag(lookup, "DPL_CPU_NO_CACHING").value_or(false);
+  s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
+  s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
+  s.cuda_devices = device_list(lookup, "DPL_CUDA_DEVICE");
+  s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
+  s.output = output(lookup, "DPL_OUTPUT");
+  return s;
+}
+
+const Settings& settings() {
+  // Parsed once; a malformed environment is reported by every call, not only the first.
+  static const std::pair<Settings, std::exception_ptr> parsed = [] {
+    try {
+      return std::make_pair(parse_settings(&system_lookup), std::exception_ptr());
+    } catch (...) {
+      return std::make_pair(Settings{}, std::current_exception());
+    }
+  }();
+  if (parsed.second) std::rethrow_exception(parsed.second);
+  return parsed.first;
+}
+
+const std::vector<SettingInfo>& settings_table() {
+  static const std::vector<SettingInfo> table = {
+      {"DPL_RANKS_PER_NODE", "unset (real nodes)",
+       "Group ranks [0,k), [k,2k), ... into virtual nodes of k ranks, so one host can play several nodes; "
+       "k must divide the number of ranks"},
+      {"DPL_NUM_THREADS", "unset (cores / processes on the host)", "Host threads per process"},
+      {"DPL_CPU_NO_CACHING", "0", "1: large host blocks go back to the system when freed (for memory checkers)"},
+      {"DPL_CUDA_NO_CACHING", "0", "1: every device allocation and free goes to the driver (for compute-sanitizer)"},
+      {"DPL_CUDA_TF32", "0", "1: matrix products may use TF32 tensor cores from the start"},
+      {"DPL_CUDA_DEVICE", "unset (local rank % GPUs)",
+       "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
+      {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},
+      {"DPL_OUTPUT", "unset (terminal when the stream is one)",
+       "plain or terminal: how reports draw; set plain when mpiexec's output goes to a file"},
+  };
+  return table;
+}
+
+}  // namespace dpl
