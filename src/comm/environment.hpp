@@ -46,7 +46,7 @@ void install_terminate_handler();
 /// stderr in one write.
 void report_error(int rank, const std::string& message);
 
-// --- provided by the MPI layer (src/comm/mpi) or the one-process layer (src/comm/single) ---------
+// --- provided by the MPI layer (src/comm/mpi) or the one-process layer (src/comm/single_communicator.cpp) ---------
 /// This process's rank in the job, as far as it can be known now (0 when it cannot).
 int job_rank() noexcept;
 /// Ends every process of the job with exit_code (MPI_Abort where MPI runs); never returns.
