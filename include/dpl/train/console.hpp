@@ -9,13 +9,15 @@ namespace dpl::train {
 /// (log files, pipes), kAuto picks kTerminal exactly when is_terminal(out).
 enum class OutputMode { kAuto, kTerminal, kPlain };
 
-/// True when out is std::cout (or std::cerr / std::clog) and that stream's file descriptor is a
-/// terminal, and TERM is not "dumb". Any other stream (files, string streams) is not a terminal.
+/// True when out is std::cout (or std::cerr / std::clog), that stream's file descriptor is a
+/// terminal, TERM is not "dumb", and the parent process's same descriptor is a terminal too (or
+/// cannot be read). The last condition is for mpiexec, which gives every local rank a
+/// pseudo-terminal even when its own output goes to a file or pipe. Any other stream (files,
+/// string streams) is not a terminal.
 bool is_terminal(const std::ostream& out);
 
 /// kTerminal or kPlain: mode itself unless it is kAuto, which is resolved by the environment
-/// variable DPL_OUTPUT ("plain" or "terminal") when set, else with is_terminal(out). Under
-/// Open MPI every rank's output is a pseudo-terminal, so redirect with DPL_OUTPUT=plain.
+/// variable DPL_OUTPUT ("plain" or "terminal") when set, else with is_terminal(out).
 OutputMode resolve_mode(OutputMode mode, const std::ostream& out);
 
 }  // namespace dpl::train
