@@ -29,7 +29,6 @@
 #include "comm/mpi/mpi_communicator.hpp"
 #include "comm/nccl/comm_kernels.hpp"
 #include "comm/nccl/device_stager.hpp"
-#include "dpl/nn/module.hpp"
 #include "dpl/profile/phase_timer.hpp"
 
 #define DPL_NCCL_CHECK(call, what)                                                                     \
@@ -141,7 +140,7 @@ enum Ev { kIntraBegin, kIntraEnd, kD2hBegin, kD2hEnd, kH2dBegin, kH2dEnd, kGathe
 class DeviceCommunicator final : public Communicator {
  public:
   DeviceCommunicator(std::unique_ptr<Communicator> host, const std::string& name, const CommOptions& options)
-      : mode_(mode_of(name)), name_(name), dtype_(options.allreduce_dtype) {
+      : mode_(mode_of(name)), name_(name) {
     mpi_ = dynamic_cast<MpiCommunicator*>(host.get());
     DPL_CHECK(mpi_ != nullptr, "make_device: expected an MPI communicator for '", name, "'");
     topology_ = host->topology();
@@ -184,28 +183,28 @@ class DeviceCommunicator final : public Communicator {
     reduce_on_device(buf, op == ReduceOp::kMean);
   }
 
-  void allreduce_grad(nn::Module& model) override {
-    nn::ParameterArena& arena = model.arena();
-    if (arena.numel() == 0 || size() == 1) {
+  void allreduce_narrowed(Tensor& buf, ReduceOp op, DType wire_dtype) override {
+    // flat's point is MPI over the whole buffer; it reduces in float32 only.
+    if (mode_ == Mode::kFlat) return Communicator::allreduce_narrowed(buf, op, wire_dtype);
+    check_buffer("allreduce", name_, buf, "buf", Use::kReduce, true);
+    bind(buf, "allreduce");
+    const std::int64_t n = buf.numel();
+    if (n == 0) {
       last_phases_.clear();
       return;
     }
-    Tensor grads = arena.grads();
-    if (!on_device(grads) || dtype_ == kFloat32) return allreduce(grads, ReduceOp::kMean);
-    check_buffer("allreduce_grad", name_, grads, "the gradient arena", Use::kReduce, true);
-    bind(grads, "allreduce_grad");
-    const std::int64_t n = grads.numel();
-    if (!half_.defined() || half_.numel() < n) half_ = Tensor::empty({n}, TensorOptions(dtype_, grads.device()));
+    if (!half_.defined() || half_.numel() < n || half_.dtype() != wire_dtype)
+      half_ = Tensor::empty({n}, TensorOptions(wire_dtype, buf.device()));
     Tensor half = half_.view_range(0, {n});
     cudaStream_t compute = backend::cuda_stream(device_);
-    launch_cast_to_16bit(grads.data<float>(), half.raw_data(), dtype_, n, device_, compute);
+    launch_cast_to_16bit(buf.data<float>(), half.raw_data(), wire_dtype, n, device_, compute);
     if (!reduce_on_device(half, false)) {
       // Ranks share a GPU, so NCCL cannot run: the MPI path over pinned memory, in float32.
-      host_call([&] { staged_->allreduce(grads, ReduceOp::kMean); });
+      host_call([&] { staged_->allreduce(buf, op); });
       return;
     }
-    launch_cast_from_16bit(half.raw_data(), dtype_, grads.data<float>(), n, static_cast<float>(size()), device_,
-                           compute);
+    const float divisor = op == ReduceOp::kMean ? static_cast<float>(size()) : 1.0f;
+    launch_cast_from_16bit(half.raw_data(), wire_dtype, buf.data<float>(), n, divisor, device_, compute);
   }
 
   // --- the other collectives ----------------------------------------------------------------------
@@ -412,7 +411,7 @@ class DeviceCommunicator final : public Communicator {
     return s;
   }
 
-  // In place over a device buffer (float32, int32, int64, or a 16-bit type from allreduce_grad):
+  // In place over a device buffer (float32, int32, int64, or a 16-bit type from allreduce_narrowed):
   // the sum over all ranks, divided by size() when mean. Returns false when the buffer was 16-bit
   // and NCCL could not run, in which case nothing was done (the caller falls back).
   bool reduce_on_device(Tensor& buf, bool mean) {
@@ -556,7 +555,6 @@ class DeviceCommunicator final : public Communicator {
 
   const Mode mode_;
   const std::string name_;
-  const DType dtype_;
   std::unique_ptr<Communicator> staged_;  // host buffers, and device buffers where NCCL cannot run
   MpiCommunicator* mpi_ = nullptr;        // inside staged_: the MPI groups
   bool cuda_aware_ = false;
