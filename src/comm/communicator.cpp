@@ -14,32 +14,56 @@ namespace {
 
 struct Entry {
   const char* name;
-  std::unique_ptr<Communicator> (*make)(const std::string& name);  // the host (MPI) algorithm
-  bool reduces_16bit;  // whether allreduce takes a 16-bit wire dtype (CommOptions::allreduce_dtype)
+  detail::HostMaker make_host;  // host buffers: the MPI algorithm (or the one-process stand-in)
+  bool reduces_16bit = false;   // whether allreduce takes a 16-bit wire dtype (CommOptions::allreduce_dtype)
+#if DPL_WITH_NCCL
+  detail::DeviceMaker make_device = nullptr;  // GPU buffers; null: staged through pinned host memory
+#endif
 };
 
-// The one table of names. New communicators (e.g. the NCCL ones of CUDA builds) add a line here
-// under their build condition; the order is the order communicator_names() reports.
+// The one table of names: per name, the host algorithm and, in NCCL builds, the device one. The
+// order is the order communicator_names() reports.
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
-#if DPL_WITH_MPI
-      {"naive", &detail::make_naive, false},
-      {"hierarchical", &detail::make_hierarchical, DPL_WITH_NCCL != 0},
-      {"two_dimensional", &detail::make_two_dimensional, DPL_WITH_NCCL != 0},
-      {"flat", &detail::make_naive, false},
 #if DPL_WITH_NCCL
+      // naive keeps the plain host staging: the baseline the others are measured against.
+      {"naive", &detail::make_naive},
+      {"hierarchical", &detail::make_hierarchical, true, &detail::make_nccl_hierarchical},
+      {"two_dimensional", &detail::make_two_dimensional, true, &detail::make_nccl_two_dimensional},
+      {"flat", &detail::make_naive, false, &detail::make_nccl_flat},
       // On host buffers these two run the naive MPI algorithm; their point is device memory.
-      {"pure_nccl", &detail::make_naive, true},
-      {"single_node", &detail::make_naive, true},
-#endif
+      {"pure_nccl", &detail::make_naive, true, &detail::make_pure_nccl},
+      {"single_node", &detail::make_naive, true, &detail::make_single_node},
+#elif DPL_WITH_MPI
+      {"naive", &detail::make_naive},
+      {"hierarchical", &detail::make_hierarchical},
+      {"two_dimensional", &detail::make_two_dimensional},
+      {"flat", &detail::make_naive},
 #else
-      {"naive", &detail::make_single, false},
-      {"hierarchical", &detail::make_single, false},
-      {"two_dimensional", &detail::make_single, false},
-      {"flat", &detail::make_single, false},
+      {"naive", &detail::make_single},
+      {"hierarchical", &detail::make_single},
+      {"two_dimensional", &detail::make_single},
+      {"flat", &detail::make_single},
 #endif
   };
   return entries;
+}
+
+// The communicator of one table entry, as create_communicator hands it out. Collective.
+std::unique_ptr<Communicator> build(const Entry& e) {
+  std::unique_ptr<detail::HostCommunicator> host = e.make_host(e.name);
+#if DPL_WITH_NCCL
+  if (e.make_device) {
+    const detail::MpiGroups groups = host->groups();
+    return e.make_device(std::move(host), groups);
+  }
+#endif
+#if DPL_WITH_CUDA
+  // CUDA builds accept device buffers by staging them through pinned host memory.
+  return detail::make_staging(std::move(host));
+#else
+  return host;
+#endif
 }
 
 // The names whose allreduce takes a 16-bit wire dtype, for messages.
@@ -88,16 +112,7 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name, const
     DPL_CHECK(dt == kFloat32 || e.reduces_16bit, "create_communicator('", name, "'): allreduce_dtype ", dt,
               " needs a communicator that reduces on the GPU with NCCL (", names_reducing_16bit(), "); '", name,
               "' reduces in float32 only");
-    std::unique_ptr<Communicator> c = e.make(name);
-#if DPL_WITH_NCCL
-    // Device buffers go to NCCL (and pipelined staged MPI); "naive" keeps the plain staging below,
-    // the baseline the others are measured against.
-    if (name != "naive") c = detail::make_device(std::move(c), name, options);
-#endif
-#if DPL_WITH_CUDA
-    // CUDA builds accept device buffers by staging them through pinned host memory.
-    if (name == "naive" || !DPL_WITH_NCCL) c = detail::make_staging(std::move(c));
-#endif
+    std::unique_ptr<Communicator> c = build(e);
     c->options_ = options;
     return c;
   }
