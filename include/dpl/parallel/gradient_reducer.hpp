@@ -42,7 +42,9 @@ class GradientReducer {
   /// for single-step algorithms); see comm::Communicator::last_phases.
   const std::vector<comm::SubPhase>& last_phases() const;
 
+  /// The model whose arenas this reducer communicates.
   nn::Module& model() const { return model_; }
+  /// The communicator this reducer runs its collectives on.
   comm::Communicator& communicator() const { return comm_; }
 
  private:

@@ -80,18 +80,6 @@ void DeviceCommunicator::world_allreduce(Tensor& buf, bool mean) {
   last_phases_.clear();
 }
 
-bool DeviceCommunicator::reduce_as_one_node(Tensor& buf, bool mean) {
-  if (inter_size() != 1 || nccl_.world() == nullptr) return false;
-  world_allreduce(buf, mean);
-  return true;
-}
-
-bool DeviceCommunicator::reduce_on_host(Tensor& buf, bool mean) {
-  if (buf.dtype() == kBFloat16 || buf.dtype() == kFloat16) return false;
-  host_call([&] { staged_->allreduce(buf, mean ? ReduceOp::kMean : ReduceOp::kSum); });
-  return true;
-}
-
 void DeviceCommunicator::stepped_allreduce(Tensor& buf, bool mean, const std::function<double()>& steps,
                                            std::vector<SubPhase> (*phases)(const PhaseTimes&)) {
   events_.create(nccl_.device());
@@ -106,6 +94,21 @@ void DeviceCommunicator::stepped_allreduce(Tensor& buf, bool mean, const std::fu
 
 void DeviceCommunicator::divide_by_size(Tensor& buf) {
   launch_divide(buf.data<float>(), buf.numel(), static_cast<float>(size()), nccl_.device(), nccl_.compute_stream());
+}
+
+bool NodeDeviceCommunicator::reduce(Tensor& buf, bool mean) {
+  if (inter_size() == 1 && nccl_.world() != nullptr) {
+    world_allreduce(buf, mean);
+    return true;
+  }
+  ncclComm_t intra = nccl_.intra();
+  if (intra == nullptr) {
+    if (buf.dtype() == kBFloat16 || buf.dtype() == kFloat16) return false;
+    host_call([&] { staged_->allreduce(buf, mean ? ReduceOp::kMean : ReduceOp::kSum); });
+    return true;
+  }
+  stepped_allreduce(buf, mean, [&] { return steps(buf, intra); }, &node_phases);
+  return true;
 }
 
 // --- the other collectives ---------------------------------------------------------------------------

@@ -50,13 +50,6 @@ class DeviceCommunicator : public Communicator {
   /// pure_nccl's path: one ncclAllReduce over all ranks, no sub-phases. Throws dpl::Error when
   /// ranks share a GPU.
   void world_allreduce(Tensor& buf, bool mean);
-  /// With one node, an algorithm among the node's GPUs is one allreduce there: takes
-  /// world_allreduce's path (no sub-phase events, which keeps it at raw NCCL's speed) and returns
-  /// true when the job is one node whose GPUs NCCL can use; otherwise does nothing.
-  bool reduce_as_one_node(Tensor& buf, bool mean);
-  /// Where NCCL cannot run in a node: the host algorithm over pinned memory, in float32. The
-  /// return value is reduce()'s.
-  bool reduce_on_host(Tensor& buf, bool mean);
   /// The frame of a multi-step algorithm: orders our stream after the compute stream, records
   /// the first and last sub-phase marks around steps() (which queues the steps on nccl_.stream(),
   /// records the marks in between and returns the seconds its MPI step took), orders the compute
@@ -70,16 +63,36 @@ class DeviceCommunicator : public Communicator {
   InterNodeStep inter_;
   NcclContext nccl_;  // destroyed first: waits for our stream before the rest goes
 
- private:
+  /// Runs f, a call of staged_, and reports staged_'s sub-phases as ours.
   template <typename F>
   void host_call(F&& f) {
     f();
     last_phases_ = staged_->last_phases();
   }
+
+ private:
   void divide_by_size(Tensor& buf);
 
   const bool narrows_;
   Tensor half_;  // the 16-bit copy of a narrowed allreduce, kept for the next call
+};
+
+/// The algorithms that run NCCL inside each node and MPI across nodes (hierarchical,
+/// two_dimensional). With one node, their steps are one allreduce among the node's GPUs, so they
+/// take world_allreduce's path, with no sub-phase events, which keeps them at raw NCCL's speed.
+/// Where ranks of a node share a GPU, the host algorithm runs over pinned memory, in float32.
+/// Otherwise steps() runs inside stepped_allreduce, reporting the five node sub-phases.
+class NodeDeviceCommunicator : public DeviceCommunicator {
+ public:
+  NodeDeviceCommunicator(std::unique_ptr<Communicator> host, const MpiGroups& groups)
+      : DeviceCommunicator(std::move(host), groups, /*narrows=*/true) {}
+
+ protected:
+  bool reduce(Tensor& buf, bool mean) final;
+  /// Queues the algorithm's steps over buf on nccl_.stream(), with intra the NCCL communicator of
+  /// the node, recording kIntraEnd, the d2h/h2d marks and kGatherBegin in between. Returns the
+  /// seconds its MPI step took on this rank.
+  virtual double steps(Tensor& buf, ncclComm_t intra) = 0;
 };
 
 }  // namespace dpl::comm::detail

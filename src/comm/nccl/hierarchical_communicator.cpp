@@ -8,22 +8,12 @@ namespace dpl::comm::detail {
 
 namespace {
 
-class HierarchicalDeviceCommunicator final : public DeviceCommunicator {
+class HierarchicalDeviceCommunicator final : public NodeDeviceCommunicator {
  public:
-  HierarchicalDeviceCommunicator(std::unique_ptr<Communicator> host, const MpiGroups& groups)
-      : DeviceCommunicator(std::move(host), groups, /*narrows=*/true) {}
+  using NodeDeviceCommunicator::NodeDeviceCommunicator;
 
  protected:
-  bool reduce(Tensor& buf, bool mean) override {
-    if (reduce_as_one_node(buf, mean)) return true;
-    ncclComm_t intra = nccl_.intra();
-    if (!intra) return reduce_on_host(buf, mean);
-    stepped_allreduce(buf, mean, [&] { return steps(buf, intra); }, &node_phases);
-    return true;
-  }
-
- private:
-  double steps(Tensor& buf, ncclComm_t intra) {
+  double steps(Tensor& buf, ncclComm_t intra) override {
     const std::string what = what_call("allreduce", name_);
     void* data = buf.raw_data();
     const auto n = static_cast<std::size_t>(buf.numel());

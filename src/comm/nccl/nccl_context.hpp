@@ -64,6 +64,7 @@ class NcclContext {
   /// The compute stream continues after our stream's work queued so far.
   void end();
 
+  /// The MPI groups of the wrapped host communicator, for the algorithms' MPI steps.
   const MpiGroups& groups() const { return groups_; }
 
  private:

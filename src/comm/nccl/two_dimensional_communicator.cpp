@@ -11,23 +11,13 @@ namespace dpl::comm::detail {
 
 namespace {
 
-class TwoDimensionalDeviceCommunicator final : public DeviceCommunicator {
+class TwoDimensionalDeviceCommunicator final : public NodeDeviceCommunicator {
  public:
-  TwoDimensionalDeviceCommunicator(std::unique_ptr<Communicator> host, const MpiGroups& groups)
-      : DeviceCommunicator(std::move(host), groups, /*narrows=*/true) {}
+  using NodeDeviceCommunicator::NodeDeviceCommunicator;
 
  protected:
-  bool reduce(Tensor& buf, bool mean) override {
-    if (reduce_as_one_node(buf, mean)) return true;
-    ncclComm_t intra = nccl_.intra();
-    if (!intra) return reduce_on_host(buf, mean);
-    stepped_allreduce(buf, mean, [&] { return steps(buf, intra); }, &node_phases);
-    return true;
-  }
-
- private:
   // A length not divisible by the node size goes through a zero-padded scratch buffer.
-  double steps(Tensor& buf, ncclComm_t intra) {
+  double steps(Tensor& buf, ncclComm_t intra) override {
     const std::string what = what_call("allreduce", name_);
     const ncclDataType_t type = nccl_type(buf.dtype());
     cudaStream_t s = nccl_.stream();
@@ -57,6 +47,7 @@ class TwoDimensionalDeviceCommunicator final : public DeviceCommunicator {
     return inter_seconds;
   }
 
+ private:
   Tensor pad_;  // the zero-padded copy of a buffer whose length the node size does not divide
 };
 
