@@ -1,3 +1,4 @@
 #pragma once
 // Umbrella header: communicators.
+#include "dpl/comm/agreement.hpp"
 #include "dpl/comm/communicator.hpp"

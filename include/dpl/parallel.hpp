@@ -1,5 +1,6 @@
 #pragma once
 // Umbrella header: data-parallel training.
 #include "dpl/comm.hpp"
+#include "dpl/parallel/gradient_reducer.hpp"
 #include "dpl/parallel/multi_node_optimizer.hpp"
 #include "dpl/profile.hpp"

@@ -1,31 +1,14 @@
 #include "dpl/parallel/multi_node_optimizer.hpp"
 
-#include <sstream>
-
-#include "backend/kernels.hpp"
+#include "dpl/core/cuda.hpp"
 #include "dpl/nn/module.hpp"
 
 namespace dpl::parallel {
 
 namespace {
-// One line per parameter: the description every rank must agree on.
-std::string model_signature(const nn::Module& model) {
-  std::ostringstream os;
-  for (const auto& [name, var] : model.named_parameters())
-    os << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
-  return os.str();
-}
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream is(s);
-  for (std::string line; std::getline(is, line);) out.push_back(line);
-  return out;
-}
-
-Tensor string_to_tensor(const std::string& s) {
-  std::vector<std::int32_t> v(s.begin(), s.end());
-  return Tensor::from_vector<std::int32_t>(v, {static_cast<std::int64_t>(v.size())});
+// Waits for the device's queued work, so that a synchronized phase ends when its work does.
+void synchronize(Device device) {
+  if (device.is_cuda()) cuda::synchronize(device.index);
 }
 }  // namespace
 
@@ -44,73 +27,38 @@ void MultiNodeOptimizer::set_timing_mode(profile::TimingMode mode) {
 
 void MultiNodeOptimizer::setup(nn::Module& model) {
   target_ = &model;
-  check_and_broadcast(model);
+  reducer_ = std::make_unique<GradientReducer>(model, *comm_);
+  broadcast_parameters();
   actual_->setup(model);
 }
 
-void MultiNodeOptimizer::check_and_broadcast(nn::Module& model) {
-  nn::ParameterArena& arena = model.arena();
-  const std::string mine = model_signature(model);
-
-  // 1. Everyone learns rank 0's description (its length first, then its characters).
-  Tensor len = Tensor::from_vector<std::int64_t>({static_cast<std::int64_t>(mine.size())}, {1});
-  comm_->broadcast(len, 0);
-  const std::int64_t n0 = len.to_vector<std::int64_t>()[0];
-  Tensor text = comm_->rank() == 0 ? string_to_tensor(mine) : Tensor::zeros({n0}, kInt32);
-  if (n0 > 0) comm_->broadcast(text, 0);
-  std::string reference;
-  for (std::int32_t c : text.to_vector<std::int32_t>()) reference.push_back(static_cast<char>(c));
-
-  // 2. Everyone learns whether anyone differs, so that all ranks fail together.
-  Tensor differs = Tensor::from_vector<std::int32_t>({mine == reference ? 0 : 1}, {1});
-  Tensor all = Tensor::empty({comm_->size()}, kInt32);
-  comm_->allgather(differs, all);
-  const auto flags = all.to_vector<std::int32_t>();
-  std::ostringstream bad;
-  for (int r = 0; r < comm_->size(); ++r)
-    if (flags[static_cast<std::size_t>(r)]) bad << (bad.tellp() > 0 ? ", " : "") << r;
-  if (!bad.str().empty()) {
-    std::ostringstream msg;
-    msg << "MultiNodeOptimizer.setup: the models differ between ranks (rank(s) " << bad.str()
-        << " differ from rank 0); every rank must build the same parameters (names, shapes, dtypes)";
-    if (mine != reference) {
-      const auto a = split_lines(reference), b = split_lines(mine);
-      std::size_t i = 0;
-      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-      msg << ". Rank " << comm_->rank() << ": expected parameter '" << (i < a.size() ? a[i] : "(none)")
-          << "' as on rank 0, got '" << (i < b.size() ? b[i] : "(none)") << "' (" << b.size()
-          << " parameters here, " << a.size() << " on rank 0)";
-    }
-    DPL_FAIL(msg.str());
-  }
-
-  comm_->bcast_data(model);
-  checked_arena_ = arena.id();
-  timer_.set_allreduce_size(arena.nbytes(), comm_->size());
+void MultiNodeOptimizer::broadcast_parameters() {
+  reducer_->broadcast_parameters();
+  timer_.set_allreduce_size(reducer_->model().arena().nbytes(), comm_->size());
 }
 
 void MultiNodeOptimizer::sync_point() {
   if (mode_ != profile::TimingMode::kSynchronized) return;
-  backend::kernels_for(target().device()).synchronize();
+  synchronize(target().device());
   comm_->barrier();
 }
 
 void MultiNodeOptimizer::allreduce_and_step() {
   nn::Module& model = target();
-  if (model.arena().id() != checked_arena_) check_and_broadcast(model);
+  if (reducer_->needs_broadcast()) broadcast_parameters();
   sync_point();
   {
     profile::ScopedPhase phase(timer_, "allreduce", iteration_);
-    comm_->allreduce_grad(model);
-    if (mode_ == profile::TimingMode::kSynchronized) backend::kernels_for(model.device()).synchronize();
+    reducer_->allreduce_gradients();
+    if (mode_ == profile::TimingMode::kSynchronized) synchronize(model.device());
   }
-  for (const auto& sub : comm_->last_phases())
+  for (const auto& sub : reducer_->last_phases())
     timer_.record("allreduce/" + sub.name, profile::now_seconds() - sub.seconds, sub.seconds, iteration_);
   sync_point();
   {
     profile::ScopedPhase phase(timer_, "optimize", iteration_);
     actual_->update();
-    if (mode_ == profile::TimingMode::kSynchronized) backend::kernels_for(model.device()).synchronize();
+    if (mode_ == profile::TimingMode::kSynchronized) synchronize(model.device());
   }
   ++iteration_;
 }
@@ -129,7 +77,7 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
     zero_grad();
     loss = loss_fn();
     loss.backward();
-    if (mode_ == profile::TimingMode::kSynchronized) backend::kernels_for(target().device()).synchronize();
+    if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
   allreduce_and_step();
   return loss;

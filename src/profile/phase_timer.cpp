@@ -4,11 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 
+#include "dpl/comm/agreement.hpp"
 #include "dpl/comm/communicator.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/tensor/tensor.hpp"
@@ -77,11 +77,6 @@ Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_
   const auto phases = static_cast<std::int64_t>(series.size());
   const int ranks = comm ? comm->size() : 1;
 
-  // Every rank must hold the same phases in the same order before their numbers are combined.
-  std::string names;
-  for (const auto& s : series) names += s.name + '\n';
-  const auto name_hash = static_cast<std::int64_t>(std::hash<std::string>{}(names) & 0x7fffffffffffffffULL);
-
   Summary out;
   out.ranks = ranks;
   out.allreduce_bytes = timer.allreduce_bytes();
@@ -98,15 +93,12 @@ Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_
 
   std::vector<std::int64_t> all = mine;
   if (comm && ranks > 1) {
-    Tensor head = Tensor::from_vector<std::int64_t>({name_hash, phases}, {2});
-    Tensor heads = Tensor::empty({2 * ranks}, kInt64);
-    comm->allgather(head, heads);
-    const auto h = heads.to_vector<std::int64_t>();
-    for (int r = 0; r < ranks; ++r) {
-      DPL_CHECK(h[2 * r] == name_hash && h[2 * r + 1] == phases, "profile::summarize: rank ", r,
-                " recorded different phases (", h[2 * r + 1], ") than rank ", comm->rank(), " (", phases,
-                "); every rank must time the same phases");
-    }
+    // Every rank must hold the same phases in the same order before their numbers are combined.
+    std::string names;
+    for (const auto& s : series) names += s.name + '\n';
+    comm::check_ranks_agree(*comm, names,
+                            {"profile::summarize", "the recorded phases", "phase",
+                             "every rank must time the same phases in the same order"});
     if (phases > 0) {
       Tensor send = Tensor::from_vector<std::int64_t>(mine, {2 * phases});
       Tensor recv = Tensor::empty({2 * phases * ranks}, kInt64);

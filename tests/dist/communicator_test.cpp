@@ -1,5 +1,5 @@
-// The communicators as a data-parallel program uses them (bcast_data, allreduce_grad), the
-// agreement of hierarchical with naive, and the errors a caller gets for bad names and inputs.
+// The agreement of hierarchical with naive, and the errors a caller gets for bad names and inputs
+// (data-parallel use of the communicators: gradient_reducer_test.cpp).
 
 #include <gtest/gtest.h>
 
@@ -14,18 +14,11 @@
 #include "comm/mpi/mpi_runtime.hpp"
 #include "dpl/comm.hpp"
 #include "dpl/config.hpp"
-#include "dpl/nn.hpp"
 
 namespace dpl::test {
 namespace {
 
-// Every name that works on host buffers in any layout (single_node refuses several nodes; it is
-// covered in device_communicators_test.cpp).
-const std::vector<std::string> kNames = {"naive", "hierarchical", "two_dimensional", "flat"
-#if DPL_WITH_NCCL
-                                         , "pure_nccl"
-#endif
-};
+const std::vector<std::string> kNames = host_communicator_names();
 
 // Expects fn to throw dpl::Error whose message contains every one of parts.
 void expect_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
@@ -37,94 +30,6 @@ void expect_error(const std::function<void()>& fn, std::initializer_list<std::st
     return;
   }
   ADD_FAILURE() << "expected a dpl::Error mentioning '" << *parts.begin() << "'";
-}
-
-// --- data parallel -------------------------------------------------------------------------------
-
-TEST(DataParallel, BcastDataLeavesRankZerosWeightsEverywhere) {
-  for (const auto& name : kNames) {
-    auto& comm = communicator(name);
-    Generator gen(1000 + static_cast<std::uint64_t>(comm.rank()));  // different weights per rank
-    nn::MLP model(16, 12, 5, gen);
-    const std::vector<float> before = model.arena().params().to_vector<float>();
-
-    comm.bcast_data(model);
-
-    const Tensor params = model.arena().params();
-    Tensor all = Tensor::empty({comm.size() * params.numel()}, kFloat32);
-    comm.allgather(params, all);
-    const std::vector<float> v = all.to_vector<float>();
-    const std::int64_t n = params.numel();
-    std::int64_t differing = 0;
-    for (int r = 1; r < comm.size(); ++r)
-      for (std::int64_t i = 0; i < n; ++i) differing += v[r * n + i] != v[i];
-    EXPECT_EQ(differing, 0) << name << ": elements that differ from rank 0's";
-    if (comm.rank() != 0) {
-      EXPECT_NE(before, params.to_vector<float>()) << name << ": the weights did not change";
-    }
-
-    // The layers see the new values: their parameters are views of the arena.
-    for (const auto& [pname, var] : model.named_parameters()) {
-      const auto& e = *std::find_if(model.arena().entries().begin(), model.arena().entries().end(),
-                                    [&](const nn::ArenaEntry& x) { return x.name == pname; });
-      const std::vector<float> got = var.data().to_vector<float>();
-      const std::vector<float> want(v.begin() + e.offset, v.begin() + e.offset + e.numel);
-      EXPECT_EQ(got, want) << name << ": parameter " << pname;
-    }
-  }
-}
-
-TEST(DataParallel, AllreduceGradGivesTheMeanOverRanks) {
-  for (const auto& name : kNames) {
-    auto& comm = communicator(name);
-    Generator gen(7);
-    nn::MLP model(16, 12, 5, gen);
-    nn::ParameterArena& arena = model.arena();
-    const float k = 0.25f;
-    Tensor grads = arena.grads();
-    for (const auto& e : arena.entries()) {
-      Tensor g = grads.view_range(e.offset, {e.numel});
-      g.fill_(comm.rank() + k);
-    }
-
-    comm.allreduce_grad(model);
-
-    const float want = static_cast<float>(comm.size() - 1) / 2.0f + k;
-    const std::vector<float> g = model.arena().grads().to_vector<float>();
-    std::vector<bool> in_param(g.size(), false);
-    std::int64_t wrong = 0;
-    for (const auto& e : arena.entries()) {
-      for (std::int64_t i = e.offset; i < e.offset + e.numel; ++i) {
-        in_param[i] = true;
-        wrong += std::abs(g[i] - want) > 1e-6f;
-      }
-    }
-    std::int64_t dirty_padding = 0;
-    for (std::size_t i = 0; i < g.size(); ++i) dirty_padding += !in_param[i] && g[i] != 0.0f;
-    EXPECT_EQ(wrong, 0) << name << ": gradients that are not " << want;
-    EXPECT_EQ(dirty_padding, 0) << name << ": padding between parameters must stay zero";
-    for (const auto& [pname, var] : model.named_parameters())
-      EXPECT_FLOAT_EQ(var.grad().to_vector<float>().front(), want) << name << ": " << pname;
-  }
-}
-
-TEST(DataParallel, DifferentModelsAreRefusedOnEveryRank) {
-  if (communicator("naive").size() < 2) GTEST_SKIP() << "needs two ranks";
-  for (const auto& name : kNames) {
-    auto& comm = communicator(name);
-    Generator gen(3);
-    nn::MLP model(comm.rank() == 1 ? 17 : 16, 12, 5, gen);
-    expect_error([&] { comm.bcast_data(model); }, {"bcast_data (" + name + ")", "differ", "rank 1"});
-  }
-}
-
-TEST(DataParallel, ModelWithoutParameters) {
-  for (const auto& name : kNames) {
-    auto& comm = communicator(name);
-    nn::Sequential empty;
-    EXPECT_NO_THROW(comm.bcast_data(empty));
-    EXPECT_NO_THROW(comm.allreduce_grad(empty));
-  }
 }
 
 // --- hierarchical against naive ------------------------------------------------------------------

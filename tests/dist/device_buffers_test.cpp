@@ -56,7 +56,7 @@ TEST_P(DeviceBuffers, AllreduceGradOfAModelOnTheGpu) {
   model.to(device_);
   Tensor grads = model.arena().grads();
   grads.fill_(static_cast<double>(comm_->rank() + 1));
-  comm_->allreduce_grad(model);
+  parallel::allreduce_gradients(model, *comm_);
   const auto g = model.arena().grads().to_vector<float>();
   const float want = (comm_->size() + 1) / 2.f;
   for (float x : g) ASSERT_FLOAT_EQ(x, want);

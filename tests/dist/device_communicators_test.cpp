@@ -1,5 +1,5 @@
 // The communicators on GPU buffers: every name of the build, float32 and integer allreduce at
-// sizes 1, 17, 1000003 and 25,557,032 elements, allreduce_grad in float32, bfloat16 and float16,
+// sizes 1, 17, 1000003 and 25,557,032 elements, the gradient arena reduced in float32, bfloat16 and float16,
 // and the other collectives. Inputs are small integers, so every sum is exact (also in 16 bits)
 // and results are compared for equality. Skips without a GPU.
 //
@@ -20,6 +20,7 @@
 #include "dpl/config.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/nn.hpp"
+#include "dpl/parallel/gradient_reducer.hpp"
 
 namespace dpl::test {
 namespace {
@@ -137,7 +138,7 @@ TEST_P(DeviceComm, AllreduceGradInEveryDtype) {
       for (std::int64_t i = 0; i < len; ++i) g[static_cast<std::size_t>(i)] = static_cast<float>(i % 5 + comm.rank());
       Tensor grads = model.arena().grads();
       grads.copy_(Tensor::from_vector<float>(g, {len}));
-      comm.allreduce_grad(model);
+      parallel::allreduce_gradients(model, comm);
       std::vector<float> want(static_cast<std::size_t>(len));
       for (std::int64_t i = 0; i < len; ++i)
         want[static_cast<std::size_t>(i)] = static_cast<float>((i % 5) * p + p * (p - 1) / 2) / static_cast<float>(p);

@@ -12,8 +12,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dpl/comm.hpp"
+#include "dpl/config.hpp"
 
 namespace dpl::test {
 
@@ -25,6 +27,14 @@ inline comm::Communicator& communicator(const std::string& name) {
   auto& slot = cache[name];
   if (!slot) slot = comm::create_communicator(name);
   return *slot;
+}
+
+/// Every communicator name that works on host buffers in every layout (single_node refuses a job
+/// over several nodes; device_communicators_test.cpp covers it).
+inline std::vector<std::string> host_communicator_names() {
+  std::vector<std::string> names = {"naive", "hierarchical", "two_dimensional", "flat"};
+  if (DPL_WITH_NCCL) names.emplace_back("pure_nccl");
+  return names;
 }
 
 /// Sets (or with nullopt, unsets) an environment variable for the lifetime of this object, then

@@ -11,10 +11,6 @@
 #include "dpl/core/dtype.hpp"
 #include "dpl/tensor/tensor.hpp"
 
-namespace dpl::nn {
-class Module;
-}
-
 namespace dpl::comm {
 
 /// Reduction applied by allreduce and reduce_scatter. kMean is the sum divided by size(); it is
@@ -42,12 +38,11 @@ struct Topology {
 
 /// Choices fixed when a communicator is created (see create_communicator).
 struct CommOptions {
-  /// Element type in which allreduce_grad reduces a device gradient arena: kFloat32 (default),
-  /// kBFloat16 or kFloat16. A 16-bit type halves the bytes on the wire: the float32 arena is cast
-  /// into a 16-bit buffer by one kernel, reduced, and cast back with the division of the mean by a
-  /// second kernel (so the mean carries 16-bit rounding). Only the NCCL communicators
-  /// (pure_nccl, single_node, hierarchical, two_dimensional in NCCL builds) accept a 16-bit type;
-  /// host arenas are always reduced in float32.
+  /// Wire dtype in which data-parallel training (parallel::GradientReducer) reduces the float32
+  /// gradient arena: kFloat32 (default), kBFloat16 or kFloat16. A 16-bit type halves the bytes on
+  /// the wire (see Communicator::allreduce with a wire dtype). Only the NCCL communicators
+  /// (pure_nccl, single_node, hierarchical, two_dimensional in NCCL builds) accept a 16-bit type,
+  /// and only for a gradient arena on a GPU.
   DType allreduce_dtype = DType::kFloat32;
 };
 
@@ -101,6 +96,14 @@ class Communicator {
   /// kMean: float32 only). Ensures every rank holds the same values afterwards; last_phases()
   /// then describes this call.
   virtual void allreduce(Tensor& buf, ReduceOp op = ReduceOp::kSum) = 0;
+  /// As allreduce(buf, op), with the elements carried (and summed) in wire_dtype. wire_dtype equal
+  /// to buf's dtype is allreduce(buf, op). Otherwise requires a float32 buffer on a GPU, wire_dtype
+  /// kBFloat16 or kFloat16, op kSum or kMean, and a communicator that reduces 16-bit types on the
+  /// GPU (the NCCL ones listed at CommOptions::allreduce_dtype), else throws dpl::Error. Ensures
+  /// buf holds the result cast back to float32 (with the division of kMean done in float32):
+  /// half the bytes on the wire, 16-bit rounding in the result. Where ranks share a GPU, NCCL
+  /// cannot run and the buffer is reduced in float32 instead.
+  void allreduce(Tensor& buf, ReduceOp op, DType wire_dtype);
   /// In place: every rank's buf = root's buf. Requires 0 <= root < size().
   virtual void broadcast(Tensor& buf, int root = 0) = 0;
   /// recv (size() * send.numel() elements, rank-major) = every rank's send, concatenated.
@@ -119,14 +122,8 @@ class Communicator {
   /// exactly buf.numel() elements of buf's dtype with this tag (else dpl::Error).
   virtual void recv(Tensor& buf, int source, int tag = 0) = 0;
 
-  // --- data parallel ----------------------------------------------------------------------------
-  /// Every rank's parameters = rank 0's (one broadcast over the parameter arena). First checks,
-  /// with one small allgather, that every rank's model has the same arena layout; if not, throws
-  /// dpl::Error on every rank, naming the first rank that differs from rank 0.
-  virtual void bcast_data(nn::Module& model);
-  /// Every rank's gradients = their mean over all ranks (one allreduce with kMean over the
-  /// gradient arena). Requires the same model layout on every rank (see bcast_data).
-  virtual void allreduce_grad(nn::Module& model);
+  /// The options this communicator was created with.
+  const CommOptions& options() const { return options_; }
 
   /// The sub-phases of the last allreduce (empty for single-step algorithms).
   const std::vector<SubPhase>& last_phases() const { return last_phases_; }
@@ -137,9 +134,18 @@ class Communicator {
   bool synchronized() const { return synchronized_; }
 
  protected:
+  /// allreduce with a 16-bit wire dtype, called once the arguments passed the checks above (buf
+  /// float32 on a GPU, wire_dtype kBFloat16 or kFloat16, op kSum or kMean). The default throws
+  /// dpl::Error: host algorithms reduce in float32 only.
+  virtual void allreduce_narrowed(Tensor& buf, ReduceOp op, DType wire_dtype);
+
   Topology topology_;
   std::vector<SubPhase> last_phases_;
   bool synchronized_ = false;
+
+ private:
+  friend std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
+  CommOptions options_;
 };
 
 /// The names create_communicator accepts in this build, in a stable order.

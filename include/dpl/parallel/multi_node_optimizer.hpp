@@ -5,6 +5,7 @@
 
 #include "dpl/comm/communicator.hpp"
 #include "dpl/optim/optimizer.hpp"
+#include "dpl/parallel/gradient_reducer.hpp"
 #include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::parallel {
@@ -12,11 +13,13 @@ namespace dpl::parallel {
 /// Decorates an optimizer for data-parallel training over a communicator, as ChainerMN's
 /// create_multi_node_optimizer does.
 ///
-/// setup(model) checks — on every rank, before any collective touches the parameters — that all
-/// ranks have the same parameter names, shapes and dtypes (a mismatch throws dpl::Error on every
-/// rank, naming the first difference), then broadcasts rank 0's weights. Each update then runs
+/// The communication is a GradientReducer's: setup(model) checks — on every rank, before any
+/// collective touches the parameters — that all ranks have the same parameter names, shapes and
+/// dtypes (a mismatch throws the same dpl::Error on every rank, naming the ranks that differ and
+/// their first differing parameter), then broadcasts rank 0's weights. Each update then runs
 ///   compute (update(loss_fn) only: forward + backward)
-///   → allreduce (mean of the gradient arena over all ranks, one call)
+///   → allreduce (mean of the gradient arena over all ranks, one call, in the communicator's
+///     CommOptions::allreduce_dtype)
 ///   → optimize (the wrapped optimizer's fused update),
 /// timing each phase (and the allreduce's sub-phases) into timer(). If the parameter set changes
 /// (a parameter added, data replaced), the check and the broadcast run again before the update.
@@ -55,7 +58,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void step(nn::ParameterArena&) override {}
 
  private:
-  void check_and_broadcast(nn::Module& model);
+  void broadcast_parameters();
   void allreduce_and_step();
   void sync_point();
 
@@ -63,7 +66,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
   std::shared_ptr<comm::Communicator> comm_;
   profile::TimingMode mode_;
   profile::PhaseTimer timer_;
-  std::uint64_t checked_arena_ = 0;  // id of the arena last checked and broadcast
+  std::unique_ptr<GradientReducer> reducer_;  // over target(), from setup()
   std::int64_t iteration_ = 0;
 };
 

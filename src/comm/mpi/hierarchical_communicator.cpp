@@ -53,7 +53,7 @@ class HierarchicalCommunicator final : public MpiCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_hierarchical(const std::string& name) {
+std::unique_ptr<MpiCommunicator> make_hierarchical(const std::string& name) {
   return std::make_unique<HierarchicalCommunicator>(name);
 }
 

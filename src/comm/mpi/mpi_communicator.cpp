@@ -217,6 +217,6 @@ void MpiCommunicator::recv(Tensor& buf, int source, int tag) {
   });
 }
 
-std::unique_ptr<Communicator> make_naive(const std::string& name) { return std::make_unique<MpiCommunicator>(name); }
+std::unique_ptr<MpiCommunicator> make_naive(const std::string& name) { return std::make_unique<MpiCommunicator>(name); }
 
 }  // namespace dpl::comm::detail

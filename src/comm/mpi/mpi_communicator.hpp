@@ -10,6 +10,18 @@
 
 namespace dpl::comm::detail {
 
+/// The MPI communicators a host communicator runs on, for the device communicators that wrap it
+/// and run their own steps over the same groups. Owned by that MpiCommunicator: valid while it
+/// lives.
+struct MpiGroups {
+  /// All ranks of the job (the communicator's duplicate of MPI_COMM_WORLD).
+  MPI_Comm world = MPI_COMM_NULL;
+  /// The ranks of this node, ordered by world rank.
+  MPI_Comm intra = MPI_COMM_NULL;
+  /// The ranks with this intra_rank on every node, ordered by node.
+  MPI_Comm inter = MPI_COMM_NULL;
+};
+
 class MpiCommunicator : public Communicator {
  public:
   /// Initialises MPI if needed, duplicates MPI_COMM_WORLD, builds the topology (hardware nodes,
@@ -26,14 +38,8 @@ class MpiCommunicator : public Communicator {
   void send(const Tensor& buf, int dest, int tag) override;
   void recv(Tensor& buf, int source, int tag) override;
 
-  // For communicators that wrap this one (the device communicators of NCCL builds) and run their
-  // own steps over the same groups.
-  /// All ranks of the job (this communicator's duplicate of MPI_COMM_WORLD).
-  MPI_Comm world_comm() const { return world_.get(); }
-  /// The ranks of this node.
-  MPI_Comm intra_comm() const { return intra_.get(); }
-  /// The ranks with this intra_rank on every node.
-  MPI_Comm inter_comm() const { return inter_.get(); }
+  /// The groups this communicator runs on, for communicators that wrap it (see MpiGroups).
+  MpiGroups groups() const { return MpiGroups{world_.get(), intra_.get(), inter_.get()}; }
 
  protected:
   /// All ranks (a duplicate of MPI_COMM_WORLD, so our traffic never matches the program's own).

@@ -85,7 +85,7 @@ class TwoDimensionalCommunicator final : public MpiCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_two_dimensional(const std::string& name) {
+std::unique_ptr<MpiCommunicator> make_two_dimensional(const std::string& name) {
   return std::make_unique<TwoDimensionalCommunicator>(name);
 }
 

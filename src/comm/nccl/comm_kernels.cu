@@ -3,7 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/comm_interop.hpp"
 #include "comm/nccl/comm_kernels.hpp"
 #include "dpl/core/error.hpp"
 
@@ -50,15 +50,15 @@ __global__ void from16_kernel(const H* s, float* d, std::int64_t n, float div) {
 
 void launch_divide(float* data, std::int64_t n, float divisor, int device, cudaStream_t stream) {
   if (n == 0) return;
-  backend::cuda_detail::DeviceGuard guard(device);
-  divide_kernel<<<backend::cuda_detail::grid_for(n, kThreads, device), kThreads, 0, stream>>>(data, n, divisor);
+  backend::comm_interop::DeviceGuard guard(device);
+  divide_kernel<<<backend::comm_interop::grid_for(n, kThreads, device), kThreads, 0, stream>>>(data, n, divisor);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_cast_to_16bit(const float* src, void* dst, DType dtype, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
-  backend::cuda_detail::DeviceGuard guard(device);
-  const unsigned grid = backend::cuda_detail::grid_for(n, kThreads, device);
+  backend::comm_interop::DeviceGuard guard(device);
+  const unsigned grid = backend::comm_interop::grid_for(n, kThreads, device);
   if (dtype == kBFloat16) {
     to16_kernel<<<grid, kThreads, 0, stream>>>(src, static_cast<__nv_bfloat16*>(dst), n);
   } else {
@@ -71,8 +71,8 @@ void launch_cast_to_16bit(const float* src, void* dst, DType dtype, std::int64_t
 void launch_cast_from_16bit(const void* src, DType dtype, float* dst, std::int64_t n, float divisor, int device,
                             cudaStream_t stream) {
   if (n == 0) return;
-  backend::cuda_detail::DeviceGuard guard(device);
-  const unsigned grid = backend::cuda_detail::grid_for(n, kThreads, device);
+  backend::comm_interop::DeviceGuard guard(device);
+  const unsigned grid = backend::comm_interop::grid_for(n, kThreads, device);
   if (dtype == kBFloat16) {
     from16_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src), dst, n, divisor);
   } else {

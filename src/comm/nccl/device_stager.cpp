@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <climits>
 
-#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/comm_interop.hpp"
 #include "comm/environment.hpp"
 #include "comm/staging_pipeline.hpp"
 #include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
 
-using backend::cuda_detail::DeviceGuard;
+using backend::comm_interop::DeviceGuard;
 
 DeviceStager::DeviceStager(int device) : device_(device) {
   chunk_bytes_ = static_cast<std::size_t>(positive_int_env("DPL_STAGING_CHUNK_BYTES").value_or(4 << 20));
