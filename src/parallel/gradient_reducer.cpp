@@ -8,12 +8,15 @@ namespace dpl::parallel {
 
 namespace {
 
-// One line per parameter: what every rank's model must agree on before arenas are exchanged
-// element by element (the arena layout follows from the names, shapes and order).
+// One line per parameter, then one per buffer: what every rank's model must agree on before
+// arenas and buffers are exchanged element by element (the arena layout follows from the names,
+// shapes and order).
 std::string model_description(const nn::Module& model) {
   std::ostringstream os;
   for (const auto& [name, var] : model.named_parameters())
     os << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
+  for (const auto& [name, var] : model.named_buffers())
+    os << "buffer " << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
   return os.str();
 }
 
@@ -24,14 +27,26 @@ GradientReducer::GradientReducer(nn::Module& model, comm::Communicator& comm) : 
 void GradientReducer::broadcast_parameters() {
   comm::check_ranks_agree(comm_, model_description(model_),
                           {"GradientReducer.broadcast_parameters", "the models", "parameter",
-                           "every rank must build the same parameters (names, shapes, dtypes)"});
+                           "every rank must build the same parameters and buffers (names, shapes, dtypes)"});
   nn::ParameterArena& arena = model_.arena();
   if (arena.numel() > 0) {
     Tensor params = arena.params();
     comm_.broadcast(params, 0);
   }
-  // Module buffers (running statistics and the like) are to be broadcast here too, from rank 0,
-  // once modules list them beside their parameters.
+  // Buffers (running statistics and the like) are state too: every rank starts from rank 0's.
+  // They are few and this runs once per arena, so one broadcast each is cheap enough; contiguous
+  // tensors are what collectives take, so a strided buffer goes through a copy.
+  for (auto& [name, var] : model_.named_buffers()) {
+    Tensor data = var.data();
+    if (data.numel() == 0) continue;
+    if (data.is_contiguous()) {
+      comm_.broadcast(data, 0);
+    } else {
+      Tensor packed = data.contiguous();
+      comm_.broadcast(packed, 0);
+      data.copy_(packed);
+    }
+  }
   broadcast_arena_ = arena.id();
 }
 

@@ -153,11 +153,59 @@ TEST(GradientReducer, DifferentModelsAreRefusedOnEveryRankWithTheSameMessage) {
     parallel::GradientReducer reducer(model, comm);
     const std::string what = error_message([&] { reducer.broadcast_parameters(); });
     for (const std::string& part : std::vector<std::string>{"GradientReducer.broadcast_parameters (" + name + ")", "the models differ",
-                                   "rank(s) 1 differ from rank 0", "Rank 1: expected parameter 'l1.bias (16,) float32'",
-                                   "got 'l1.bias (17,) float32'"})
+                                   "rank(s) 1 differ from rank 0", "Rank 1: expected parameter 'l1.weight (16, 12) float32'",
+                                   "got 'l1.weight (17, 12) float32'"})
       EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' missing in: " << what;
     EXPECT_TRUE(comm::ranks_differing_from_rank0(comm, what).empty()) << name << ": not the same error everywhere";
     EXPECT_TRUE(reducer.needs_broadcast()) << name << ": nothing was broadcast";
+  }
+}
+
+// A layer with running statistics: a parameter and two buffers of different dtypes.
+class WithStatistics : public nn::Module {
+ public:
+  WithStatistics(std::int64_t channels, float fill, std::int64_t count) {
+    register_parameter("weight", Tensor::full({channels}, fill));
+    mean_ = register_buffer("running_mean", Tensor::full({channels}, fill));
+    count_ = register_buffer("count", Tensor::from_vector<std::int64_t>({count}, {1}));
+  }
+  Variable forward(const Variable& x) override { return x; }
+  Variable mean_, count_;
+};
+
+TEST(GradientReducer, BuffersAreBroadcastFromRankZero) {
+  for (const auto& name : kNames) {
+    auto& comm = communicator(name);
+    const float r = static_cast<float>(comm.rank());
+    WithStatistics model(5, 1.f + r, 10 + comm.rank());
+    parallel::GradientReducer(model, comm).broadcast_parameters();
+    EXPECT_EQ(model.mean_.data().to_vector<float>(), std::vector<float>(5, 1.f)) << name;
+    EXPECT_EQ(model.count_.data().to_vector<std::int64_t>(), std::vector<std::int64_t>{10}) << name;
+  }
+}
+
+// Equal parameters, one buffer of another shape on the last rank: refused like a parameter.
+class OddBuffer : public nn::Module {
+ public:
+  explicit OddBuffer(bool wide) {
+    register_parameter("weight", Tensor::ones({4}));
+    register_buffer("running_var", Tensor::ones({wide ? 3 : 2}));
+  }
+  Variable forward(const Variable& x) override { return x; }
+};
+
+TEST(GradientReducer, ARankWhoseBuffersDifferIsRefused) {
+  if (communicator("naive").size() < 2) GTEST_SKIP() << "needs two ranks";
+  for (const auto& name : kNames) {
+    auto& comm = communicator(name);
+    OddBuffer model(comm.rank() == comm.size() - 1);
+    const std::string what = error_message([&] { parallel::GradientReducer(model, comm).broadcast_parameters(); });
+    const std::string last = std::to_string(comm.size() - 1);
+    for (const std::string& part : {std::string("the models differ"), "rank(s) " + last + " differ from rank 0",
+                                    std::string("'buffer running_var (2,) float32'"),
+                                    std::string("'buffer running_var (3,) float32'")})
+      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' missing in: " << what;
+    EXPECT_TRUE(comm::ranks_differing_from_rank0(comm, what).empty()) << name << ": not the same error everywhere";
   }
 }
 

@@ -20,10 +20,11 @@ class GradientReducer {
   /// A reducer for model over comm. Communicates nothing.
   GradientReducer(nn::Module& model, comm::Communicator& comm);
 
-  /// Every rank's parameters = rank 0's (one broadcast of the parameter arena). First checks that
-  /// every rank's model has the same parameters (names, shapes, dtypes, in order); if not, every
-  /// rank throws the same dpl::Error naming the ranks that differ from rank 0 and their first
-  /// differing parameter, and nothing is broadcast. Ensures needs_broadcast() is false after.
+  /// Every rank's parameters and buffers = rank 0's (one broadcast of the parameter arena, one per
+  /// buffer). First checks that every rank's model has the same parameters and buffers (names,
+  /// shapes, dtypes, in order); if not, every rank throws the same dpl::Error naming the ranks
+  /// that differ from rank 0 and their first differing entry, and nothing is broadcast. Ensures
+  /// needs_broadcast() is false after.
   void broadcast_parameters();
 
   /// Every rank's gradients = their mean over all ranks: one allreduce (kMean) of the gradient
