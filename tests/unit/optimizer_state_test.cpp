@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -159,38 +160,31 @@ TEST(OptimizerState, BadStateIsNamedAndChangesNothing) {
                    AllOf(HasSubstr("state tensor 'v' must be float32 of shape"), HasSubstr("got float32 of shape (3,)")));
   expect_unchanged();
 
-  auto scalars = source.scalars;
-  scalars.erase("moment_steps");
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars), HasSubstr("missing state scalar 'moment_steps'"));
-  expect_unchanged();
-
-  scalars = source.scalars;
-  scalars["momentum"] = 0.9;
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars), HasSubstr("unexpected state scalar 'momentum'"));
-  expect_unchanged();
-
-  scalars = source.scalars;
-  scalars["t"] = 2.5;
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars),
-                   HasSubstr("expected \"t\" to be a whole number >= 0, got 2.5"));
-  expect_unchanged();
-
-  scalars = source.scalars;
-  scalars["moment_steps"] = -1;
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars),
-                   HasSubstr("Adam::load_state: expected \"moment_steps\" to be a whole number >= 0, got -1"));
-  expect_unchanged();
-
-  scalars = source.scalars;
-  scalars["lr"] = -0.5;
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars), HasSubstr("expected \"lr\" to be finite and >= 0, got -0.5"));
-  expect_unchanged();
-
-  scalars = source.scalars;
-  scalars["beta1"] = 0.5;
-  DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars),
-                   HasSubstr("Adam::load_state: the state was saved with beta1 = 0.5, but this optimizer has beta1 = 0.9"));
-  expect_unchanged();
+  // One scalar changed (nullopt: removed), and what the error must say.
+  struct ScalarCase {
+    const char* key;
+    std::optional<double> value;
+    const char* message;
+  };
+  const ScalarCase cases[] = {
+      {"moment_steps", std::nullopt, "missing state scalar 'moment_steps'"},
+      {"momentum", 0.9, "unexpected state scalar 'momentum'"},
+      {"t", 2.5, "expected \"t\" to be a whole number >= 0, got 2.5"},
+      {"moment_steps", -1, "Adam::load_state: expected \"moment_steps\" to be a whole number >= 0, got -1"},
+      {"lr", -0.5, "expected \"lr\" to be finite and >= 0, got -0.5"},
+      {"beta1", 0.5, "Adam::load_state: the state was saved with beta1 = 0.5, but this optimizer has beta1 = 0.9"},
+  };
+  for (const ScalarCase& c : cases) {
+    SCOPED_TRACE(c.message);
+    auto scalars = source.scalars;
+    if (c.value) {
+      scalars[c.key] = *c.value;
+    } else {
+      scalars.erase(c.key);
+    }
+    DPL_EXPECT_ERROR(target.opt.load_state(source.tensors, scalars), HasSubstr(c.message));
+    expect_unchanged();
+  }
 
   // The good state still loads afterwards.
   target.opt.load_state(source.tensors, source.scalars);

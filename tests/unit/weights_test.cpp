@@ -35,15 +35,30 @@ class WithStats : public nn::Module {
   Variable mean_, count_;
 };
 
+// Every parameter and buffer as (name, tensor), parameters first: what save_weights writes.
+std::vector<std::pair<std::string, Tensor>> tensors_of(const nn::Module& m) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, v] : m.named_parameters()) out.emplace_back(name, v.data());
+  for (const auto& [name, v] : m.named_buffers()) out.emplace_back(name, v.data());
+  return out;
+}
+
+// tensors_of(m) with the tensor called name replaced by value, or left out when value is
+// undefined; the replacement goes last, after every tensor that loads correctly.
+std::vector<std::pair<std::string, Tensor>> tensors_with(const nn::Module& m, const std::string& name, Tensor value) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& entry : tensors_of(m))
+    if (entry.first != name) out.push_back(std::move(entry));
+  if (value.defined()) out.emplace_back(name, std::move(value));
+  return out;
+}
+
 // Every parameter and buffer value, by name, on the host.
 std::vector<std::pair<std::string, std::vector<float>>> snapshot(const nn::Module& m) {
   std::vector<std::pair<std::string, std::vector<float>>> out;
-  for (const auto& [name, v] : m.named_parameters()) out.emplace_back(name, v.data().to_vector<float>());
-  for (const auto& [name, v] : m.named_buffers()) {
-    const Tensor& t = v.data();
+  for (const auto& [name, t] : tensors_of(m))
     out.emplace_back(name, t.dtype() == kInt64 ? std::vector<float>{static_cast<float>(t.to_vector<std::int64_t>()[0])}
                                                : t.to_vector<float>());
-  }
   return out;
 }
 
@@ -80,11 +95,7 @@ TEST(Weights, MissingTensorIsNamedAndTheModelIsUnchanged) {
   TempDir dir("dpl_weights");
   const std::string path = dir.file("partial.safetensors");
   WithStats source(1);
-  // Everything but running_mean.
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, v] : source.named_parameters()) tensors.emplace_back(name, v.data());
-  tensors.emplace_back("count", source.count_.data());
-  serialize::save_safetensors(path, tensors);
+  serialize::save_safetensors(path, tensors_with(source, "running_mean", Tensor()));
 
   WithStats target(2);
   const auto before = snapshot(target);
@@ -100,11 +111,7 @@ TEST(Weights, ExtraTensorIsAnErrorOnlyWhenStrict) {
   TempDir dir("dpl_weights");
   const std::string path = dir.file("extra.safetensors");
   WithStats source(1);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, v] : source.named_parameters()) tensors.emplace_back(name, v.data());
-  for (const auto& [name, v] : source.named_buffers()) tensors.emplace_back(name, v.data());
-  tensors.emplace_back("head.weight", Tensor::ones({2, 2}));
-  serialize::save_safetensors(path, tensors);
+  serialize::save_safetensors(path, tensors_with(source, "head.weight", Tensor::ones({2, 2})));
 
   WithStats target(2);
   const auto before = snapshot(target);
@@ -115,17 +122,13 @@ TEST(Weights, ExtraTensorIsAnErrorOnlyWhenStrict) {
   EXPECT_EQ(snapshot(target), snapshot(source));
 }
 
-// The mis-shaped tensor comes last in the file, so a loader that copied as it checked would already
-// have changed every other tensor.
+// The mis-shaped tensor comes last in the file (see tensors_with), so a loader that copied as it
+// checked would already have changed every other tensor.
 TEST(Weights, MisShapedOrMisTypedTensorIsNamedAndNothingIsCopied) {
   TempDir dir("dpl_weights");
   const std::string path = dir.file("shapes.safetensors");
   WithStats source(1);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, v] : source.named_parameters()) tensors.emplace_back(name, v.data());
-  tensors.emplace_back("count", source.count_.data());
-  tensors.emplace_back("running_mean", Tensor::zeros({4}));
-  serialize::save_safetensors(path, tensors);
+  serialize::save_safetensors(path, tensors_with(source, "running_mean", Tensor::zeros({4})));
 
   WithStats target(2);
   const auto before = snapshot(target);
@@ -134,8 +137,7 @@ TEST(Weights, MisShapedOrMisTypedTensorIsNamedAndNothingIsCopied) {
                          Not(HasSubstr("mlp.l1"))));
   EXPECT_EQ(snapshot(target), before);
 
-  tensors.back().second = Tensor::zeros({3}, kInt32);
-  serialize::save_safetensors(path, tensors);
+  serialize::save_safetensors(path, tensors_with(source, "running_mean", Tensor::zeros({3}, kInt32)));
   DPL_EXPECT_ERROR(nn::load_weights(target, path),
                    AllOf(HasSubstr("'running_mean' is int32 in the file but float32 in the model")));
   EXPECT_EQ(snapshot(target), before);
