@@ -23,9 +23,9 @@ void save_weights(const Module& model, const std::string& path);
 /// Requires: a file that holds, for every parameter and buffer of model, a tensor of the same
 /// name, dtype and shape; with strict, no other tensors (without it, the others are ignored).
 /// Ensures: every parameter and buffer holds the file's value. Throws dpl::Error naming the file
-/// and every missing, unexpected (strict only), mis-typed or mis-shaped tensor, or a file
-/// problem (see serialize::load_safetensors); every check runs before the first copy, so on an
-/// error the model is unchanged.
+/// and the missing, unexpected (strict only), mis-typed or mis-shaped tensors (the first ten, and
+/// how many more), or a file problem (see serialize::load_safetensors); every check runs before
+/// the first copy, so on an error the model is unchanged.
 void load_weights(Module& model, const std::string& path, bool strict = true);
 
 }  // namespace dpl::nn
