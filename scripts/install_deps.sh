@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
+  python3 python3-numpy  # the safetensors test checks files against a reader and writer in numpy
 )
 
 missing=()

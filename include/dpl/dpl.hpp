@@ -8,5 +8,6 @@
 #include "dpl/optim.hpp"
 #include "dpl/parallel.hpp"
 #include "dpl/profile.hpp"
+#include "dpl/serialize.hpp"
 #include "dpl/tensor.hpp"
 #include "dpl/train.hpp"

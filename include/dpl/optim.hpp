@@ -1,3 +1,4 @@
 #pragma once
-// Umbrella header: optimizers.
+// Umbrella header: optimizers and learning-rate schedules.
 #include "dpl/optim/optimizer.hpp"
+#include "dpl/optim/schedule.hpp"

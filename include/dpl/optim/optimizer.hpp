@@ -2,6 +2,7 @@
 // Optimizers: update a model's parameters from its gradients, one fused pass over the arena.
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,25 @@ class Optimizer {
   /// Number of updates done since setup().
   virtual std::int64_t t() const { return t_; }
   /// The state arenas by name ("velocity"; "m", "v"), each with the parameter arena's layout.
+  /// These views of the live state are the tensor half of what load_state() restores.
   virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
+  /// The scalar half of the state: "t", "lr" and "weight_decay", plus each optimizer's own
+  /// (Adam: "moment_steps", and its fixed hyperparameters "beta1", "beta2", "eps"; MomentumSGD:
+  /// "momentum"). Values are exact: the floats and counts convert to double without rounding.
+  virtual std::map<std::string, double> state_scalars() const;
+  /// Restores state exported by state() and state_scalars() of an optimizer of the same kind
+  /// and settings, bound to a model of the same parameter layout, so that the next updates are
+  /// bit-identical to those the exporting optimizer would have made.
+  ///
+  /// Requires: setup() done; tensors named as state() names them, each of the same dtype and
+  /// shape; scalars with exactly the keys of state_scalars(), t and moment_steps whole numbers
+  /// >= 0, lr and weight_decay valid for set_lr/set_weight_decay, and the fixed hyperparameters
+  /// equal to this optimizer's (they are settings of the run, checked rather than copied).
+  /// Ensures: the state is copied in (tensors on this optimizer's device). Throws dpl::Error
+  /// naming the optimizer and the offending entry; everything is checked before anything
+  /// changes, so on an error the optimizer is unchanged.
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const std::map<std::string, double>& scalars);
   /// The bound model. Requires setup().
   virtual nn::Module& target() const;
 
@@ -48,6 +67,10 @@ class Optimizer {
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
   /// Runs the fused update over the whole arena (t_ already counts this step).
   virtual void step(nn::ParameterArena& arena) = 0;
+  /// load_state's hook for an optimizer's own scalars (the keys beyond the base ones, already
+  /// known to be present): checks them all, and only then assigns. Throws dpl::Error on a bad
+  /// value, before assigning anything.
+  virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
 
   nn::Module* target_ = nullptr;
   // The arena the state was laid out for; a repacked model gets fresh state.
@@ -78,10 +101,12 @@ class MomentumSGD : public Optimizer {
   void set_lr(float lr) override;
   float momentum() const { return momentum_; }
   std::vector<std::pair<std::string, Tensor>> state() const override { return {{"velocity", velocity_}}; }
+  std::map<std::string, double> state_scalars() const override;
 
  protected:
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
+  void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
   float lr_, momentum_;
@@ -101,10 +126,12 @@ class Adam : public Optimizer {
   float beta2() const { return beta2_; }
   float eps() const { return eps_; }
   std::vector<std::pair<std::string, Tensor>> state() const override { return {{"m", m_}, {"v", v_}}; }
+  std::map<std::string, double> state_scalars() const override;
 
  protected:
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
+  void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
   float alpha_, beta1_, beta2_, eps_;

@@ -40,6 +40,13 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void set_weight_decay(float rate) override { actual_->set_weight_decay(rate); }
   std::int64_t t() const override { return actual_->t(); }
   std::vector<std::pair<std::string, Tensor>> state() const override { return actual_->state(); }
+  std::map<std::string, double> state_scalars() const override { return actual_->state_scalars(); }
+  /// Restores the wrapped optimizer's state; local to this rank (no communication), so every
+  /// rank loads the same state itself.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::map<std::string, double>& scalars) override {
+    actual_->load_state(tensors, scalars);
+  }
   nn::Module& target() const override { return actual_->target(); }
 
   /// The wrapped optimizer.

@@ -1,0 +1,68 @@
+#include "dpl/serialize/weights.hpp"
+
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "dpl/core/error.hpp"
+#include "dpl/serialize/safetensors.hpp"
+
+namespace dpl::nn {
+
+namespace {
+// Parameters, then buffers: the names save_weights writes and load_weights expects.
+std::vector<std::pair<std::string, Variable>> weights_of(const Module& model) {
+  auto all = model.named_parameters();
+  for (auto& entry : model.named_buffers()) all.push_back(std::move(entry));
+  return all;
+}
+
+// A model with thousands of tensors against the wrong file would otherwise give a page of text.
+constexpr std::size_t kMaxListed = 10;
+}  // namespace
+
+void save_weights(const Module& model, const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, var] : weights_of(model)) tensors.emplace_back(name, var.data());
+  serialize::save_safetensors(path, tensors);
+}
+
+void load_weights(Module& model, const std::string& path, bool strict) {
+  const serialize::SafetensorsFile file = serialize::load_safetensors(path);
+  std::unordered_map<std::string, const Tensor*> in_file;
+  for (const auto& [name, t] : file.tensors) in_file.emplace(name, &t);
+
+  std::vector<std::string> problems;
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  std::set<std::string> wanted;
+  for (const auto& [name, var] : weights_of(model)) {
+    wanted.insert(name);
+    const auto it = in_file.find(name);
+    const Tensor& dst = var.data();
+    if (it == in_file.end()) {
+      problems.push_back(detail::concat("'", name, "' is missing from the file"));
+    } else if (it->second->dtype() != dst.dtype()) {
+      problems.push_back(detail::concat("'", name, "' is ", it->second->dtype(), " in the file but ", dst.dtype(),
+                                        " in the model"));
+    } else if (it->second->shape() != dst.shape()) {
+      problems.push_back(detail::concat("'", name, "' has shape ", shape_str(it->second->shape()),
+                                        " in the file but ", shape_str(dst.shape()), " in the model"));
+    } else {
+      copies.emplace_back(dst, it->second);
+    }
+  }
+  if (strict)
+    for (const auto& [name, t] : file.tensors)
+      if (wanted.count(name) == 0)
+        problems.push_back(detail::concat("'", name, "' is in the file but not in the model (strict loading)"));
+
+  if (!problems.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < problems.size() && i < kMaxListed; ++i) list += (i ? "; " : "") + problems[i];
+    if (problems.size() > kMaxListed) list += detail::concat("; and ", problems.size() - kMaxListed, " more");
+    DPL_FAIL("load_weights: ", path, " does not fit the model, which is unchanged: ", list);
+  }
+  for (auto& [dst, src] : copies) dst.copy_(*src);
+}
+
+}  // namespace dpl::nn
