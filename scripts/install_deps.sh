@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libeigen3-dev libopenblas-openmp-dev zlib1g-dev
+  libeigen3-dev libopenblas-openmp-dev zlib1g-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
