@@ -1,4 +1,5 @@
-// CPU-vs-CUDA agreement of every method of the backend interface (src/backend/kernels.hpp).
+// CPU-vs-CUDA agreement of every kernel of the backend (src/backend/kernels.hpp), in float32 and,
+// in the second half, bfloat16 and float16.
 // Each test runs the same fresh random inputs through both backends; device outputs start as
 // NaN so that an element the kernel does not write fails the comparison.
 //
@@ -8,6 +9,8 @@
 // this by two orders of magnitude); comparisons and copies exact.
 #include <cstring>
 
+#include "backend/cuda/cast.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
 #include "cuda_test_util.hpp"
 
 namespace dpl::test {
@@ -302,6 +305,193 @@ TEST_F(KernelsTest, FillEveryDtypeContiguousAndStrided) {
   Tensor ev = expect.narrow(1, 1, 2);
   backend::fill(ev, 2.0);
   expect_equal<float>(base, expect, "strided fill");
+}
+
+// --- bfloat16 and float16 -------------------------------------------------------------------
+// Both backends compute in float on the same 16-bit inputs and round once, so their 16-bit
+// outputs agree to one 16-bit ulp (2^-7 relative for bfloat16, 2^-10 for float16): the float
+// results may differ in their last float32 bits and straddle a rounding boundary.
+
+constexpr DType kHalfTypes[] = {kBFloat16, kFloat16};
+
+float ulp_of(DType t) { return t == kBFloat16 ? 1.f / 128.f : 1.f / 1024.f; }
+
+/// Random values in [lo, hi) as a host tensor of dtype t.
+Tensor rand_as(KernelsTest& t, DType dt, const Shape& s, float lo = -1.f, float hi = 1.f) {
+  return t.rand(s, lo, hi).to(dt);
+}
+
+/// A device tensor of dtype dt full of NaN.
+Tensor poisoned_as(DType dt, const Shape& s) { return poisoned(s).to(dt); }
+
+void expect_close_half(const Tensor& got, const Tensor& want, float atol, const std::string& what) {
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  expect_close(got.to(kFloat32), want.to(kFloat32), ulp_of(want.dtype()), atol,
+               what + " " + dtype_name(want.dtype()));
+}
+
+TEST_F(KernelsTest, HalfGemm) {
+  for (DType dt : kHalfTypes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (float beta : {0.f, 1.f}) {
+          const std::int64_t m = 37, k = 53, n = 29;
+          const Tensor a = rand_as(*this, dt, ta ? Shape{k, m} : Shape{m, k});
+          const Tensor b = rand_as(*this, dt, tb ? Shape{n, k} : Shape{k, n});
+          const Tensor c0 = rand_as(*this, dt, {m, n});
+          Tensor want = c0.clone();
+          backend::gemm(ta, tb, 0.75f, a, b, beta, want);
+          Tensor got = beta == 0.f ? poisoned_as(dt, {m, n}) : on_gpu(c0);
+          backend::gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
+          expect_close_half(got, want, 1e-5f * static_cast<float>(k),
+                            "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, HalfElementwiseNd) {
+  for (DType dt : kHalfTypes) {
+    // (2,3,8) takes the four-element path, (3,5,7) the one-element path.
+    for (const Shape& s : {Shape{2, 3, 8}, Shape{3, 5, 7}}) {
+      const std::string what = " shape=" + shape_str(s);
+      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+        for (Broadcast bc : {Broadcast::kNone, Broadcast::kRow, Broadcast::kScalar}) {
+          for (float beta : {0.f, 1.f}) {
+            const Shape bs = bc == Broadcast::kNone ? s : bc == Broadcast::kRow ? Shape{s.back()} : Shape{};
+            const Tensor a = rand_as(*this, dt, s), b = rand_as(*this, dt, bs), o0 = rand_as(*this, dt, s);
+            Tensor want = o0.clone();
+            backend::binary(op, bc, a, b, beta, want);
+            Tensor got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(o0);
+            backend::binary(op, bc, on_gpu(a), on_gpu(b), beta, got);
+            expect_close_half(got, want, 1e-6f, "binary" + what);
+          }
+        }
+      }
+      const Tensor x = rand_as(*this, dt, s), y0 = rand_as(*this, dt, s), gy = rand_as(*this, dt, s);
+      const Tensor sc = rand_as(*this, dt, {});
+      for (float beta : {0.f, 1.f}) {
+        Tensor want = y0.clone(), got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(y0);
+        backend::axpby(0.7f, x, beta, want);
+        backend::axpby(0.7f, on_gpu(x), beta, got);
+        expect_close_half(got, want, 1e-6f, "axpby" + what);
+
+        want = y0.clone();
+        got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(y0);
+        backend::fill_scaled(0.5f, sc, beta, want);
+        backend::fill_scaled(0.5f, on_gpu(sc), beta, got);
+        expect_close_half(got, want, 1e-6f, "fill_scaled" + what);
+
+        want = y0.clone();
+        got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(y0);
+        backend::relu_backward(x, gy, beta, want);
+        backend::relu_backward(on_gpu(x), on_gpu(gy), beta, got);
+        expect_close_half(got, want, 0.f, "relu_backward" + what);
+      }
+      Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
+      backend::relu(x, want);
+      backend::relu(on_gpu(x), got);
+      expect_close_half(got, want, 0.f, "relu" + what);
+    }
+  }
+}
+
+TEST_F(KernelsTest, HalfReductions) {
+  for (DType dt : kHalfTypes) {
+    for (const Shape& s : {Shape{4, 25, 40}, Shape{1000, 7}, Shape{3, 33}}) {
+      const std::int64_t rows = shape_numel(s) / s.back();
+      const Tensor x = rand_as(*this, dt, s), o0 = rand_as(*this, dt, {s.back()});
+      for (float beta : {0.f, 1.f}) {
+        Tensor want = o0.clone(), got = beta == 0.f ? poisoned_as(dt, {s.back()}) : on_gpu(o0);
+        backend::sum_rows(0.5f, x, beta, want);
+        backend::sum_rows(0.5f, on_gpu(x), beta, got);
+        expect_close_half(got, want, 1e-5f * static_cast<float>(rows), "sum_rows shape=" + shape_str(s));
+      }
+      Tensor want = Tensor::empty({}, dt), got = poisoned_as(dt, {});
+      backend::sum_all(0.25f, x, want);
+      backend::sum_all(0.25f, on_gpu(x), got);
+      expect_close_half(got, want, 1e-5f, "sum_all shape=" + shape_str(s));
+    }
+    // 65536 ones: a sum kept in 16 bits would stop at 256 (bfloat16) or 2048 (float16).
+    Tensor total = poisoned_as(dt, {});
+    backend::sum_all(1.f, Tensor::ones({256, 256}, TensorOptions(dt, gpu())), total);
+    EXPECT_EQ(total.item(), 65536.f) << dtype_name(dt);
+  }
+}
+
+TEST_F(KernelsTest, HalfSoftmaxCrossEntropyAndAccuracy) {
+  for (DType dt : kHalfTypes) {
+    for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}}) {
+      const std::string what = " shape=" + shape_str(s);
+      const Tensor logits = rand_as(*this, dt, s, -8.f, 8.f), y = labels(s[0], s[1]);
+      Tensor wp = Tensor::empty(s, dt), wl = Tensor::empty({}, dt);
+      backend::softmax_xent(logits, y, wp, wl);
+      Tensor gp = poisoned_as(dt, s), gl = poisoned_as(dt, {});
+      backend::softmax_xent(on_gpu(logits), on_gpu(y), gp, gl);
+      expect_close_half(gp, wp, 1e-6f, "softmax_xent probs" + what);
+      expect_close_half(gl, wl, 1e-5f, "softmax_xent loss" + what);
+
+      for (float beta : {0.f, 1.f}) {
+        const Tensor gloss = rand_as(*this, dt, {}, 0.5f, 2.f), g0 = rand_as(*this, dt, s);
+        Tensor want = g0.clone(), got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
+        backend::softmax_xent_backward(wp, y, gloss, beta, want);
+        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), on_gpu(gloss), beta, got);
+        expect_close_half(got, want, 1e-6f, "softmax_xent_backward" + what);
+      }
+
+      Tensor wa = Tensor::empty({}, dt), ga = poisoned_as(dt, {});
+      backend::accuracy(logits, y, wa);
+      backend::accuracy(on_gpu(logits), on_gpu(y), ga);
+      EXPECT_EQ(ga.item(), wa.item()) << "accuracy" << what << " " << dtype_name(dt);
+    }
+  }
+}
+
+TEST_F(KernelsTest, CastsEveryDirectionAndTheDividingLauncher) {
+  const DType types[] = {kFloat32, kBFloat16, kFloat16};
+  Tensor x = rand({3, 4, 97}, -300.f, 300.f);
+  x.set<float>({0, 0, 0}, std::nan(""));
+  x.set<float>({0, 0, 1}, 1e6f);  // beyond float16: infinity
+  for (DType from : types) {
+    const Tensor src = x.to(from);
+    for (DType to : types) {
+      Tensor want = Tensor::empty(src.shape(), to);
+      backend::cast(src, want);
+      Tensor got = poisoned_as(to, src.shape());
+      backend::cast(on_gpu(src), got);
+      // Both sides round the same float to nearest even: equal values, NaN where NaN. (NaN's
+      // bits may differ: the device writes the canonical NaN, the host keeps the payload.)
+      const std::vector<float> g = got.to(kFloat32).to_vector<float>(), w = want.to(kFloat32).to_vector<float>();
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (!(g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])))) {
+          ADD_FAILURE() << "cast " << dtype_name(from) << " -> " << dtype_name(to) << ": element " << i << " is "
+                        << g[i] << ", expected " << w[i];
+          break;
+        }
+      }
+    }
+  }
+  // launch_cast divides on the way (the mean of a 16-bit gradient reduction), on any stream.
+  const Tensor h = x.to(kBFloat16);
+  const Tensor hg = on_gpu(h);
+  Tensor got = poisoned({3, 4, 97});
+  backend::cuda_detail::launch_cast(hg.raw_data(), kBFloat16, got.raw_data(), kFloat32, hg.numel(), 3.f, 0,
+                                    backend::cuda_stream(0));
+  const std::vector<float> g = got.to_vector<float>(), w = h.to(kFloat32).to_vector<float>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(g[i]));
+    } else {
+      EXPECT_EQ(g[i], w[i] / 3.f) << "element " << i;
+    }
+  }
+  // In place: float32 divided by a number.
+  Tensor inplace = on_gpu(x);
+  backend::cuda_detail::launch_cast(inplace.raw_data(), kFloat32, inplace.raw_data(), kFloat32, inplace.numel(), 2.f,
+                                    0, backend::cuda_stream(0));
+  const std::vector<float> ip = inplace.to_vector<float>(), xv = x.to_vector<float>();
+  for (std::size_t i = 1; i < ip.size(); ++i) EXPECT_EQ(ip[i], xv[i] / 2.f) << "element " << i;
 }
 
 // --- optimizer updates ----------------------------------------------------------------------
