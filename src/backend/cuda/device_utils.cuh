@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
 #include "dpl/core/dtype.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/tensor/tensor.hpp"
@@ -159,6 +161,15 @@ void with_float_type(DType dtype, const char* op, F&& f) {
     case DType::kFloat16: f(TypeTag<__half>{}); break;
     default: DPL_FAIL(op, ": expected dtype float32, bfloat16 or float16, got ", dtype);
   }
+}
+
+/// The common frame of a float kernel's implementation: makes t's GPU current and calls
+/// f(TypeTag<T>{}, device) with T the device type of t's dtype (see with_float_type).
+template <typename F>
+void on_device_typed(const Tensor& t, const char* op, F&& f) {
+  CudaDevice& d = cuda_device_of(t);
+  DeviceGuard guard(d.device());
+  with_float_type(t.dtype(), op, [&](auto tag) { f(tag, d); });
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -289,15 +289,12 @@ void launch_sum_all(float alpha, const T* x, std::int64_t n, T* out, const CudaD
 
 namespace {
 
-using cuda_detail::DeviceGuard;
 using cuda_detail::in_ptr;
 using cuda_detail::out_ptr;
-using cuda_detail::with_float_type;
+using cuda_detail::on_device_typed;
 
 void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& o) {
-  CudaDevice& d = cuda_device_of(a);
-  DeviceGuard guard(d.device());
-  with_float_type(a.dtype(), "binary", [&](auto tag) {
+  on_device_typed(a, "binary", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_binary(op, bc, beta != 0.f, in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(o), a.numel(),
                                bc == Broadcast::kRow ? b.numel() : 1, d.device(), d.stream());
@@ -305,9 +302,7 @@ void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, fl
 }
 
 void axpby_cuda(float alpha, const Tensor& x, float beta, Tensor& y) {
-  CudaDevice& d = cuda_device_of(x);
-  DeviceGuard guard(d.device());
-  with_float_type(x.dtype(), "axpby", [&](auto tag) {
+  on_device_typed(x, "axpby", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_axpby(alpha, in_ptr<T>(x), beta, out_ptr<T>(y), x.numel(), d.device(), d.stream());
   });
@@ -316,45 +311,35 @@ void axpby_cuda(float alpha, const Tensor& x, float beta, Tensor& y) {
 void sum_rows_cuda(float alpha, const Tensor& x, float beta, Tensor& o) {
   const std::int64_t cols = o.numel();
   const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  CudaDevice& d = cuda_device_of(x);
-  DeviceGuard guard(d.device());
-  with_float_type(x.dtype(), "sum_rows", [&](auto tag) {
+  on_device_typed(x, "sum_rows", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_sum_rows(alpha, in_ptr<T>(x), beta, out_ptr<T>(o), rows, cols, d.stream());
   });
 }
 
 void sum_all_cuda(float alpha, const Tensor& x, Tensor& o) {
-  CudaDevice& d = cuda_device_of(x);
-  DeviceGuard guard(d.device());
-  with_float_type(x.dtype(), "sum_all", [&](auto tag) {
+  on_device_typed(x, "sum_all", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_sum_all(alpha, in_ptr<T>(x), x.numel(), out_ptr<T>(o), d.scratch(), d.device(), d.stream());
   });
 }
 
 void fill_scaled_cuda(float alpha, const Tensor& s, float beta, Tensor& o) {
-  CudaDevice& d = cuda_device_of(s);
-  DeviceGuard guard(d.device());
-  with_float_type(s.dtype(), "fill_scaled", [&](auto tag) {
+  on_device_typed(s, "fill_scaled", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_fill_scaled(alpha, in_ptr<T>(s), beta, out_ptr<T>(o), o.numel(), d.device(), d.stream());
   });
 }
 
 void relu_cuda(const Tensor& x, Tensor& y) {
-  CudaDevice& d = cuda_device_of(x);
-  DeviceGuard guard(d.device());
-  with_float_type(x.dtype(), "relu", [&](auto tag) {
+  on_device_typed(x, "relu", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_relu(in_ptr<T>(x), out_ptr<T>(y), x.numel(), d.device(), d.stream());
   });
 }
 
 void relu_backward_cuda(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
-  CudaDevice& d = cuda_device_of(y);
-  DeviceGuard guard(d.device());
-  with_float_type(y.dtype(), "relu_backward", [&](auto tag) {
+  on_device_typed(y, "relu_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_relu_backward(in_ptr<T>(y), in_ptr<T>(gy), beta != 0.f, out_ptr<T>(gx), y.numel(), d.device(),
                                       d.stream());

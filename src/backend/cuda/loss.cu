@@ -158,15 +158,12 @@ void launch_accuracy(const T* logits, const std::int32_t* labels, T* out, std::i
 
 namespace {
 
-using cuda_detail::DeviceGuard;
 using cuda_detail::in_ptr;
 using cuda_detail::out_ptr;
-using cuda_detail::with_float_type;
+using cuda_detail::on_device_typed;
 
 void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss) {
-  CudaDevice& d = cuda_device_of(logits);
-  DeviceGuard guard(d.device());
-  with_float_type(logits.dtype(), "softmax_xent", [&](auto tag) {
+  on_device_typed(logits, "softmax_xent", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), out_ptr<T>(probs),
                                      out_ptr<T>(loss), logits.size(0), logits.size(1), d.scratch(), d.device(),
@@ -176,9 +173,7 @@ void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, Tensor& probs
 
 void softmax_xent_backward_cuda(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta,
                                 Tensor& glogits) {
-  CudaDevice& d = cuda_device_of(probs);
-  DeviceGuard guard(d.device());
-  with_float_type(probs.dtype(), "softmax_xent_backward", [&](auto tag) {
+  on_device_typed(probs, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_softmax_xent_backward(in_ptr<T>(probs), labels.data<std::int32_t>(), in_ptr<T>(gloss),
                                               beta != 0.f, out_ptr<T>(glogits), probs.size(0), probs.size(1),
@@ -187,9 +182,7 @@ void softmax_xent_backward_cuda(const Tensor& probs, const Tensor& labels, const
 }
 
 void accuracy_cuda(const Tensor& logits, const Tensor& labels, Tensor& out) {
-  CudaDevice& d = cuda_device_of(logits);
-  DeviceGuard guard(d.device());
-  with_float_type(logits.dtype(), "accuracy", [&](auto tag) {
+  on_device_typed(logits, "accuracy", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_accuracy(in_ptr<T>(logits), labels.data<std::int32_t>(), out_ptr<T>(out), logits.size(0),
                                  logits.size(1), d.scratch(), d.device(), d.stream());
