@@ -21,18 +21,26 @@ namespace cuda_api {
 int device_count() noexcept;
 /// Counters of device's caching allocator (zeros when the device has not been used yet).
 cuda::MemoryStats memory_stats(int device);
+/// Sets device's peak to its current use.
 void reset_peak(int device);
+/// Returns device's wholly free cached segments to the driver.
 void empty_cache(int device);
 /// False when DPL_CUDA_NO_CACHING=1 was set at start-up (and always without the backend).
 bool caching_enabled();
+/// Makes device current for the calling thread.
 void set_device(int device);
 /// The calling thread's current device; requires device_count() > 0.
 int current_device();
+/// Waits until all work dpl queued on device is done.
 void synchronize(int device);
+/// Lets matrix products queued from now on use TF32, or not.
 void set_allow_tf32(bool on);
 bool allow_tf32();
+/// Page-locked host memory from the cache (throws without a GPU or when the driver refuses).
 void* pinned_allocate(std::size_t nbytes);
+/// Returns p to the cache once the copies queued before now are done.
 void pinned_free(void* p) noexcept;
+/// Counters of the pinned host allocator.
 cuda::MemoryStats pinned_stats();
 
 }  // namespace cuda_api

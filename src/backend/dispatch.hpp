@@ -103,6 +103,7 @@ class KernelStub<R(Args...)> {
   void set(Backend backend, Fn fn) { fns_[static_cast<int>(backend)] = fn; }
   /// True when backend has an implementation.
   bool has(Backend backend) const { return fns_[static_cast<int>(backend)] != nullptr; }
+  /// The kernel's name, as declared.
   const char* name() const { return name_; }
 
  private:

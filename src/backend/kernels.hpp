@@ -106,9 +106,13 @@ DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, 
 
 // --- optimizers: one fused pass over a whole arena; float32 master weights and state ----------
 
+/// param -= lr * (grad + weight_decay * param), elementwise over the arena.
 DPL_DECLARE_KERNEL(sgd_update, float32(), void(Tensor& param, const Tensor& grad, const SgdHyper& h));
+/// Chainer's MomentumSGD: velocity = momentum*velocity - lr*(grad + wd*param); param += velocity.
 DPL_DECLARE_KERNEL(momentum_update, float32(),
                    void(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h));
+/// Chainer's Adam: m += (1-beta1)(g-m); v += (1-beta2)(g^2-v); param -= lr_t*m/(sqrt(v)+eps), with
+/// g = grad + weight_decay*param.
 DPL_DECLARE_KERNEL(adam_update, float32(),
                    void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h));
 
@@ -122,8 +126,10 @@ void copy_between_devices(const Tensor& src, Tensor& dst);
 /// calls (`kernels_for(device).synchronize()`); new code calls backend::synchronize(device).
 struct DeviceHandle {
   Device device;
+  /// Waits until all work queued on device is done.
   void synchronize() const { backend::synchronize(device); }
 };
+/// A handle of device (never throws; the handle's calls check the device).
 inline DeviceHandle kernels_for(Device device) { return DeviceHandle{device}; }
 
 }  // namespace dpl::backend

@@ -69,21 +69,21 @@ Tensor Tensor::arange(double start, double end, double step, TensorOptions o) {
 }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Generator& gen, TensorOptions o) {
-  DPL_CHECK(o.dtype == DType::kFloat32, "Tensor::uniform: expected dtype float32, got ", o.dtype);
+  DPL_CHECK(is_float_dtype(o.dtype), "Tensor::uniform: expected dtype float32, bfloat16 or float16, got ", o.dtype);
   DPL_CHECK(low <= high, "Tensor::uniform: expected low <= high, got low=", low, " high=", high);
   Tensor host = empty(shape);
   float* p = host.data<float>();
   for (std::int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = gen.uniform(low, high);
-  return host.to(o.device);
+  return host.to(o.dtype).to(o.device);
 }
 
 Tensor Tensor::normal(const Shape& shape, float mean, float stddev, Generator& gen, TensorOptions o) {
-  DPL_CHECK(o.dtype == DType::kFloat32, "Tensor::normal: expected dtype float32, got ", o.dtype);
+  DPL_CHECK(is_float_dtype(o.dtype), "Tensor::normal: expected dtype float32, bfloat16 or float16, got ", o.dtype);
   DPL_CHECK(stddev >= 0, "Tensor::normal: expected stddev >= 0, got ", stddev);
   Tensor host = empty(shape);
   float* p = host.data<float>();
   for (std::int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = gen.normal(mean, stddev);
-  return host.to(o.device);
+  return host.to(o.dtype).to(o.device);
 }
 
 template <typename T>

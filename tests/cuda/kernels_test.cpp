@@ -494,6 +494,22 @@ TEST_F(KernelsTest, CastsEveryDirectionAndTheDividingLauncher) {
   for (std::size_t i = 1; i < ip.size(); ++i) EXPECT_EQ(ip[i], xv[i] / 2.f) << "element " << i;
 }
 
+// --- the dispatcher ----------------------------------------------------------------------------
+
+TEST_F(KernelsTest, DispatcherRejectsTensorsOnTwoDevices) {
+  const Tensor x = rand({4});
+  Tensor y = poisoned({4});
+  try {
+    backend::relu(x, y);
+    ADD_FAILURE() << "relu accepted a host input and a device output";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("relu"), std::string::npos) << m;
+    EXPECT_NE(m.find("x on cpu"), std::string::npos) << m;
+    EXPECT_NE(m.find("y on cuda:0"), std::string::npos) << m;
+  }
+}
+
 // --- optimizer updates ----------------------------------------------------------------------
 
 TEST_F(KernelsTest, OptimizerUpdatesOverSeveralSteps) {

@@ -257,6 +257,11 @@ TEST(Casts, FillAndItemIn16Bit) {
   Tensor h = Tensor::full({3}, -0.1, kFloat16);
   EXPECT_EQ(static_cast<const std::uint16_t*>(h.raw_data())[2], detail::float_to_float16(-0.1f));
   EXPECT_EQ(Tensor::full({}, 2.5, kFloat16).item(), 2.5f);
+  Generator g1(5), g2(5);
+  const Tensor u = Tensor::uniform({64}, -1.f, 1.f, g1, kBFloat16);
+  EXPECT_EQ(u.dtype(), kBFloat16);
+  const Tensor rounded = Tensor::uniform({64}, -1.f, 1.f, g2).to(kBFloat16);
+  EXPECT_EQ(u.to(kFloat32).to_vector<float>(), rounded.to(kFloat32).to_vector<float>());
   DPL_EXPECT_ERROR(Tensor::zeros({2}, kInt32).to(kFloat16),
                    AllOf(HasSubstr("Tensor::to"), HasSubstr("int32"), HasSubstr("float16")));
 }

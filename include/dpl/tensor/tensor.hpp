@@ -44,10 +44,12 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, TensorOptions options = {});
   /// [start, start+step, ...) below end, as a 1-D tensor.
   static Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
-  /// Uniform in [low, high) drawn from gen (float32 only).
+  /// Uniform in [low, high) drawn from gen as float32, then rounded to a 16-bit float dtype if
+  /// options asks for one (float dtypes only; the rounding may reach high).
   static Tensor uniform(const Shape& shape, float low, float high, Generator& gen = default_generator(),
                         TensorOptions options = {});
-  /// Normal(mean, stddev) drawn from gen (float32 only).
+  /// Normal(mean, stddev) drawn from gen as float32, then rounded to a 16-bit float dtype if
+  /// options asks for one (float dtypes only).
   static Tensor normal(const Shape& shape, float mean, float stddev, Generator& gen = default_generator(),
                        TensorOptions options = {});
   /// A tensor holding a copy of values; values.size() must equal the shape's element count.

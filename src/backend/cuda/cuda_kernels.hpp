@@ -26,12 +26,14 @@ class CudaDevice {
   /// The state of `device` when it has been created already, else null. Never throws.
   static CudaDevice* get_if_created(int device) noexcept;
 
+  /// The GPU's index.
   int device() const { return device_; }
   /// The compute stream: every kernel and copy of this device runs on it. Work on other streams
   /// (communication) must be ordered against it with events.
   cudaStream_t stream() const { return stream_; }
   /// The cuBLAS handle of this device, bound to stream() (created on first use).
   cublasHandle_t cublas();
+  /// The caching allocator of this device's memory (stream-ordered on stream()).
   cuda_detail::CachingAllocator& allocator() { return *allocator_; }
 
   /// Scratch of the one-launch reductions (sum_all, the loss, accuracy): per-block partial sums
@@ -41,6 +43,7 @@ class CudaDevice {
     double* partials = nullptr;
     unsigned* counter = nullptr;
   };
+  /// This device's reduction scratch, for launches on stream().
   const ReduceScratch& scratch() const { return scratch_; }
   /// Most blocks a one-launch reduction may use (size of ReduceScratch::partials).
   static constexpr int kMaxReduceBlocks = 1024;
