@@ -2,6 +2,8 @@
 // writes input gradients with the kernels' beta (write or accumulate) convention.
 #include "dpl/autograd/ops.hpp"
 
+#include <algorithm>
+
 #include "backend/kernels.hpp"
 #include "dpl/autograd/node.hpp"
 
@@ -10,9 +12,6 @@ namespace dpl {
 namespace {
 using backend::BinaryOp;
 using backend::Broadcast;
-using backend::Kernels;
-
-Kernels& kernels(const Tensor& t) { return backend::kernels_for(t.device()); }
 
 Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), TensorOptions(t.dtype(), t.device())); }
 Tensor empty_on(const Shape& s, const Tensor& like) {
@@ -23,7 +22,11 @@ void check_defined(const char* op, const Variable& v, const char* what) {
   DPL_CHECK(v.defined(), op, ": the ", what, " is undefined");
 }
 void check_float(const char* op, const Tensor& t, const char* what) {
-  DPL_CHECK(t.dtype() == DType::kFloat32, op, ": expected ", what, " of dtype float32, got ", t.dtype());
+  DPL_CHECK(is_float_dtype(t.dtype()), op, ": expected ", what, " of dtype float32, bfloat16 or float16, got ",
+            t.dtype());
+}
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  DPL_CHECK(a.dtype() == b.dtype(), op, ": expected operands of one dtype, got ", a.dtype(), " and ", b.dtype());
 }
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   DPL_CHECK(a.device() == b.device(), op, ": expected operands on one device, got ", a.device(), " and ",
@@ -41,8 +44,8 @@ class MatMulNode final : public Node {
   Tensor a, b;
   const char* name() const override { return "matmul"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) kernels(gy).gemm(false, true, 1.f, gy, b, t[0].beta, *t[0].tensor);
-    if (t[1].needed()) kernels(gy).gemm(true, false, 1.f, a, gy, t[1].beta, *t[1].tensor);
+    if (t[0].needed()) backend::gemm(false, true, 1.f, gy, b, t[0].beta, *t[0].tensor);
+    if (t[1].needed()) backend::gemm(true, false, 1.f, a, gy, t[1].beta, *t[1].tensor);
   }
   void release() override { a = b = Tensor(); }
 };
@@ -53,10 +56,9 @@ class LinearNode final : public Node {
   Tensor x, w;
   const char* name() const override { return "linear"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    Kernels& k = kernels(gy);
-    if (t[0].needed()) k.gemm(false, false, 1.f, gy, w, t[0].beta, *t[0].tensor);  // gx = gy W
-    if (t[1].needed()) k.gemm(true, false, 1.f, gy, x, t[1].beta, *t[1].tensor);   // gW = gy^T x
-    if (t.size() > 2 && t[2].needed()) k.sum_rows(1.f, gy, t[2].beta, *t[2].tensor);  // gb = sum_rows gy
+    if (t[0].needed()) backend::gemm(false, false, 1.f, gy, w, t[0].beta, *t[0].tensor);  // gx = gy W
+    if (t[1].needed()) backend::gemm(true, false, 1.f, gy, x, t[1].beta, *t[1].tensor);   // gW = gy^T x
+    if (t.size() > 2 && t[2].needed()) backend::sum_rows(1.f, gy, t[2].beta, *t[2].tensor);  // gb = sum_rows gy
   }
   void release() override { x = w = Tensor(); }
 };
@@ -73,14 +75,13 @@ Broadcast broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
 
 // Writes target = beta*target + alpha * reduce(g) where reduce sums g down to the broadcast shape.
 void reduce_into(Broadcast bc, float alpha, const Tensor& g, GradTarget& target) {
-  Kernels& k = kernels(g);
   switch (bc) {
-    case Broadcast::kNone: k.axpby(alpha, g, target.beta, *target.tensor); break;
-    case Broadcast::kRow: k.sum_rows(alpha, g, target.beta, *target.tensor); break;
+    case Broadcast::kNone: backend::axpby(alpha, g, target.beta, *target.tensor); break;
+    case Broadcast::kRow: backend::sum_rows(alpha, g, target.beta, *target.tensor); break;
     case Broadcast::kScalar: {
       Tensor s = empty_on({}, g);
-      k.sum_all(alpha, g, s);
-      k.axpby(1.f, s.reshape(target.tensor->shape()), target.beta, *target.tensor);
+      backend::sum_all(alpha, g, s);
+      backend::axpby(1.f, s.reshape(target.tensor->shape()), target.beta, *target.tensor);
       break;
     }
   }
@@ -93,21 +94,20 @@ class BinaryNode final : public Node {
   Tensor a, b;  // saved for mul only
   const char* name() const override { return op == BinaryOp::kAdd ? "add" : op == BinaryOp::kSub ? "sub" : "mul"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    Kernels& k = kernels(gy);
     if (op == BinaryOp::kMul) {
-      if (t[0].needed()) k.binary(BinaryOp::kMul, bc, gy, b, t[0].beta, *t[0].tensor);
+      if (t[0].needed()) backend::binary(BinaryOp::kMul, bc, gy, b, t[0].beta, *t[0].tensor);
       if (t[1].needed()) {
         if (bc == Broadcast::kNone) {
-          k.binary(BinaryOp::kMul, Broadcast::kNone, gy, a, t[1].beta, *t[1].tensor);
+          backend::binary(BinaryOp::kMul, Broadcast::kNone, gy, a, t[1].beta, *t[1].tensor);
         } else {
           Tensor prod = empty_like(gy);
-          k.binary(BinaryOp::kMul, Broadcast::kNone, gy, a, 0.f, prod);
+          backend::binary(BinaryOp::kMul, Broadcast::kNone, gy, a, 0.f, prod);
           reduce_into(bc, 1.f, prod, t[1]);
         }
       }
       return;
     }
-    if (t[0].needed()) k.axpby(1.f, gy, t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::axpby(1.f, gy, t[0].beta, *t[0].tensor);
     if (t[1].needed()) reduce_into(bc, op == BinaryOp::kAdd ? 1.f : -1.f, gy, t[1]);
   }
   void release() override { a = b = Tensor(); }
@@ -118,11 +118,12 @@ Variable binary(BinaryOp op, const char* name, const Variable& a, const Variable
   check_defined(name, b, "second operand");
   check_float(name, a.data(), "the first operand");
   check_float(name, b.data(), "the second operand");
+  check_same_dtype(name, a.data(), b.data());
   check_same_device(name, a.data(), b.data());
   const Tensor ta = dense(a.data()), tb = dense(b.data());
   const Broadcast bc = broadcast_of(name, ta, tb);
   Tensor out = empty_like(ta);
-  kernels(ta).binary(op, bc, ta, tb, 0.f, out);
+  backend::binary(op, bc, ta, tb, 0.f, out);
   if (!any_requires_grad({&a, &b})) return Variable(out);
   auto node = std::make_shared<BinaryNode>();
   node->op = op;
@@ -141,7 +142,7 @@ class ReluNode final : public Node {
   Tensor y;
   const char* name() const override { return "relu"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) kernels(gy).relu_backward(y, gy, t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::relu_backward(y, gy, t[0].beta, *t[0].tensor);
   }
   void release() override { y = Tensor(); }
 };
@@ -152,7 +153,7 @@ class ReshapeNode final : public Node {
   Shape in_shape;
   const char* name() const override { return "reshape"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) kernels(gy).axpby(1.f, dense(gy).reshape(in_shape), t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::axpby(1.f, dense(gy).reshape(in_shape), t[0].beta, *t[0].tensor);
   }
 };
 
@@ -163,7 +164,7 @@ class SumNode final : public Node {
   bool average = false;
   const char* name() const override { return average ? "mean" : "sum"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) kernels(gy).fill_scaled(scale, gy, t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::fill_scaled(scale, gy, t[0].beta, *t[0].tensor);
   }
 };
 
@@ -174,7 +175,7 @@ Variable reduce_all(const char* name, const Variable& x, bool average) {
   const float scale = average ? 1.f / static_cast<float>(std::max<std::int64_t>(tx.numel(), 1)) : 1.f;
   DPL_CHECK(!average || tx.numel() > 0, name, ": expected a non-empty input, got shape ", shape_str(tx.shape()));
   Tensor out = empty_on({}, tx);
-  kernels(tx).sum_all(scale, tx, out);
+  backend::sum_all(scale, tx, out);
   if (!any_requires_grad({&x})) return Variable(out);
   auto node = std::make_shared<SumNode>();
   node->scale = scale;
@@ -196,10 +197,11 @@ void check_logits_labels(const char* op, const Tensor& logits, const Tensor& lab
   // Device labels are not read back here: that would make the host wait for the GPU on every
   // step. The CUDA loss turns an out-of-range label into NaN instead (see the header).
   if (labels.numel() == 0 || !labels.device().is_cpu()) return;
-  std::int64_t lo = 0, hi = 0;
-  kernels(labels).label_range(dense(labels), lo, hi);
-  DPL_CHECK(lo >= 0 && hi < logits.size(1), op, ": expected labels in [0, ", logits.size(1), "), got values in [",
-            lo, ", ", hi, "]");
+  const Tensor t = dense(labels);
+  const std::int32_t* p = t.data<std::int32_t>();
+  const auto [lo, hi] = std::minmax_element(p, p + t.numel());
+  DPL_CHECK(*lo >= 0 && *hi < logits.size(1), op, ": expected labels in [0, ", logits.size(1), "), got values in [",
+            *lo, ", ", *hi, "]");
 }
 
 class SoftmaxXentNode final : public Node {
@@ -207,7 +209,7 @@ class SoftmaxXentNode final : public Node {
   Tensor probs, labels;
   const char* name() const override { return "softmax_cross_entropy"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) kernels(gy).softmax_xent_backward(probs, labels, gy, t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::softmax_xent_backward(probs, labels, gy, t[0].beta, *t[0].tensor);
   }
   void release() override { probs = labels = Tensor(); }
 };
@@ -219,6 +221,7 @@ Variable matmul(const Variable& a, const Variable& b) {
   check_defined(op, b, "second operand");
   check_float(op, a.data(), "the first operand");
   check_float(op, b.data(), "the second operand");
+  check_same_dtype(op, a.data(), b.data());
   check_rank(op, a.data(), 2, "a first operand");
   check_rank(op, b.data(), 2, "a second operand");
   check_same_device(op, a.data(), b.data());
@@ -226,7 +229,7 @@ Variable matmul(const Variable& a, const Variable& b) {
             shape_str(b.shape()), "; expected the second operand to have ", a.data().size(1), " rows");
   const Tensor ta = dense(a.data()), tb = dense(b.data());
   Tensor out = empty_on({ta.size(0), tb.size(1)}, ta);
-  kernels(ta).gemm(false, false, 1.f, ta, tb, 0.f, out);
+  backend::gemm(false, false, 1.f, ta, tb, 0.f, out);
   if (!any_requires_grad({&a, &b})) return Variable(out);
   auto node = std::make_shared<MatMulNode>();
   node->a = ta;
@@ -241,6 +244,7 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   check_defined(op, weight, "weight");
   check_float(op, x.data(), "an input");
   check_float(op, weight.data(), "a weight");
+  check_same_dtype(op, x.data(), weight.data());
   check_rank(op, x.data(), 2, "an input (N, in)");
   check_rank(op, weight.data(), 2, "a weight (out, in)");
   check_same_device(op, x.data(), weight.data());
@@ -249,15 +253,15 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
             shape_str(weight.shape()), ", got ", shape_str(x.shape()));
   if (bias.defined()) {
     check_float(op, bias.data(), "a bias");
+    check_same_dtype(op, x.data(), bias.data());
     check_same_device(op, x.data(), bias.data());
     DPL_CHECK(bias.data().dim() == 1 && bias.data().size(0) == outf, op, ": expected a bias of shape (", outf,
               ",), got ", shape_str(bias.shape()));
   }
   const Tensor tx = dense(x.data()), tw = dense(weight.data());
   Tensor out = empty_on({tx.size(0), outf}, tx);
-  Kernels& k = kernels(tx);
-  k.gemm(false, true, 1.f, tx, tw, 0.f, out);
-  if (bias.defined()) k.binary(BinaryOp::kAdd, Broadcast::kRow, out, dense(bias.data()), 0.f, out);
+  backend::gemm(false, true, 1.f, tx, tw, 0.f, out);
+  if (bias.defined()) backend::binary(BinaryOp::kAdd, Broadcast::kRow, out, dense(bias.data()), 0.f, out);
   const bool record = bias.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x, &weight});
   if (!record) return Variable(out);
   auto node = std::make_shared<LinearNode>();
@@ -277,7 +281,7 @@ Variable relu(const Variable& x) {
   check_float("relu", x.data(), "an input");
   const Tensor tx = dense(x.data());
   Tensor out = empty_like(tx);
-  kernels(tx).relu(tx, out);
+  backend::relu(tx, out);
   if (!any_requires_grad({&x})) return Variable(out);
   auto node = std::make_shared<ReluNode>();
   node->y = out;
@@ -312,7 +316,7 @@ Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels) {
   const Tensor tl = dense(logits.data()), ty = dense(labels);
   Tensor probs = empty_like(tl);
   Tensor loss = empty_on({}, tl);
-  kernels(tl).softmax_xent(tl, ty, probs, loss);
+  backend::softmax_xent(tl, ty, probs, loss);
   if (!any_requires_grad({&logits})) return Variable(loss);
   auto node = std::make_shared<SoftmaxXentNode>();
   node->probs = probs;
@@ -327,7 +331,7 @@ Tensor accuracy(const Variable& logits, const Tensor& labels) {
   check_logits_labels(op, logits.data(), labels);
   const Tensor tl = dense(logits.data());
   Tensor out = empty_on({}, tl);
-  kernels(tl).accuracy(tl, dense(labels), out);
+  backend::accuracy(tl, dense(labels), out);
   return out;
 }
 

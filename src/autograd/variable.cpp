@@ -186,7 +186,7 @@ void Variable::backward() const {
   if (!impl_->creator) {
     DPL_CHECK(impl_->requires_grad, "backward: the variable neither requires a gradient nor was computed from one "
                                     "that does");
-    if (impl_->grad.defined()) backend::kernels_for(seed.device()).axpby(1.f, seed, 1.f, impl_->grad);
+    if (impl_->grad.defined()) backend::axpby(1.f, seed, 1.f, impl_->grad);
     else impl_->grad = seed.clone();
     return;
   }
@@ -211,7 +211,7 @@ void Variable::backward() const {
     for (std::size_t i = 0; i < inputs.size(); ++i) targets[i] = bp.target_for(inputs[i], seen, scratch[i], merge[i]);
     node->backward(grad_out, targets);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (merge[i]) backend::kernels_for(scratch[i].device()).axpby(1.f, scratch[i], 1.f, *merge[i]);
+      if (merge[i]) backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
     }
     // Free the graph as we go. Every consumer of this node's output ran before it (topological
     // order), so the output can forget its creator now; the node drops its saved tensors.

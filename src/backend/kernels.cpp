@@ -1,17 +1,3 @@
+// Defines the kernel stubs declared in kernels.hpp (each empty until a backend registers).
+#define DPL_DEFINE_KERNELS
 #include "backend/kernels.hpp"
-
-#include "backend/cpu/cpu_kernels.hpp"
-
-namespace dpl::backend {
-
-Kernels& cpu_kernels() {
-  static CpuKernels k;
-  return k;
-}
-
-Kernels& kernels_for(Device device) {
-  if (device.is_cpu()) return cpu_kernels();
-  return cuda_kernels(device.index);
-}
-
-}  // namespace dpl::backend

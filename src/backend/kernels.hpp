@@ -1,23 +1,35 @@
 #pragma once
-// The kernel interface every backend implements. Ops and optimizers call kernels_for(device)
-// and never a backend directly, so adding a device means implementing this class once.
+// The kernels: each declared once, here, as a stub that dispatches on its arguments' device
+// (dispatch.hpp). Implementations are file-local functions in src/backend/cpu/ and
+// src/backend/cuda/ that register themselves with DPL_REGISTER_KERNEL.
 //
 // Conventions for every kernel:
-//  - tensors are contiguous, float32 unless stated, and on the backend's device (the dispatcher
-//    checks; kernels may assume);
+//  - the dispatcher checks that every tensor argument is defined and on one device, and the
+//    dtypes as the kernel's DTypeRule says (one float dtype for the math, int32 labels, float32
+//    optimizer state); kernels may assume both. Shapes are the caller's to check (the ops do);
+//  - tensors are contiguous unless stated;
+//  - float math takes float32, bfloat16 and float16 tensors; 16-bit values are widened to float32
+//    for the arithmetic and sums accumulate in float32 (or wider), so each 16-bit output is its
+//    float32 result rounded once (to nearest even);
 //  - `beta` is 0 or 1: the kernel writes (beta 0, the old contents are ignored, even NaN) or adds
 //    to (beta 1) its output. Backward kernels take it so that gradient accumulation costs no
 //    extra pass over memory;
 //  - kernels run asynchronously on the device's compute stream where the device has one.
 
+#include <cstddef>
 #include <cstdint>
 
+#include "backend/dispatch.hpp"
 #include "dpl/tensor/tensor.hpp"
 
 namespace dpl::backend {
 
 /// How the second operand of a binary elementwise op is broadcast.
-enum class Broadcast { kNone, kRow, kScalar };  // same shape | b has shape (C,) of a (N,C) | b has 1 element
+enum class Broadcast {
+  kNone,    // b has a's shape
+  kRow,     // b has shape (C,) and a any shape (..., C): b is added to every row of the last dimension
+  kScalar,  // b has one element
+};
 
 enum class BinaryOp { kAdd, kSub, kMul };
 
@@ -38,69 +50,76 @@ struct AdamHyper {
   float weight_decay;
 };
 
-class Kernels {
- public:
-  virtual ~Kernels() = default;
+// --- memory and streams (dispatch on the Device argument) -------------------------------------
 
-  // memory -----------------------------------------------------------------------------------
-  virtual void* allocate(std::size_t nbytes) = 0;
-  virtual void deallocate(void* p) = 0;
-  /// Copies nbytes between two buffers on this backend's device.
-  virtual void copy_bytes(void* dst, const void* src, std::size_t nbytes) = 0;
-  /// dst = src for any strides (same shape and dtype).
-  virtual void copy_strided(const Tensor& src, Tensor& dst) = 0;
-  virtual void fill(Tensor& t, double value) = 0;
-  /// Waits until all queued work of this backend's device is done.
-  virtual void synchronize() = 0;
+/// nbytes of memory on device (host memory 64-byte aligned). Throws dpl::Error when refused.
+DPL_DECLARE_KERNEL(allocate, any(), void*(Device device, std::size_t nbytes));
+/// Returns p (from allocate on the same device) to device's allocator.
+DPL_DECLARE_KERNEL(deallocate, any(), void(Device device, void* p));
+/// Copies nbytes between two buffers on device (they may overlap on the host).
+DPL_DECLARE_KERNEL(copy_bytes, any(), void(Device device, void* dst, const void* src, std::size_t nbytes));
+/// Waits until all work queued on device is done.
+DPL_DECLARE_KERNEL(synchronize, any(), void(Device device));
 
-  // math -------------------------------------------------------------------------------------
-  /// C = alpha * op(A) op(B) + beta * C for row-major 2-D matrices.
-  virtual void gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-                    Tensor& c) = 0;
-  /// out = beta*out + (a op b) with b broadcast as stated.
-  virtual void binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) = 0;
-  /// y = beta*y + alpha*x (same shape).
-  virtual void axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;
-  /// out (C,) = beta*out + alpha * sum over rows of x (N,C).
-  virtual void sum_rows(float alpha, const Tensor& x, float beta, Tensor& out) = 0;
-  /// out (1 element) = alpha * sum of all elements of x.
-  virtual void sum_all(float alpha, const Tensor& x, Tensor& out) = 0;
-  /// out = beta*out + alpha * s[0] for every element (s is a one-element tensor).
-  virtual void fill_scaled(float alpha, const Tensor& s, float beta, Tensor& out) = 0;
-  /// y = max(x, 0).
-  virtual void relu(const Tensor& x, Tensor& y) = 0;
-  /// gx = beta*gx + gy * (y > 0).
-  virtual void relu_backward(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) = 0;
-  /// probs = softmax(logits) row-wise; loss (1 element) = mean over rows of -log probs[label].
-  /// Labels are int32 in [0, C); the caller has checked them.
-  virtual void softmax_xent(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss) = 0;
-  /// glogits = beta*glogits + gloss[0] / N * (probs - onehot(labels)).
-  virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta,
-                                     Tensor& glogits) = 0;
-  /// out (1 element) = fraction of rows whose arg-max equals the label.
-  virtual void accuracy(const Tensor& logits, const Tensor& labels, Tensor& out) = 0;
-  /// Largest label value and smallest label value of an int32 tensor, read back to the host.
-  virtual void label_range(const Tensor& labels, std::int64_t& lo, std::int64_t& hi) = 0;
+// --- data movement (any dtype, any strides) ---------------------------------------------------
 
-  // optimizers: one fused pass over a whole arena ----------------------------------------------
-  virtual void sgd_update(Tensor& param, const Tensor& grad, const SgdHyper& h) = 0;
-  virtual void momentum_update(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) = 0;
-  virtual void adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) = 0;
-};
+/// dst = src for tensors of one shape and dtype with any strides (up to 8 non-mergeable
+/// dimensions on the GPU).
+DPL_DECLARE_KERNEL(copy_strided, same(), void(const Tensor& src, Tensor& dst));
+/// Every element of t (any strides) = value converted to t's dtype (16-bit: nearest even).
+DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
+/// dst = src converted between float32, bfloat16 and float16 in any direction (nearest even; NaN
+/// stays NaN). Same shape; both contiguous.
+DPL_DECLARE_KERNEL(cast, floating_each(), void(const Tensor& src, Tensor& dst));
 
-/// The kernels of device's backend. Throws dpl::Error for a CUDA device in a build without CUDA.
-Kernels& kernels_for(Device device);
+// --- math --------------------------------------------------------------------------------------
 
-/// The CPU backend (always present).
-Kernels& cpu_kernels();
-/// The CUDA backend for GPU `index`; defined only in CUDA builds (src/backend/cuda), and in
-/// builds without CUDA by stand-ins that throw a clear error (src/backend/no_cuda).
-Kernels& cuda_kernels(int index);
+/// c = alpha * op(a) op(b) + beta * c for row-major 2-D matrices (16-bit: float32 accumulation).
+DPL_DECLARE_KERNEL(gemm, floating(),
+                   void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+                        Tensor& c));
+/// out = beta*out + (a op b), any rank, with b broadcast as `bc` says; out may alias a.
+DPL_DECLARE_KERNEL(binary, floating(),
+                   void(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out));
+/// y = beta*y + alpha*x (same number of elements, any rank).
+DPL_DECLARE_KERNEL(axpby, floating(), void(float alpha, const Tensor& x, float beta, Tensor& y));
+/// out (C,) = beta*out + alpha * sum of x (..., C) over every dimension but the last.
+DPL_DECLARE_KERNEL(sum_rows, floating(), void(float alpha, const Tensor& x, float beta, Tensor& out));
+/// out (1 element) = alpha * sum of all elements of x (any rank; accumulated in double).
+DPL_DECLARE_KERNEL(sum_all, floating(), void(float alpha, const Tensor& x, Tensor& out));
+/// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
+DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
+/// y = max(x, 0), any rank.
+DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
+/// gx = beta*gx + gy * (y > 0), any rank.
+DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor& gy, float beta, Tensor& gx));
+/// probs (N, C) = softmax(logits) row-wise; loss (1 element) = mean over rows of -log probs[label].
+/// Labels are int32; host labels are range-checked by the caller, and on the GPU an out-of-range
+/// label makes the loss NaN.
+DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1),
+                   void(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss));
+/// glogits = beta*glogits + gloss[0] / N * (probs - onehot(labels)).
+DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1),
+                   void(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta, Tensor& glogits));
+/// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.
+DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, const Tensor& labels, Tensor& out));
 
-}  // namespace dpl::backend
+// --- optimizers: one fused pass over a whole arena; float32 master weights and state ----------
 
-namespace dpl::backend {
+/// param -= lr * (grad + weight_decay * param), elementwise over the arena.
+DPL_DECLARE_KERNEL(sgd_update, float32(), void(Tensor& param, const Tensor& grad, const SgdHyper& h));
+/// Chainer's MomentumSGD: velocity = momentum*velocity - lr*(grad + wd*param); param += velocity.
+DPL_DECLARE_KERNEL(momentum_update, float32(),
+                   void(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h));
+/// Chainer's Adam: m += (1-beta1)(g-m); v += (1-beta2)(g^2-v); param -= lr_t*m/(sqrt(v)+eps), with
+/// g = grad + weight_decay*param.
+DPL_DECLARE_KERNEL(adam_update, float32(),
+                   void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h));
+
+// --- between devices ---------------------------------------------------------------------------
+
 /// Copies a contiguous tensor to a contiguous tensor of the same shape and dtype on another
-/// device (host <-> GPU, GPU <-> GPU). Defined by the CUDA backend; throws without it.
+/// device (host <-> GPU, GPU <-> GPU). Defined by the CUDA backend; throws dpl::Error without it.
 void copy_between_devices(const Tensor& src, Tensor& dst);
+
 }  // namespace dpl::backend

@@ -61,7 +61,7 @@ void SGD::set_lr(float lr) {
 }
 void SGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::kernels_for(p.device()).sgd_update(p, arena.grads(), {lr_, weight_decay_});
+  backend::sgd_update(p, arena.grads(), {lr_, weight_decay_});
 }
 
 MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
@@ -75,7 +75,7 @@ void MomentumSGD::set_lr(float lr) {
 void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
 void MomentumSGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::kernels_for(p.device()).momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_});
+  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_});
 }
 
 Adam::Adam(float alpha, float beta1, float beta2, float eps) : alpha_(alpha), beta1_(beta1), beta2_(beta2), eps_(eps) {
@@ -99,7 +99,7 @@ void Adam::step(nn::ParameterArena& arena) {
   const double fix2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
   const auto lr_t = static_cast<float>(alpha_ * std::sqrt(fix2) / fix1);
   Tensor p = arena.params();
-  backend::kernels_for(p.device()).adam_update(p, arena.grads(), m_, v_, {lr_t, beta1_, beta2_, eps_, weight_decay_});
+  backend::adam_update(p, arena.grads(), m_, v_, {lr_t, beta1_, beta2_, eps_, weight_decay_});
 }
 
 // --- exporting and restoring the state (checkpoints) ------------------------------------------

@@ -13,9 +13,8 @@ Storage::~Storage() {
 }
 
 std::shared_ptr<Storage> Storage::allocate(std::size_t nbytes, Device device) {
-  backend::Kernels& k = backend::kernels_for(device);
-  void* p = k.allocate(nbytes);
-  return std::make_shared<Storage>(p, nbytes, device, [&k](void* q) { k.deallocate(q); });
+  void* p = backend::allocate(device, nbytes);
+  return std::make_shared<Storage>(p, nbytes, device, [device](void* q) { backend::deallocate(device, q); });
 }
 
 }  // namespace dpl

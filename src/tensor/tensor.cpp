@@ -69,21 +69,21 @@ Tensor Tensor::arange(double start, double end, double step, TensorOptions o) {
 }
 
 Tensor Tensor::uniform(const Shape& shape, float low, float high, Generator& gen, TensorOptions o) {
-  DPL_CHECK(o.dtype == DType::kFloat32, "Tensor::uniform: expected dtype float32, got ", o.dtype);
+  DPL_CHECK(is_float_dtype(o.dtype), "Tensor::uniform: expected dtype float32, bfloat16 or float16, got ", o.dtype);
   DPL_CHECK(low <= high, "Tensor::uniform: expected low <= high, got low=", low, " high=", high);
   Tensor host = empty(shape);
   float* p = host.data<float>();
   for (std::int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = gen.uniform(low, high);
-  return host.to(o.device);
+  return host.to(o.dtype).to(o.device);
 }
 
 Tensor Tensor::normal(const Shape& shape, float mean, float stddev, Generator& gen, TensorOptions o) {
-  DPL_CHECK(o.dtype == DType::kFloat32, "Tensor::normal: expected dtype float32, got ", o.dtype);
+  DPL_CHECK(is_float_dtype(o.dtype), "Tensor::normal: expected dtype float32, bfloat16 or float16, got ", o.dtype);
   DPL_CHECK(stddev >= 0, "Tensor::normal: expected stddev >= 0, got ", stddev);
   Tensor host = empty(shape);
   float* p = host.data<float>();
   for (std::int64_t i = 0, n = host.numel(); i < n; ++i) p[i] = gen.normal(mean, stddev);
-  return host.to(o.device);
+  return host.to(o.dtype).to(o.device);
 }
 
 template <typename T>
@@ -216,18 +216,33 @@ Tensor Tensor::to(Device device) const {
   return out;
 }
 
+Tensor Tensor::to(DType dtype) const {
+  DPL_CHECK(defined(), "Tensor::to: the tensor is undefined");
+  if (dtype == dtype_) return *this;
+  DPL_CHECK(is_float_dtype(dtype_) && is_float_dtype(dtype), "Tensor::to: converts between float32, bfloat16 and "
+            "float16, got a conversion from ", dtype_, " to ", dtype);
+  Tensor out = empty(shape_, TensorOptions(dtype, device()));
+  backend::cast(contiguous(), out);
+  return out;
+}
+
 void Tensor::copy_(const Tensor& src) {
   DPL_CHECK(defined() && src.defined(), "copy_: both tensors must be defined");
   DPL_CHECK(shape_ == src.shape_, "copy_: expected a source of shape ", shape_str(shape_), ", got ",
             shape_str(src.shape_));
-  DPL_CHECK(dtype_ == src.dtype_, "copy_: expected a source of dtype ", dtype_, ", got ", src.dtype_);
+  DPL_CHECK(dtype_ == src.dtype_ || (is_float_dtype(dtype_) && is_float_dtype(src.dtype_)),
+            "copy_: expected a source of dtype ", dtype_, (is_float_dtype(dtype_) ? " (or another float dtype)" : ""),
+            ", got ", src.dtype_);
   if (numel() == 0) return;
+  if (dtype_ != src.dtype_) {
+    copy_(src.to(dtype_));  // converted where the source lives, then moved
+    return;
+  }
   if (device() == src.device()) {
-    backend::Kernels& k = backend::kernels_for(device());
     if (is_contiguous() && src.is_contiguous()) {
-      k.copy_bytes(raw_data(), src.raw_data(), nbytes());
+      backend::copy_bytes(device(), raw_data(), src.raw_data(), nbytes());
     } else {
-      k.copy_strided(src, *this);
+      backend::copy_strided(src, *this);
     }
     return;
   }
@@ -244,7 +259,7 @@ void Tensor::copy_(const Tensor& src) {
 void Tensor::fill_(double value) {
   DPL_CHECK(defined(), "fill_: the tensor is undefined");
   if (numel() == 0) return;
-  backend::kernels_for(device()).fill(*this, value);
+  backend::fill(*this, value);
 }
 
 // --- element access ----------------------------------------------------------------------------
@@ -286,8 +301,8 @@ void Tensor::set(std::initializer_list<std::int64_t> index, T value) {
 
 float Tensor::item() const {
   DPL_CHECK(defined() && numel() == 1, "item: expected a tensor with one element, got shape ", shape_str(shape_));
-  check_dtype(DType::kFloat32, "item");
-  return contiguous().to(Device::cpu()).data<float>()[0];
+  DPL_CHECK(is_float_dtype(dtype_), "item: expected dtype float32, bfloat16 or float16, got ", dtype_);
+  return to(Device::cpu()).to(DType::kFloat32).contiguous().data<float>()[0];
 }
 
 template <typename T>

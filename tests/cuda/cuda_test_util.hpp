@@ -46,9 +46,6 @@ class CudaTest : public ::testing::Test {
     return Tensor::from_vector(v, {n});
   }
 
-  backend::Kernels& cpu() { return backend::cpu_kernels(); }
-  backend::Kernels& cuda() { return backend::kernels_for(gpu()); }
-
   Generator gen_{0};
   std::uint64_t seed_ = 0;
 

@@ -2,30 +2,34 @@
 // Differentiable ops. Each runs on the inputs' device and records itself for backward when an
 // input requires a gradient. Shape or dtype mismatches throw dpl::Error naming the op and the
 // expected and received shapes; nothing is broadcast silently.
+//
+// Float inputs may be float32, bfloat16 or float16, the same for every operand of an op; results
+// and gradients have the inputs' dtype, and 16-bit math is computed in float32 and rounded once
+// per kernel.
 
 #include "dpl/autograd/variable.hpp"
 
 namespace dpl {
 
-/// (N,K) x (K,M) -> (N,M).
+/// (N,K) x (K,M) -> (N,M); 2-D only.
 Variable matmul(const Variable& a, const Variable& b);
-/// y = x W^T + b for x (N,in), W (out,in), b (out,) or undefined (no bias).
+/// y = x W^T + b for x (N,in), W (out,in), b (out,) or undefined (no bias); 2-D only.
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias = Variable());
-/// Elementwise a+b, a-b, a*b. b has a's shape, or is bias-like: 1-D with a's last extent
-/// (broadcast over the rows), or has one element (broadcast everywhere).
+/// Elementwise a+b, a-b, a*b, any rank. b has a's shape, or is bias-like: 1-D with a's last
+/// extent (broadcast over every other dimension), or has one element (broadcast everywhere).
 Variable add(const Variable& a, const Variable& b);
 Variable sub(const Variable& a, const Variable& b);
 Variable mul(const Variable& a, const Variable& b);
-/// max(x, 0).
+/// max(x, 0), any rank.
 Variable relu(const Variable& x);
 /// Same data, new shape (one extent may be -1).
 Variable reshape(const Variable& x, const Shape& shape);
 /// (N, ...) -> (N, prod(...)) for start_dim 1.
 Variable flatten(const Variable& x, std::int64_t start_dim = 1);
-/// Sum and mean of all elements (one-element result of shape ()).
+/// Sum and mean of all elements, any rank (one-element result of shape ()).
 Variable sum(const Variable& x);
 Variable mean(const Variable& x);
-/// Mean over the batch of -log softmax(logits)[label]. logits (N,C) float32, labels (N,) int32
+/// Mean over the batch of -log softmax(logits)[label]. logits (N,C), labels (N,) int32
 /// in [0, C). Result has shape (). Host labels outside [0, C) throw dpl::Error; labels on a GPU
 /// are not read back to be checked (that would stall every step): an out-of-range label there
 /// gives a NaN loss, so check labels when loading them.

@@ -7,8 +7,9 @@
 
 namespace dpl {
 
-/// Element type of a tensor. Math runs in float32; the 16-bit types exist for gradient
-/// communication and storage; the integer types hold labels and indices.
+/// Element type of a tensor. Math takes float32, bfloat16 and float16 (the 16-bit types computed
+/// in float32 and rounded once); optimizer state is float32; the integer types hold labels and
+/// indices.
 enum class DType : std::uint8_t { kFloat32, kBFloat16, kFloat16, kInt32, kInt64 };
 
 inline constexpr DType kFloat32 = DType::kFloat32;
@@ -28,6 +29,9 @@ constexpr std::size_t dtype_size(DType t) {
   }
   return 0;
 }
+
+/// True for the float dtypes: float32, bfloat16 and float16.
+constexpr bool is_float_dtype(DType t) { return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16; }
 
 /// Short name ("float32", "bfloat16", "float16", "int32", "int64").
 const char* dtype_name(DType t);

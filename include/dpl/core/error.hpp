@@ -13,7 +13,17 @@ namespace dpl {
 /// what() is a complete, human-readable sentence: the operation, the expectation, the value seen.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  /// An error with message `message` (what()) raised at `where` ("file:line", or empty).
+  explicit Error(const std::string& message, std::string where = {})
+      : std::runtime_error(message), where_(std::move(where)) {}
+
+  /// Where the error was raised, as "file:line" with the file relative to dpl's source tree
+  /// (e.g. "src/autograd/ops.cpp:120"); empty for an Error made without a location. Kept out of
+  /// what(), which is written for users, so that a report or debugger can still find the check.
+  const std::string& where() const noexcept { return where_; }
+
+ private:
+  std::string where_;
 };
 
 namespace detail {
@@ -24,6 +34,8 @@ std::string concat(Args&&... args) {
   (os << ... << std::forward<Args>(args));
   return os.str();
 }
+/// Throws dpl::Error(message) with where() = file (relative to dpl's source tree when it lies
+/// inside it) and line.
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message);
 }  // namespace detail
 

@@ -44,10 +44,12 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, TensorOptions options = {});
   /// [start, start+step, ...) below end, as a 1-D tensor.
   static Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
-  /// Uniform in [low, high) drawn from gen (float32 only).
+  /// Uniform in [low, high) drawn from gen as float32, then rounded to a 16-bit float dtype if
+  /// options asks for one (float dtypes only; the rounding may reach high).
   static Tensor uniform(const Shape& shape, float low, float high, Generator& gen = default_generator(),
                         TensorOptions options = {});
-  /// Normal(mean, stddev) drawn from gen (float32 only).
+  /// Normal(mean, stddev) drawn from gen as float32, then rounded to a 16-bit float dtype if
+  /// options asks for one (float dtypes only).
   static Tensor normal(const Shape& shape, float mean, float stddev, Generator& gen = default_generator(),
                        TensorOptions options = {});
   /// A tensor holding a copy of values; values.size() must equal the shape's element count.
@@ -96,7 +98,12 @@ class Tensor {
   Tensor clone() const;
   /// A copy on device (this tensor itself when already there).
   Tensor to(Device device) const;
-  /// Copies src's values into this tensor; shapes and dtypes must match, devices may differ.
+  /// A contiguous copy converted to dtype, on the same device (this tensor itself when it has
+  /// dtype already). Converts between float32, bfloat16 and float16, rounding to nearest even
+  /// (NaN stays NaN); throws dpl::Error for any other pair of dtypes.
+  Tensor to(DType dtype) const;
+  /// Copies src's values into this tensor. Shapes must match; devices may differ; dtypes must
+  /// match, except that float32, bfloat16 and float16 convert into each other (as to(DType)).
   void copy_(const Tensor& src);
   /// Sets every element to value.
   void fill_(double value);
@@ -108,7 +115,7 @@ class Tensor {
   /// Sets the value at the multi-index.
   template <typename T>
   void set(std::initializer_list<std::int64_t> index, T value);
-  /// The single value of a one-element float32 tensor, on the host.
+  /// The single value of a one-element float32, bfloat16 or float16 tensor, on the host.
   float item() const;
   /// All values, in row-major order, on the host.
   template <typename T>

@@ -1,11 +1,12 @@
 // Elementwise and reduction kernels on the CPU: flat OpenMP loops the compiler vectorises.
 #include <algorithm>
 
-#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu.hpp"
 
-namespace dpl::backend {
+namespace dpl::backend::cpu {
 
 namespace {
+
 template <typename F>
 void for_each_index(std::int64_t n, F&& f) {
 #pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
@@ -56,9 +57,8 @@ void binary_typed(Broadcast bc, const Tensor& a, const Tensor& b, float beta, Te
     }
   }
 }
-}  // namespace
 
-void CpuKernels::binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
+void binary_cpu(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
   switch (op) {
     case BinaryOp::kAdd: binary_typed<BinaryOp::kAdd>(bc, a, b, beta, out); break;
     case BinaryOp::kSub: binary_typed<BinaryOp::kSub>(bc, a, b, beta, out); break;
@@ -66,14 +66,14 @@ void CpuKernels::binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor
   }
 }
 
-void CpuKernels::axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+void axpby_cpu(float alpha, const Tensor& x, float beta, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   if (beta == 0.f) for_each_index(x.numel(), [&](std::int64_t i) { py[i] = alpha * px[i]; });
   else for_each_index(x.numel(), [&](std::int64_t i) { py[i] = beta * py[i] + alpha * px[i]; });
 }
 
-void CpuKernels::sum_rows(float alpha, const Tensor& x, float beta, Tensor& out) {
+void sum_rows_cpu(float alpha, const Tensor& x, float beta, Tensor& out) {
   const std::int64_t cols = out.numel();
   const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   const float* px = x.data<float>();
@@ -92,7 +92,7 @@ void CpuKernels::sum_rows(float alpha, const Tensor& x, float beta, Tensor& out)
   }
 }
 
-void CpuKernels::sum_all(float alpha, const Tensor& x, Tensor& out) {
+void sum_all_cpu(float alpha, const Tensor& x, Tensor& out) {
   const float* px = x.data<float>();
   const std::int64_t n = x.numel();
   double acc = 0.0;  // double: a mean over a large batch should not lose digits to order
@@ -101,20 +101,20 @@ void CpuKernels::sum_all(float alpha, const Tensor& x, Tensor& out) {
   out.data<float>()[0] = static_cast<float>(alpha * acc);
 }
 
-void CpuKernels::fill_scaled(float alpha, const Tensor& s, float beta, Tensor& out) {
+void fill_scaled_cpu(float alpha, const Tensor& s, float beta, Tensor& out) {
   const float v = alpha * s.data<float>()[0];
   float* po = out.data<float>();
   if (beta == 0.f) for_each_index(out.numel(), [&](std::int64_t i) { po[i] = v; });
   else for_each_index(out.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v; });
 }
 
-void CpuKernels::relu(const Tensor& x, Tensor& y) {
+void relu_cpu(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   for_each_index(x.numel(), [&](std::int64_t i) { py[i] = px[i] > 0.f ? px[i] : 0.f; });
 }
 
-void CpuKernels::relu_backward(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
+void relu_backward_cpu(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
   const float* py = y.data<float>();
   const float* pg = gy.data<float>();
   float* po = gx.data<float>();
@@ -122,4 +122,14 @@ void CpuKernels::relu_backward(const Tensor& y, const Tensor& gy, float beta, Te
   else for_each_index(y.numel(), [&](std::int64_t i) { po[i] += py[i] > 0.f ? pg[i] : 0.f; });
 }
 
-}  // namespace dpl::backend
+}  // namespace
+
+DPL_REGISTER_CPU_FLOAT_KERNEL(binary, binary_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(axpby, axpby_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(sum_rows, sum_rows_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(sum_all, sum_all_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(fill_scaled, fill_scaled_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(relu, relu_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(relu_backward, relu_backward_cpu);
+
+}  // namespace dpl::backend::cpu

@@ -1,18 +1,18 @@
 // Matrix products on the CPU through Eigen (no hand-written matrix loops).
 #include <Eigen/Core>
 
-#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu.hpp"
 
-namespace dpl::backend {
+namespace dpl::backend::cpu {
 
 namespace {
+
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
-}  // namespace
 
-void CpuKernels::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-                      Tensor& c) {
+void gemm_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+              Tensor& c) {
   const ConstMap A(a.data<float>(), a.size(0), a.size(1));
   const ConstMap B(b.data<float>(), b.size(0), b.size(1));
   Map C(c.data<float>(), c.size(0), c.size(1));
@@ -31,4 +31,8 @@ void CpuKernels::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
   else product(A.transpose(), B.transpose());
 }
 
-}  // namespace dpl::backend
+}  // namespace
+
+DPL_REGISTER_CPU_FLOAT_KERNEL(gemm, gemm_cpu);
+
+}  // namespace dpl::backend::cpu

@@ -2,11 +2,13 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu.hpp"
 
-namespace dpl::backend {
+namespace dpl::backend::cpu {
 
-void CpuKernels::softmax_xent(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss) {
+namespace {
+
+void softmax_xent_cpu(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss) {
   const std::int64_t rows = logits.size(0), cols = logits.size(1);
   const float* x = logits.data<float>();
   const std::int32_t* t = labels.data<std::int32_t>();
@@ -31,8 +33,8 @@ void CpuKernels::softmax_xent(const Tensor& logits, const Tensor& labels, Tensor
   loss.data<float>()[0] = rows ? static_cast<float>(total / static_cast<double>(rows)) : 0.f;
 }
 
-void CpuKernels::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta,
-                                       Tensor& glogits) {
+void softmax_xent_backward_cpu(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta,
+                               Tensor& glogits) {
   const std::int64_t rows = probs.size(0), cols = probs.size(1);
   const float* p = probs.data<float>();
   const std::int32_t* t = labels.data<std::int32_t>();
@@ -47,7 +49,7 @@ void CpuKernels::softmax_xent_backward(const Tensor& probs, const Tensor& labels
   }
 }
 
-void CpuKernels::accuracy(const Tensor& logits, const Tensor& labels, Tensor& out) {
+void accuracy_cpu(const Tensor& logits, const Tensor& labels, Tensor& out) {
   const std::int64_t rows = logits.size(0), cols = logits.size(1);
   const float* x = logits.data<float>();
   const std::int32_t* t = labels.data<std::int32_t>();
@@ -61,14 +63,10 @@ void CpuKernels::accuracy(const Tensor& logits, const Tensor& labels, Tensor& ou
   out.data<float>()[0] = rows ? static_cast<float>(correct) / static_cast<float>(rows) : 0.f;
 }
 
-void CpuKernels::label_range(const Tensor& labels, std::int64_t& lo, std::int64_t& hi) {
-  const std::int32_t* t = labels.data<std::int32_t>();
-  lo = std::numeric_limits<std::int64_t>::max();
-  hi = std::numeric_limits<std::int64_t>::min();
-  for (std::int64_t i = 0, n = labels.numel(); i < n; ++i) {
-    lo = std::min<std::int64_t>(lo, t[i]);
-    hi = std::max<std::int64_t>(hi, t[i]);
-  }
-}
+}  // namespace
 
-}  // namespace dpl::backend
+DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent, softmax_xent_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent_backward, softmax_xent_backward_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(accuracy, accuracy_cpu);
+
+}  // namespace dpl::backend::cpu

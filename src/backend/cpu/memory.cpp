@@ -1,23 +1,29 @@
-// CPU memory and data movement.
+// CPU memory and data movement: allocation, copies and fills of any dtype.
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
-#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu.hpp"
 #include "backend/cpu/host_cache.hpp"
+#include "core/half.hpp"
 #include "dpl/core/error.hpp"
 
-namespace dpl::backend {
+namespace dpl::backend::cpu {
 
-void* CpuKernels::allocate(std::size_t nbytes) { return host_cache_allocate(nbytes); }
+namespace {
 
-void CpuKernels::deallocate(void* p) { host_cache_free(p); }
+void* allocate_cpu(Device, std::size_t nbytes) { return host_cache_allocate(nbytes); }
 
-void CpuKernels::copy_bytes(void* dst, const void* src, std::size_t nbytes) {
+void deallocate_cpu(Device, void* p) { host_cache_free(p); }
+
+void copy_bytes_cpu(Device, void* dst, const void* src, std::size_t nbytes) {
   if (nbytes) std::memmove(dst, src, nbytes);
 }
 
-void CpuKernels::copy_strided(const Tensor& src, Tensor& dst) {
+void synchronize_cpu(Device) {}
+
+void copy_strided_cpu(const Tensor& src, Tensor& dst) {
   const std::size_t es = dtype_size(src.dtype());
   const std::int64_t n = src.numel();
   const std::int64_t nd = src.dim();
@@ -38,7 +44,6 @@ void CpuKernels::copy_strided(const Tensor& src, Tensor& dst) {
   }
 }
 
-namespace {
 template <typename T>
 void fill_typed(Tensor& t, T v) {
   T* p = static_cast<T*>(t.raw_data());
@@ -51,17 +56,26 @@ void fill_typed(Tensor& t, T v) {
   Tensor tmp = Tensor::empty(t.shape(), t.dtype());
   T* q = static_cast<T*>(tmp.raw_data());
   for (std::int64_t i = 0; i < n; ++i) q[i] = v;
-  t.copy_(tmp);
+  copy_strided_cpu(tmp, t);
 }
-}  // namespace
 
-void CpuKernels::fill(Tensor& t, double value) {
+void fill_cpu(Tensor& t, double value) {
   switch (t.dtype()) {
     case DType::kFloat32: fill_typed<float>(t, static_cast<float>(value)); break;
+    case DType::kBFloat16: fill_typed<std::uint16_t>(t, dpl::detail::float_to_bfloat16(static_cast<float>(value))); break;
+    case DType::kFloat16: fill_typed<std::uint16_t>(t, dpl::detail::float_to_float16(static_cast<float>(value))); break;
     case DType::kInt32: fill_typed<std::int32_t>(t, static_cast<std::int32_t>(value)); break;
     case DType::kInt64: fill_typed<std::int64_t>(t, static_cast<std::int64_t>(value)); break;
-    default: DPL_FAIL("fill: dtype ", t.dtype(), " is not supported on the CPU; use float32, int32 or int64");
   }
 }
 
-}  // namespace dpl::backend
+}  // namespace
+
+DPL_REGISTER_KERNEL(allocate, kCpu, allocate_cpu);
+DPL_REGISTER_KERNEL(deallocate, kCpu, deallocate_cpu);
+DPL_REGISTER_KERNEL(copy_bytes, kCpu, copy_bytes_cpu);
+DPL_REGISTER_KERNEL(synchronize, kCpu, synchronize_cpu);
+DPL_REGISTER_KERNEL(copy_strided, kCpu, copy_strided_cpu);
+DPL_REGISTER_KERNEL(fill, kCpu, fill_cpu);
+
+}  // namespace dpl::backend::cpu

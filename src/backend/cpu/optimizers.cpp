@@ -1,11 +1,13 @@
 // Optimizer updates on the CPU: one fused pass over the whole parameter arena.
 #include <cmath>
 
-#include "backend/cpu/cpu_kernels.hpp"
+#include "backend/cpu/cpu.hpp"
 
-namespace dpl::backend {
+namespace dpl::backend::cpu {
 
-void CpuKernels::sgd_update(Tensor& param, const Tensor& grad, const SgdHyper& h) {
+namespace {
+
+void sgd_update_cpu(Tensor& param, const Tensor& grad, const SgdHyper& h) {
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   const std::int64_t n = param.numel();
@@ -13,7 +15,7 @@ void CpuKernels::sgd_update(Tensor& param, const Tensor& grad, const SgdHyper& h
   for (std::int64_t i = 0; i < n; ++i) p[i] -= h.lr * (g[i] + h.weight_decay * p[i]);
 }
 
-void CpuKernels::momentum_update(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
+void momentum_update_cpu(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   float* v = velocity.data<float>();
@@ -26,7 +28,7 @@ void CpuKernels::momentum_update(Tensor& param, const Tensor& grad, Tensor& velo
   }
 }
 
-void CpuKernels::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
+void adam_update_cpu(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   float* pm = m.data<float>();
@@ -43,4 +45,10 @@ void CpuKernels::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tenso
   }
 }
 
-}  // namespace dpl::backend
+}  // namespace
+
+DPL_REGISTER_KERNEL(sgd_update, kCpu, sgd_update_cpu);
+DPL_REGISTER_KERNEL(momentum_update, kCpu, momentum_update_cpu);
+DPL_REGISTER_KERNEL(adam_update, kCpu, adam_update_cpu);
+
+}  // namespace dpl::backend::cpu

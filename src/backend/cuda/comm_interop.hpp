@@ -9,6 +9,9 @@
 // DPL_CUDA_CHECK(call): runs a CUDA runtime call and throws dpl::Error naming the call, the
 // error and the device when it fails.
 #include "backend/cuda/cuda_check.hpp"
+// launch_cast: float32/bfloat16/float16 conversions fused with a division, on any stream (the
+// 16-bit wire of the gradient allreduce, and the division of a mean).
+#include "backend/cuda/cast.hpp"
 
 namespace dpl::backend {
 
@@ -21,9 +24,8 @@ namespace comm_interop {
 /// streams, events and NCCL calls belong to one device, and the caller may have another current.
 using cuda_detail::DeviceGuard;
 
-/// Blocks for a grid-stride kernel over n items with `threads` per block on `device`: enough to
-/// fill the GPU a few times over, never more than n needs (for comm's own kernels).
-using cuda_detail::grid_for;
+/// dst = src / divisor between float32, bfloat16 and float16 on a stream (see cast.hpp).
+using cuda_detail::launch_cast;
 
 /// The compute stream of GPU `device`: every kernel and copy dpl queues for that GPU runs on it,
 /// in order. Work that comm queues on its own streams must be ordered against it with events:

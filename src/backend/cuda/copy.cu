@@ -1,13 +1,11 @@
 // Strided copies and fills of device tensors of any dtype. Both move raw element bits, so one
 // kernel per element width serves every dtype of that width.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "core/half.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
@@ -128,20 +126,24 @@ void launch_fill(void* dst, std::int64_t n, const StridedLayout* l, T value, int
 }  // namespace cuda_detail
 
 // ============================================================================================
-// Kernels methods
+// kernel implementations
 // ============================================================================================
+
+namespace {
 
 using cuda_detail::DeviceGuard;
 
-void CudaKernels::copy_strided(const Tensor& src, Tensor& dst) {
+void copy_strided_cuda(const Tensor& src, Tensor& dst) {
   const std::int64_t n = src.numel();
   if (n == 0) return;
   const auto l = cuda_detail::merge_dims(src.shape(), &src.strides(), dst.strides(), "copy_strided");
-  DeviceGuard guard(device_);
-  cuda_detail::launch_copy_strided(dtype_size(src.dtype()), src.raw_data(), dst.raw_data(), n, l, device_, stream_);
+  CudaDevice& d = cuda_device_of(src);
+  DeviceGuard guard(d.device());
+  cuda_detail::launch_copy_strided(dtype_size(src.dtype()), src.raw_data(), dst.raw_data(), n, l, d.device(),
+                                   d.stream());
 }
 
-void CudaKernels::fill(Tensor& t, double value) {
+void fill_cuda(Tensor& t, double value) {
   const std::int64_t n = t.numel();
   if (n == 0) return;
   // The element's bit pattern; fills move bits, not numbers.
@@ -156,25 +158,13 @@ void CudaKernels::fill(Tensor& t, double value) {
     }
     case DType::kInt32: bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(value)); break;
     case DType::kInt64: bits = static_cast<std::uint64_t>(static_cast<std::int64_t>(value)); break;
-    case DType::kBFloat16: {
-      const __nv_bfloat16 v = __float2bfloat16(static_cast<float>(value));
-      std::uint16_t b;
-      std::memcpy(&b, &v, 2);
-      bits = b;
-      break;
-    }
-    case DType::kFloat16: {
-      const __half v = __float2half(static_cast<float>(value));
-      std::uint16_t b;
-      std::memcpy(&b, &v, 2);
-      bits = b;
-      break;
-    }
+    case DType::kBFloat16: bits = dpl::detail::float_to_bfloat16(static_cast<float>(value)); break;
+    case DType::kFloat16: bits = dpl::detail::float_to_float16(static_cast<float>(value)); break;
   }
-  DeviceGuard guard(device_);
-  const std::size_t elem = dtype_size(t.dtype());
+  CudaDevice& d = cuda_device_of(t);
+  DeviceGuard guard(d.device());
   if (t.is_contiguous() && bits == 0) {
-    DPL_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream_));
+    DPL_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), d.stream()));
     return;
   }
   cuda_detail::StridedLayout layout;
@@ -183,11 +173,22 @@ void CudaKernels::fill(Tensor& t, double value) {
     layout = cuda_detail::merge_dims(t.shape(), nullptr, t.strides(), "fill");
     l = &layout;
   }
-  switch (elem) {
-    case 2: cuda_detail::launch_fill<std::uint16_t>(t.raw_data(), n, l, static_cast<std::uint16_t>(bits), device_, stream_); break;
-    case 4: cuda_detail::launch_fill<std::uint32_t>(t.raw_data(), n, l, static_cast<std::uint32_t>(bits), device_, stream_); break;
-    default: cuda_detail::launch_fill<std::uint64_t>(t.raw_data(), n, l, bits, device_, stream_); break;
+  switch (dtype_size(t.dtype())) {
+    case 2:
+      cuda_detail::launch_fill<std::uint16_t>(t.raw_data(), n, l, static_cast<std::uint16_t>(bits), d.device(),
+                                              d.stream());
+      break;
+    case 4:
+      cuda_detail::launch_fill<std::uint32_t>(t.raw_data(), n, l, static_cast<std::uint32_t>(bits), d.device(),
+                                              d.stream());
+      break;
+    default: cuda_detail::launch_fill<std::uint64_t>(t.raw_data(), n, l, bits, d.device(), d.stream()); break;
   }
 }
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(copy_strided, kCuda, copy_strided_cuda);
+DPL_REGISTER_KERNEL(fill, kCuda, fill_cuda);
 
 }  // namespace dpl::backend

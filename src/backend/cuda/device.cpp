@@ -1,22 +1,27 @@
-// Devices of the CUDA backend: the device count, error reporting, the per-device backend
-// registry, and the public dpl::cuda device API.
-#include <algorithm>
+// Devices of the CUDA backend: the device count, error reporting, the per-device state and its
+// registry, the memory and stream kernels, and what core's public CUDA API calls.
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda_api.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl {
+namespace backend {
 
-int cuda_device_count() {
+namespace {
+/// Most GPUs per process the backend keeps state for.
+constexpr int kMaxDevices = 64;
+}  // namespace
+
+int cuda_api::device_count() noexcept {
   // Any runtime error (no driver, driver too old, no device) reads as "no GPU".
   static const int count = [] {
     int n = 0;
@@ -29,7 +34,6 @@ int cuda_device_count() {
   return count;
 }
 
-namespace backend {
 namespace cuda_detail {
 
 namespace {
@@ -63,7 +67,6 @@ DeviceGuard::~DeviceGuard() {
 }
 
 namespace {
-constexpr int kMaxDevices = 64;
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
 }  // namespace
 
@@ -82,12 +85,11 @@ int sm_count(int device) {
 
 }  // namespace cuda_detail
 
-// --- the registry of per-device backends -----------------------------------------------------
+// --- the registry of per-device state -----------------------------------------------------
 
 namespace {
-constexpr int kMaxDevices = 64;
-std::array<std::atomic<CudaKernels*>, kMaxDevices> g_kernels{};
-std::mutex g_kernels_mutex;
+std::array<std::atomic<CudaDevice*>, kMaxDevices> g_devices{};
+std::mutex g_devices_mutex;
 
 std::atomic<bool> g_allow_tf32{[] {
   const char* v = std::getenv("DPL_CUDA_TF32");
@@ -95,7 +97,7 @@ std::atomic<bool> g_allow_tf32{[] {
 }()};
 
 void check_device(int device, const char* what) {
-  const int n = cuda_device_count();
+  const int n = cuda_api::device_count();
   DPL_CHECK(n > 0, what, ": device cuda:", device, " was requested, but no GPU is available "
             "(the CUDA runtime reports none, or the driver is missing or too old)");
   DPL_CHECK(device >= 0 && device < n && device < kMaxDevices, what, ": device cuda:", device,
@@ -103,27 +105,27 @@ void check_device(int device, const char* what) {
 }
 }  // namespace
 
-CudaKernels& CudaKernels::get(int device) {
+CudaDevice& CudaDevice::get(int device) {
   if (device >= 0 && device < kMaxDevices) {
-    if (CudaKernels* k = g_kernels[device].load(std::memory_order_acquire)) return *k;
+    if (CudaDevice* k = g_devices[device].load(std::memory_order_acquire)) return *k;
   }
   check_device(device, "cuda");
-  std::lock_guard<std::mutex> lock(g_kernels_mutex);
-  CudaKernels* k = g_kernels[device].load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_devices_mutex);
+  CudaDevice* k = g_devices[device].load(std::memory_order_relaxed);
   if (k == nullptr) {
     // Never deleted: Storage objects of static tensors free their blocks during exit.
-    k = new CudaKernels(device);
-    g_kernels[device].store(k, std::memory_order_release);
+    k = new CudaDevice(device);
+    g_devices[device].store(k, std::memory_order_release);
   }
   return *k;
 }
 
-CudaKernels* CudaKernels::get_if_created(int device) noexcept {
+CudaDevice* CudaDevice::get_if_created(int device) noexcept {
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  return g_kernels[device].load(std::memory_order_acquire);
+  return g_devices[device].load(std::memory_order_acquire);
 }
 
-CudaKernels::CudaKernels(int device)
+CudaDevice::CudaDevice(int device)
     : device_(device), allocator_(std::make_unique<cuda_detail::CachingAllocator>(device)) {
   cuda_detail::DeviceGuard guard(device_);
   // Non-blocking: the legacy default stream, which other libraries may use, must not serialise
@@ -132,13 +134,10 @@ CudaKernels::CudaKernels(int device)
   DPL_CUDA_CHECK(cudaMalloc(&scratch_.partials, sizeof(double) * kMaxReduceBlocks + sizeof(unsigned)));
   scratch_.counter = reinterpret_cast<unsigned*>(scratch_.partials + kMaxReduceBlocks);
   DPL_CUDA_CHECK(cudaMemset(scratch_.counter, 0, sizeof(unsigned)));
-  DPL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&range_host_), 2 * sizeof(std::int32_t),
-                               cudaHostAllocMapped | cudaHostAllocPortable));
-  DPL_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&range_dev_), range_host_, 0));
   DPL_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
 }
 
-cublasHandle_t CudaKernels::cublas() {
+cublasHandle_t CudaDevice::cublas() {
   std::lock_guard<std::mutex> lock(cublas_mutex_);
   const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed);
   if (cublas_ == nullptr) {
@@ -156,100 +155,72 @@ cublasHandle_t CudaKernels::cublas() {
   return cublas_;
 }
 
-void* CudaKernels::allocate(std::size_t nbytes) { return allocator_->allocate(nbytes); }
+cudaStream_t cuda_stream(int device) { return CudaDevice::get(device).stream(); }
 
-void CudaKernels::deallocate(void* p) { allocator_->deallocate(p); }
+// --- memory and stream kernels -----------------------------------------------------------------
 
-void CudaKernels::copy_bytes(void* dst, const void* src, std::size_t nbytes) {
+namespace {
+
+void* allocate_cuda(Device device, std::size_t nbytes) { return CudaDevice::get(device.index).allocator().allocate(nbytes); }
+
+void deallocate_cuda(Device device, void* p) {
+  // Runs from Storage destructors, possibly during exit: the device's state exists (it made p).
+  if (CudaDevice* d = CudaDevice::get_if_created(device.index)) d->allocator().deallocate(p);
+}
+
+void copy_bytes_cuda(Device device, void* dst, const void* src, std::size_t nbytes) {
   if (nbytes == 0 || dst == src) return;
-  cuda_detail::DeviceGuard guard(device_);
-  DPL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream_));
+  CudaDevice& d = CudaDevice::get(device.index);
+  cuda_detail::DeviceGuard guard(d.device());
+  DPL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, d.stream()));
 }
 
-void CudaKernels::synchronize() {
-  cuda_detail::DeviceGuard guard(device_);
-  DPL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+void synchronize_cuda(Device device) {
+  CudaDevice& d = CudaDevice::get(device.index);
+  cuda_detail::DeviceGuard guard(d.device());
+  DPL_CUDA_CHECK(cudaStreamSynchronize(d.stream()));
 }
 
-Kernels& cuda_kernels(int index) { return CudaKernels::get(index); }
+}  // namespace
 
-cudaStream_t cuda_stream(int device) { return CudaKernels::get(device).stream(); }
+DPL_REGISTER_KERNEL(allocate, kCuda, allocate_cuda);
+DPL_REGISTER_KERNEL(deallocate, kCuda, deallocate_cuda);
+DPL_REGISTER_KERNEL(copy_bytes, kCuda, copy_bytes_cuda);
+DPL_REGISTER_KERNEL(synchronize, kCuda, synchronize_cuda);
 
-}  // namespace backend
+// --- what core's public API calls (devices checked there) --------------------------------------
 
-// --- public API ------------------------------------------------------------------------------
+namespace cuda_api {
 
-namespace cuda {
-
-using backend::CudaKernels;
-
-MemoryStats memory_stats(int device) {
-  backend::check_device(device, "cuda::memory_stats");
-  CudaKernels* k = CudaKernels::get_if_created(device);
-  return k ? k->allocator().stats() : MemoryStats{};
+cuda::MemoryStats memory_stats(int device) {
+  CudaDevice* d = CudaDevice::get_if_created(device);
+  return d ? d->allocator().stats() : cuda::MemoryStats{};
 }
 
 void reset_peak(int device) {
-  backend::check_device(device, "cuda::reset_peak");
-  if (CudaKernels* k = CudaKernels::get_if_created(device)) k->allocator().reset_peak();
+  if (CudaDevice* d = CudaDevice::get_if_created(device)) d->allocator().reset_peak();
 }
 
 void empty_cache(int device) {
-  backend::check_device(device, "cuda::empty_cache");
-  if (CudaKernels* k = CudaKernels::get_if_created(device)) k->allocator().empty_cache();
+  if (CudaDevice* d = CudaDevice::get_if_created(device)) d->allocator().empty_cache();
 }
 
-bool caching_enabled() { return backend::cuda_detail::caching_enabled_by_env(); }
+bool caching_enabled() { return cuda_detail::caching_enabled_by_env(); }
 
-void set_device(int device) {
-  backend::check_device(device, "cuda::set_device");
-  DPL_CUDA_CHECK(cudaSetDevice(device));
-}
+void set_device(int device) { DPL_CUDA_CHECK(cudaSetDevice(device)); }
 
 int current_device() {
-  if (cuda_device_count() == 0) return -1;
   int d = -1;
   DPL_CUDA_CHECK(cudaGetDevice(&d));
   return d;
 }
 
-void synchronize(int device) {
-  backend::check_device(device, "cuda::synchronize");
-  CudaKernels::get(device).synchronize();
-}
+void synchronize(int device) { backend::synchronize(Device::cuda(device)); }
 
-int select_device_for_local_rank(int intra_rank) {
-  DPL_CHECK(intra_rank >= 0, "cuda::select_device_for_local_rank: expected an intra-node rank >= 0, got ",
-            intra_rank);
-  const int n = cuda_device_count();
-  if (n == 0) return -1;
-  int device = intra_rank % n;
-  if (const char* env = std::getenv("DPL_CUDA_DEVICE"); env != nullptr && *env != '\0') {
-    std::vector<int> list;
-    const std::string s(env);
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', pos), s.size());
-      const std::string item = s.substr(pos, comma - pos);
-      char* end = nullptr;
-      const long v = std::strtol(item.c_str(), &end, 10);
-      DPL_CHECK(!item.empty() && end != nullptr && *end == '\0' && v >= 0,
-                "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE must be a device number or a "
-                "comma-separated list of them (\"0\" or \"0,2\"), got \"", s, "\"");
-      list.push_back(static_cast<int>(v));
-      pos = comma + 1;
-    }
-    device = list[static_cast<std::size_t>(intra_rank) % list.size()];
-    DPL_CHECK(device < n, "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE=\"", s, "\" names cuda:", device,
-              " but this machine has ", n, " GPU(s)");
-  }
-  DPL_CUDA_CHECK(cudaSetDevice(device));
-  return device;
-}
+void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
 
-void set_allow_tf32(bool on) { backend::g_allow_tf32.store(on, std::memory_order_relaxed); }
+bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
-bool allow_tf32() { return backend::g_allow_tf32.load(std::memory_order_relaxed); }
-
-}  // namespace cuda
+}  // namespace cuda_api
+}  // namespace backend
 }  // namespace dpl

@@ -1,27 +1,55 @@
 #pragma once
-// Device-side building blocks shared by the .cu files: vector loads, warp and block reductions,
-// and the "last block finishes the reduction" pattern that gives one-launch, deterministic
+// Device-side building blocks shared by the .cu files: the conversions of the storage types,
+// vector loads, warp and block reductions, the dtype switch of the launchers, and the "last
+// block finishes the reduction" pattern that gives one-launch, deterministic
 // reductions to a single value.
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
+#include "dpl/core/dtype.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/tensor/tensor.hpp"
 
 namespace dpl::backend::cuda_detail {
 
 /// Threads per block of the elementwise and reduction kernels.
 constexpr int kThreads = 256;
 
-/// V consecutive floats, loaded and stored as one 16-byte access when V is 4.
+// --- the device's conversions between the storage types and float -----------------------------
+// Every kernel of the backend reads and writes float32, bfloat16 and float16 through these and
+// computes in float: 16-bit values are widened on load and rounded once (nearest even) on store.
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+/// V consecutive elements as floats. For float32 and V == 4 they move as one 16-byte access
+/// (the pointer must be 16-byte aligned); otherwise element by element.
 template <int V>
 struct Vec {
   float v[V];
 };
 
-template <int V>
-__device__ __forceinline__ Vec<V> load(const float* p) {
+template <int V, typename T>
+__device__ __forceinline__ Vec<V> load(const T* p) {
   Vec<V> r;
-  if constexpr (V == 4) {
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
     const float4 t = *reinterpret_cast<const float4*>(p);
     r.v[0] = t.x;
     r.v[1] = t.y;
@@ -29,18 +57,18 @@ __device__ __forceinline__ Vec<V> load(const float* p) {
     r.v[3] = t.w;
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) r.v[j] = p[j];
+    for (int j = 0; j < V; ++j) r.v[j] = to_float(p[j]);
   }
   return r;
 }
 
-template <int V>
-__device__ __forceinline__ void store(float* p, const Vec<V>& r) {
-  if constexpr (V == 4) {
+template <int V, typename T>
+__device__ __forceinline__ void store(T* p, const Vec<V>& r) {
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
   } else {
 #pragma unroll
-    for (int j = 0; j < V; ++j) p[j] = r.v[j];
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(r.v[j]);
   }
 }
 
@@ -105,6 +133,43 @@ __device__ __forceinline__ bool last_block_total(double block_partial, double* p
     *counter = 0u;
   }
   return true;
+}
+
+/// A C++ type passed to a generic lambda by with_float_type.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// t's elements as device type T (the dispatcher has checked that t's dtype is T's).
+template <typename T>
+const T* in_ptr(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <typename T>
+T* out_ptr(Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+/// Calls f(TypeTag<T>{}) with the device type of dtype: float, __nv_bfloat16 or __half.
+/// Throws dpl::Error (naming `op`) for any other dtype.
+template <typename F>
+void with_float_type(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: f(TypeTag<float>{}); break;
+    case DType::kBFloat16: f(TypeTag<__nv_bfloat16>{}); break;
+    case DType::kFloat16: f(TypeTag<__half>{}); break;
+    default: DPL_FAIL(op, ": expected dtype float32, bfloat16 or float16, got ", dtype);
+  }
+}
+
+/// The common frame of a float kernel's implementation: makes t's GPU current and calls
+/// f(TypeTag<T>{}, device) with T the device type of t's dtype (see with_float_type).
+template <typename F>
+void on_device_typed(const Tensor& t, const char* op, F&& f) {
+  CudaDevice& d = cuda_device_of(t);
+  DeviceGuard guard(d.device());
+  with_float_type(t.dtype(), op, [&](auto tag) { f(tag, d); });
 }
 
 }  // namespace dpl::backend::cuda_detail

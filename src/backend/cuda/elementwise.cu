@@ -1,8 +1,7 @@
 // Elementwise maps and reductions: binary ops with broadcasting, axpby, fill_scaled, relu and
 // its backward, column sums (bias gradients) and the sum of all elements.
 //
-// Maps use 16-byte vector accesses when every pointer is 16-byte aligned and the length (and,
-// for row broadcasting, the row length) is a multiple of 4, and scalar accesses otherwise.
+// Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -24,9 +23,9 @@ __device__ __forceinline__ float apply(float a, float b) {
 }
 
 // out may alias a (linear adds its bias in place).
-template <BinaryOp op, Broadcast bc, bool acc, int V>
-__global__ void binary_kernel(const float* a, const float* b, float* out, std::int64_t n, std::int64_t cols) {
-  const float s = bc == Broadcast::kScalar ? b[0] : 0.f;
+template <BinaryOp op, Broadcast bc, bool acc, int V, typename T>
+__global__ void binary_kernel(const T* a, const T* b, T* out, std::int64_t n, std::int64_t cols) {
+  const float s = bc == Broadcast::kScalar ? to_float(b[0]) : 0.f;
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     const Vec<V> x = load<V>(a + i);
@@ -51,8 +50,8 @@ __global__ void binary_kernel(const float* a, const float* b, float* out, std::i
   }
 }
 
-template <bool acc, int V>
-__global__ void axpby_kernel(float alpha, const float* x, float beta, float* y, std::int64_t n) {
+template <bool acc, int V, typename T>
+__global__ void axpby_kernel(float alpha, const T* x, float beta, T* y, std::int64_t n) {
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     const Vec<V> xv = load<V>(x + i);
@@ -69,9 +68,9 @@ __global__ void axpby_kernel(float alpha, const float* x, float beta, float* y, 
   }
 }
 
-template <bool acc, int V>
-__global__ void fill_scaled_kernel(float alpha, const float* s, float beta, float* out, std::int64_t n) {
-  const float v = alpha * s[0];
+template <bool acc, int V, typename T>
+__global__ void fill_scaled_kernel(float alpha, const T* s, float beta, T* out, std::int64_t n) {
+  const float v = alpha * to_float(s[0]);
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     Vec<V> r;
@@ -87,8 +86,8 @@ __global__ void fill_scaled_kernel(float alpha, const float* s, float beta, floa
   }
 }
 
-template <int V>
-__global__ void relu_kernel(const float* x, float* y, std::int64_t n) {
+template <int V, typename T>
+__global__ void relu_kernel(const T* x, T* y, std::int64_t n) {
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     const Vec<V> xv = load<V>(x + i);
@@ -99,8 +98,8 @@ __global__ void relu_kernel(const float* x, float* y, std::int64_t n) {
   }
 }
 
-template <bool acc, int V>
-__global__ void relu_backward_kernel(const float* y, const float* gy, float* gx, std::int64_t n) {
+template <bool acc, int V, typename T>
+__global__ void relu_backward_kernel(const T* y, const T* gy, T* gx, std::int64_t n) {
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     const Vec<V> yv = load<V>(y + i);
@@ -121,13 +120,13 @@ __global__ void relu_backward_kernel(const float* y, const float* gy, float* gx,
 // a row's 32 columns as one coalesced access, and combine their column sums in a fixed order.
 constexpr int kSumRowsY = 16;
 
-__global__ void sum_rows_kernel(float alpha, const float* x, float beta, float* out, std::int64_t rows,
-                                std::int64_t cols) {
+template <typename T>
+__global__ void sum_rows_kernel(float alpha, const T* x, float beta, T* out, std::int64_t rows, std::int64_t cols) {
   __shared__ float part[kSumRowsY][33];
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.f;
   if (c < cols) {
-    for (std::int64_t r = threadIdx.y; r < rows; r += kSumRowsY) acc += x[r * cols + c];
+    for (std::int64_t r = threadIdx.y; r < rows; r += kSumRowsY) acc += to_float(x[r * cols + c]);
   }
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -135,12 +134,12 @@ __global__ void sum_rows_kernel(float alpha, const float* x, float beta, float* 
     float total = 0.f;
 #pragma unroll
     for (int y = 0; y < kSumRowsY; ++y) total += part[y][threadIdx.x];
-    out[c] = (beta == 0.f ? 0.f : beta * out[c]) + alpha * total;
+    out[c] = from_float<T>((beta == 0.f ? 0.f : beta * to_float(out[c])) + alpha * total);
   }
 }
 
-template <int V>
-__global__ void sum_all_kernel(float alpha, const float* x, std::int64_t n, float* out, double* partials,
+template <int V, typename T>
+__global__ void sum_all_kernel(float alpha, const T* x, std::int64_t n, T* out, double* partials,
                                unsigned* counter) {
   double acc = 0.0;
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
@@ -151,7 +150,7 @@ __global__ void sum_all_kernel(float alpha, const float* x, std::int64_t n, floa
   const double block = block_sum(acc);
   double total = 0.0;
   if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0) {
-    out[0] = static_cast<float>(static_cast<double>(alpha) * total);
+    out[0] = from_float<T>(static_cast<float>(static_cast<double>(alpha) * total));
   }
 }
 
@@ -159,9 +158,13 @@ __global__ void sum_all_kernel(float alpha, const float* x, std::int64_t n, floa
 // launchers
 // ============================================================================================
 
-template <BinaryOp op, Broadcast bc>
-void launch_binary_bc(bool acc, bool vec, const float* a, const float* b, float* out, std::int64_t n,
-                      std::int64_t cols, int device, cudaStream_t stream) {
+// Maps take the 16-byte path when every pointer is 16-byte aligned and the length (and the row
+// length of a row broadcast) is a multiple of 4; for 16-bit types that path moves four elements
+// per thread with scalar accesses.
+
+template <BinaryOp op, Broadcast bc, typename T>
+void launch_binary_bc(bool acc, bool vec, const T* a, const T* b, T* out, std::int64_t n, std::int64_t cols,
+                      int device, cudaStream_t stream) {
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
   if (vec) {
     if (acc) binary_kernel<op, bc, true, 4><<<grid, kThreads, 0, stream>>>(a, b, out, n, cols);
@@ -173,8 +176,8 @@ void launch_binary_bc(bool acc, bool vec, const float* a, const float* b, float*
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-template <BinaryOp op>
-void launch_binary_op(Broadcast bc, bool acc, bool vec, const float* a, const float* b, float* out, std::int64_t n,
+template <BinaryOp op, typename T>
+void launch_binary_op(Broadcast bc, bool acc, bool vec, const T* a, const T* b, T* out, std::int64_t n,
                       std::int64_t cols, int device, cudaStream_t stream) {
   switch (bc) {
     case Broadcast::kNone: launch_binary_bc<op, Broadcast::kNone>(acc, vec, a, b, out, n, cols, device, stream); break;
@@ -185,7 +188,8 @@ void launch_binary_op(Broadcast bc, bool acc, bool vec, const float* a, const fl
   }
 }
 
-void launch_binary(BinaryOp op, Broadcast bc, bool acc, const float* a, const float* b, float* out, std::int64_t n,
+template <typename T>
+void launch_binary(BinaryOp op, Broadcast bc, bool acc, const T* a, const T* b, T* out, std::int64_t n,
                    std::int64_t cols, int device, cudaStream_t stream) {
   if (n == 0) return;
   bool vec = n % 4 == 0 && aligned16(a) && aligned16(out);
@@ -198,7 +202,8 @@ void launch_binary(BinaryOp op, Broadcast bc, bool acc, const float* a, const fl
   }
 }
 
-void launch_axpby(float alpha, const float* x, float beta, float* y, std::int64_t n, int device, cudaStream_t stream) {
+template <typename T>
+void launch_axpby(float alpha, const T* x, float beta, T* y, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y);
   const bool acc = beta != 0.f;
@@ -213,8 +218,8 @@ void launch_axpby(float alpha, const float* x, float beta, float* y, std::int64_
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_fill_scaled(float alpha, const float* s, float beta, float* out, std::int64_t n, int device,
-                        cudaStream_t stream) {
+template <typename T>
+void launch_fill_scaled(float alpha, const T* s, float beta, T* out, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(out);
   const bool acc = beta != 0.f;
@@ -229,7 +234,8 @@ void launch_fill_scaled(float alpha, const float* s, float beta, float* out, std
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_relu(const float* x, float* y, std::int64_t n, int device, cudaStream_t stream) {
+template <typename T>
+void launch_relu(const T* x, T* y, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(x) && aligned16(y);
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
@@ -238,8 +244,8 @@ void launch_relu(const float* x, float* y, std::int64_t n, int device, cudaStrea
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_relu_backward(const float* y, const float* gy, bool acc, float* gx, std::int64_t n, int device,
-                          cudaStream_t stream) {
+template <typename T>
+void launch_relu_backward(const T* y, const T* gy, bool acc, T* gx, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(y) && aligned16(gy) && aligned16(gx);
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
@@ -253,7 +259,8 @@ void launch_relu_backward(const float* y, const float* gy, bool acc, float* gx, 
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_sum_rows(float alpha, const float* x, float beta, float* out, std::int64_t rows, std::int64_t cols,
+template <typename T>
+void launch_sum_rows(float alpha, const T* x, float beta, T* out, std::int64_t rows, std::int64_t cols,
                      cudaStream_t stream) {
   if (cols == 0) return;
   const dim3 block(32, kSumRowsY);
@@ -262,11 +269,12 @@ void launch_sum_rows(float alpha, const float* x, float beta, float* out, std::i
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_sum_all(float alpha, const float* x, std::int64_t n, float* out, const CudaKernels::ReduceScratch& s,
-                    int device, cudaStream_t stream) {
+template <typename T>
+void launch_sum_all(float alpha, const T* x, std::int64_t n, T* out, const CudaDevice::ReduceScratch& s, int device,
+                    cudaStream_t stream) {
   const bool vec = n % 4 == 0 && aligned16(x);
   unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
-  if (grid > static_cast<unsigned>(CudaKernels::kMaxReduceBlocks)) grid = CudaKernels::kMaxReduceBlocks;
+  if (grid > static_cast<unsigned>(CudaDevice::kMaxReduceBlocks)) grid = CudaDevice::kMaxReduceBlocks;
   if (vec) sum_all_kernel<4><<<grid, kThreads, 0, stream>>>(alpha, x, n, out, s.partials, s.counter);
   else sum_all_kernel<1><<<grid, kThreads, 0, stream>>>(alpha, x, n, out, s.partials, s.counter);
   DPL_CUDA_CHECK(cudaGetLastError());
@@ -276,48 +284,76 @@ void launch_sum_all(float alpha, const float* x, std::int64_t n, float* out, con
 }  // namespace cuda_detail
 
 // ============================================================================================
-// Kernels methods
+// kernel implementations
 // ============================================================================================
 
-using cuda_detail::DeviceGuard;
+namespace {
 
-void CudaKernels::binary(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_binary(op, bc, beta != 0.f, a.data<float>(), b.data<float>(), out.data<float>(), a.numel(),
-                             bc == Broadcast::kRow ? b.numel() : 1, device_, stream_);
+using cuda_detail::in_ptr;
+using cuda_detail::out_ptr;
+using cuda_detail::on_device_typed;
+
+void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& o) {
+  on_device_typed(a, "binary", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_binary(op, bc, beta != 0.f, in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(o), a.numel(),
+                               bc == Broadcast::kRow ? b.numel() : 1, d.device(), d.stream());
+  });
 }
 
-void CudaKernels::axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_axpby(alpha, x.data<float>(), beta, y.data<float>(), x.numel(), device_, stream_);
+void axpby_cuda(float alpha, const Tensor& x, float beta, Tensor& y) {
+  on_device_typed(x, "axpby", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_axpby(alpha, in_ptr<T>(x), beta, out_ptr<T>(y), x.numel(), d.device(), d.stream());
+  });
 }
 
-void CudaKernels::sum_rows(float alpha, const Tensor& x, float beta, Tensor& out) {
-  const std::int64_t cols = out.numel();
+void sum_rows_cuda(float alpha, const Tensor& x, float beta, Tensor& o) {
+  const std::int64_t cols = o.numel();
   const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
-  DeviceGuard guard(device_);
-  cuda_detail::launch_sum_rows(alpha, x.data<float>(), beta, out.data<float>(), rows, cols, stream_);
+  on_device_typed(x, "sum_rows", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_sum_rows(alpha, in_ptr<T>(x), beta, out_ptr<T>(o), rows, cols, d.stream());
+  });
 }
 
-void CudaKernels::sum_all(float alpha, const Tensor& x, Tensor& out) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_sum_all(alpha, x.data<float>(), x.numel(), out.data<float>(), scratch_, device_, stream_);
+void sum_all_cuda(float alpha, const Tensor& x, Tensor& o) {
+  on_device_typed(x, "sum_all", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_sum_all(alpha, in_ptr<T>(x), x.numel(), out_ptr<T>(o), d.scratch(), d.device(), d.stream());
+  });
 }
 
-void CudaKernels::fill_scaled(float alpha, const Tensor& s, float beta, Tensor& out) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_fill_scaled(alpha, s.data<float>(), beta, out.data<float>(), out.numel(), device_, stream_);
+void fill_scaled_cuda(float alpha, const Tensor& s, float beta, Tensor& o) {
+  on_device_typed(s, "fill_scaled", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_fill_scaled(alpha, in_ptr<T>(s), beta, out_ptr<T>(o), o.numel(), d.device(), d.stream());
+  });
 }
 
-void CudaKernels::relu(const Tensor& x, Tensor& y) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_relu(x.data<float>(), y.data<float>(), x.numel(), device_, stream_);
+void relu_cuda(const Tensor& x, Tensor& y) {
+  on_device_typed(x, "relu", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_relu(in_ptr<T>(x), out_ptr<T>(y), x.numel(), d.device(), d.stream());
+  });
 }
 
-void CudaKernels::relu_backward(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_relu_backward(y.data<float>(), gy.data<float>(), beta != 0.f, gx.data<float>(), y.numel(),
-                                    device_, stream_);
+void relu_backward_cuda(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
+  on_device_typed(y, "relu_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_relu_backward(in_ptr<T>(y), in_ptr<T>(gy), beta != 0.f, out_ptr<T>(gx), y.numel(), d.device(),
+                                      d.stream());
+  });
 }
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(binary, kCuda, binary_cuda);
+DPL_REGISTER_KERNEL(axpby, kCuda, axpby_cuda);
+DPL_REGISTER_KERNEL(sum_rows, kCuda, sum_rows_cuda);
+DPL_REGISTER_KERNEL(sum_all, kCuda, sum_all_cuda);
+DPL_REGISTER_KERNEL(fill_scaled, kCuda, fill_scaled_cuda);
+DPL_REGISTER_KERNEL(relu, kCuda, relu_cuda);
+DPL_REGISTER_KERNEL(relu_backward, kCuda, relu_backward_cuda);
 
 }  // namespace dpl::backend

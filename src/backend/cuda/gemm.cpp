@@ -2,14 +2,28 @@
 // (r, c) matrix is the column-major (c, r) matrix, its transpose. So C = op(A) op(B) is computed
 // as C^T = op(B)^T op(A)^T, which is a column-major product with the operands swapped and the
 // same transpose flags, and no data moves.
+//
+// float32 goes to cublasSgemm (TF32 only when allowed); bfloat16 and float16 go to cublasGemmEx
+// with float32 accumulation (CUBLAS_COMPUTE_32F) and float alpha and beta.
+#include <library_types.h>
+
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
 
-void CudaKernels::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-                       Tensor& c) {
+namespace {
+
+cudaDataType_t cuda_data_type(DType t) {
+  switch (t) {
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+void gemm_cuda(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta, Tensor& c) {
   const std::int64_t m = trans_a ? a.size(1) : a.size(0);
   const std::int64_t k = trans_a ? a.size(0) : a.size(1);
   const std::int64_t n = trans_b ? b.size(0) : b.size(1);
@@ -27,13 +41,26 @@ void CudaKernels::gemm(bool trans_a, bool trans_b, float alpha, const Tensor& a,
     else if (beta != 1.f) axpby(0.f, c, beta, c);
     return;
   }
-  cublasHandle_t h = cublas();
-  cuda_detail::DeviceGuard guard(device_);
-  // beta 0 makes cuBLAS ignore C's old contents (NaN included), as the Kernels contract wants.
-  DPL_CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                               static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha,
-                               b.data<float>(), static_cast<int>(b.size(1)), a.data<float>(),
-                               static_cast<int>(a.size(1)), &beta, c.data<float>(), static_cast<int>(n)));
+  CudaDevice& d = cuda_device_of(a);
+  cublasHandle_t h = d.cublas();
+  cuda_detail::DeviceGuard guard(d.device());
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const auto lda = static_cast<int>(a.size(1)), ldb = static_cast<int>(b.size(1));
+  // beta 0 makes cuBLAS ignore C's old contents (NaN included), as the kernel contract wants.
+  if (a.dtype() == kFloat32) {
+    DPL_CUBLAS_CHECK(cublasSgemm(h, op_b, op_a, ni, mi, ki, &alpha, b.data<float>(), ldb, a.data<float>(), lda, &beta,
+                                 c.data<float>(), ni));
+    return;
+  }
+  const cudaDataType_t t = cuda_data_type(a.dtype());
+  DPL_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b.raw_data(), t, ldb, a.raw_data(), t, lda, &beta,
+                                c.raw_data(), t, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(gemm, kCuda, gemm_cuda);
 
 }  // namespace dpl::backend

@@ -104,26 +104,37 @@ void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, c
 }  // namespace cuda_detail
 
 // ============================================================================================
-// Kernels methods
+// kernel implementations
 // ============================================================================================
+
+namespace {
 
 using cuda_detail::DeviceGuard;
 
-void CudaKernels::sgd_update(Tensor& param, const Tensor& grad, const SgdHyper& h) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_sgd(param.data<float>(), grad.data<float>(), param.numel(), h, device_, stream_);
+void sgd_update_cuda(Tensor& param, const Tensor& grad, const SgdHyper& h) {
+  CudaDevice& d = cuda_device_of(param);
+  DeviceGuard guard(d.device());
+  cuda_detail::launch_sgd(param.data<float>(), grad.data<float>(), param.numel(), h, d.device(), d.stream());
 }
 
-void CudaKernels::momentum_update(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
-  DeviceGuard guard(device_);
+void momentum_update_cuda(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
+  CudaDevice& d = cuda_device_of(param);
+  DeviceGuard guard(d.device());
   cuda_detail::launch_momentum(param.data<float>(), grad.data<float>(), velocity.data<float>(), param.numel(), h,
-                               device_, stream_);
+                               d.device(), d.stream());
 }
 
-void CudaKernels::adam_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
-  DeviceGuard guard(device_);
-  cuda_detail::launch_adam(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(), h,
-                           device_, stream_);
+void adam_update_cuda(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
+  CudaDevice& d = cuda_device_of(param);
+  DeviceGuard guard(d.device());
+  cuda_detail::launch_adam(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(),
+                           h, d.device(), d.stream());
 }
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(sgd_update, kCuda, sgd_update_cuda);
+DPL_REGISTER_KERNEL(momentum_update, kCuda, momentum_update_cuda);
+DPL_REGISTER_KERNEL(adam_update, kCuda, adam_update_cuda);
 
 }  // namespace dpl::backend

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda_api.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"
 
@@ -81,7 +82,7 @@ void PinnedAllocator::deallocate(void* p) noexcept {
   // One event per device stream that exists: copies from or to this block can only have been
   // queued on those.
   for (int d = 0; d < cuda_device_count(); ++d) {
-    CudaKernels* k = CudaKernels::get_if_created(d);
+    CudaDevice* k = CudaDevice::get_if_created(d);
     if (k == nullptr) continue;
     std::vector<cudaEvent_t>& spare = spare_events_[d];
     cudaEvent_t e = nullptr;
@@ -116,12 +117,12 @@ cuda::MemoryStats PinnedAllocator::stats() const {
 
 }  // namespace dpl::backend::cuda_detail
 
-namespace dpl::cuda {
+namespace dpl::backend::cuda_api {
 
-void* pinned_allocate(std::size_t nbytes) { return backend::cuda_detail::PinnedAllocator::instance().allocate(nbytes); }
+void* pinned_allocate(std::size_t nbytes) { return cuda_detail::PinnedAllocator::instance().allocate(nbytes); }
 
-void pinned_free(void* p) { backend::cuda_detail::PinnedAllocator::instance().deallocate(p); }
+void pinned_free(void* p) noexcept { cuda_detail::PinnedAllocator::instance().deallocate(p); }
 
-MemoryStats pinned_stats() { return backend::cuda_detail::PinnedAllocator::instance().stats(); }
+cuda::MemoryStats pinned_stats() { return cuda_detail::PinnedAllocator::instance().stats(); }
 
-}  // namespace dpl::cuda
+}  // namespace dpl::backend::cuda_api

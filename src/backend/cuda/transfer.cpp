@@ -12,7 +12,7 @@ namespace {
 using cuda_detail::DeviceGuard;
 
 void host_to_device(const Tensor& src, Tensor& dst) {
-  CudaKernels& k = CudaKernels::get(dst.device().index);
+  CudaDevice& k = CudaDevice::get(dst.device().index);
   DeviceGuard guard(k.device());
   // From pageable memory (every host tensor dpl allocates itself) the driver stages the data and
   // returns once the source has been read, so the host tensor may be freed or changed right after.
@@ -23,7 +23,7 @@ void host_to_device(const Tensor& src, Tensor& dst) {
 }
 
 void device_to_host(const Tensor& src, Tensor& dst) {
-  CudaKernels& k = CudaKernels::get(src.device().index);
+  CudaDevice& k = CudaDevice::get(src.device().index);
   DeviceGuard guard(k.device());
   DPL_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, k.stream()));
   // The caller reads the host tensor next.
@@ -31,8 +31,8 @@ void device_to_host(const Tensor& src, Tensor& dst) {
 }
 
 void device_to_device(const Tensor& src, Tensor& dst) {
-  CudaKernels& ks = CudaKernels::get(src.device().index);
-  CudaKernels& kd = CudaKernels::get(dst.device().index);
+  CudaDevice& ks = CudaDevice::get(src.device().index);
+  CudaDevice& kd = CudaDevice::get(dst.device().index);
   // The copy runs on the destination's stream after the source's producers (event 1); the
   // source's stream then waits for the copy (event 2), because a block freed there may be reused
   // by its next kernel at once.
@@ -78,7 +78,7 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
   } else if (d.is_cpu()) {
     device_to_host(src, dst);
   } else if (s.index == d.index) {
-    CudaKernels::get(d.index).copy_bytes(dst.raw_data(), src.raw_data(), src.nbytes());
+    copy_bytes(d, dst.raw_data(), src.raw_data(), src.nbytes());
   } else {
     device_to_device(src, dst);
   }

@@ -1,23 +1,36 @@
-// Stand-ins for the CUDA backend in builds without CUDA: every entry point fails with a clear
-// error instead of a link error, and device queries report no GPU.
+// The one place of stand-ins for the CUDA backend in builds without CUDA: device queries report
+// no GPU, and whatever needs a GPU fails with a dpl::Error that says the build has no CUDA
+// backend instead of failing to link. Kernels need no stand-ins: the dispatcher reports a CUDA
+// tensor in such a build itself (backend/dispatch.cpp).
+#include "backend/cuda_api.hpp"
 #include "backend/kernels.hpp"
-#include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"
 
-namespace dpl {
-
-int cuda_device_count() { return 0; }
-
-namespace backend {
-
-Kernels& cuda_kernels(int index) {
-  DPL_FAIL("device cuda:", index, " was requested, but this build of dpl has no CUDA backend "
-           "(configure with -DDPL_WITH_CUDA=ON on a machine with the CUDA toolkit)");
-}
+namespace dpl::backend {
 
 void copy_between_devices(const Tensor& src, Tensor& dst) {
-  DPL_FAIL("copy from ", src.device(), " to ", dst.device(), ": this build of dpl has no CUDA backend");
+  DPL_FAIL("copy from ", src.device(), " to ", dst.device(), ": ", kNoCudaBackend);
 }
 
-}  // namespace backend
-}  // namespace dpl
+namespace cuda_api {
+
+namespace {
+[[noreturn]] void no_backend(const char* what) { DPL_FAIL("cuda::", what, ": ", kNoCudaBackend); }
+}  // namespace
+
+int device_count() noexcept { return 0; }
+cuda::MemoryStats memory_stats(int) { no_backend("memory_stats"); }
+void reset_peak(int) { no_backend("reset_peak"); }
+void empty_cache(int) { no_backend("empty_cache"); }
+bool caching_enabled() { return false; }
+void set_device(int) { no_backend("set_device"); }
+int current_device() { return -1; }
+void synchronize(int) { no_backend("synchronize"); }
+void set_allow_tf32(bool) {}
+bool allow_tf32() { return false; }
+void* pinned_allocate(std::size_t) { no_backend("pinned_allocate"); }
+void pinned_free(void*) noexcept {}
+cuda::MemoryStats pinned_stats() { return {}; }
+
+}  // namespace cuda_api
+}  // namespace dpl::backend

@@ -4,7 +4,6 @@
 #include "comm/checks.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
-#include "comm/nccl/comm_kernels.hpp"
 
 namespace dpl::comm::detail {
 
@@ -55,14 +54,16 @@ void DeviceCommunicator::allreduce_narrowed(Tensor& buf, ReduceOp op, DType wire
     half_ = Tensor::empty({n}, TensorOptions(wire_dtype, buf.device()));
   Tensor half = half_.view_range(0, {n});
   const int device = nccl_.device();
-  launch_cast_to_16bit(buf.data<float>(), half.raw_data(), wire_dtype, n, device, nccl_.compute_stream());
+  backend::comm_interop::launch_cast(buf.raw_data(), kFloat32, half.raw_data(), wire_dtype, n, 1.0f, device,
+                            nccl_.compute_stream());
   if (!reduce(half, false)) {
     // Ranks share a GPU, so NCCL cannot run: the MPI path over pinned memory, in float32.
     host_call([&] { staged_->allreduce(buf, op); });
     return;
   }
   const float divisor = op == ReduceOp::kMean ? static_cast<float>(size()) : 1.0f;
-  launch_cast_from_16bit(half.raw_data(), wire_dtype, buf.data<float>(), n, divisor, device, nccl_.compute_stream());
+  backend::comm_interop::launch_cast(half.raw_data(), wire_dtype, buf.raw_data(), kFloat32, n, divisor, device,
+                            nccl_.compute_stream());
 }
 
 void DeviceCommunicator::world_allreduce(Tensor& buf, bool mean) {
@@ -93,7 +94,8 @@ void DeviceCommunicator::stepped_allreduce(Tensor& buf, bool mean, const std::fu
 }
 
 void DeviceCommunicator::divide_by_size(Tensor& buf) {
-  launch_divide(buf.data<float>(), buf.numel(), static_cast<float>(size()), nccl_.device(), nccl_.compute_stream());
+  backend::comm_interop::launch_cast(buf.raw_data(), kFloat32, buf.raw_data(), kFloat32, buf.numel(),
+                            static_cast<float>(size()), nccl_.device(), nccl_.compute_stream());
 }
 
 bool NodeDeviceCommunicator::reduce(Tensor& buf, bool mean) {

@@ -1,0 +1,69 @@
+// Conversions between float32, bfloat16 and float16, optionally divided by a number on the way:
+// one grid-stride pass, bound by memory bandwidth.
+#include "backend/cuda/cast.hpp"
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/device_utils.cuh"
+#include "dpl/core/error.hpp"
+
+namespace dpl::backend {
+
+namespace cuda_detail {
+namespace {
+
+// ============================================================================================
+// kernels
+// ============================================================================================
+
+template <bool divide, typename S, typename D>
+__global__ void cast_kernel(const S* src, D* dst, std::int64_t n, float divisor) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float v = to_float(src[i]);
+    dst[i] = from_float<D>(divide ? v / divisor : v);
+  }
+}
+
+}  // namespace
+
+// ============================================================================================
+// launchers
+// ============================================================================================
+
+void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::int64_t n, float divisor,
+                 int device, cudaStream_t stream) {
+  if (n == 0) return;
+  DeviceGuard guard(device);
+  const unsigned grid = grid_for(n, kThreads, device);
+  with_float_type(src_dtype, "launch_cast", [&](auto s) {
+    using S = typename decltype(s)::type;
+    with_float_type(dst_dtype, "launch_cast", [&](auto d) {
+      using D = typename decltype(d)::type;
+      const auto* from = static_cast<const S*>(src);
+      auto* to = static_cast<D*>(dst);
+      if (divisor == 1.f) cast_kernel<false><<<grid, kThreads, 0, stream>>>(from, to, n, divisor);
+      else cast_kernel<true><<<grid, kThreads, 0, stream>>>(from, to, n, divisor);
+    });
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace cuda_detail
+
+// ============================================================================================
+// kernel implementations
+// ============================================================================================
+
+namespace {
+
+void cast_cuda(const Tensor& src, Tensor& dst) {
+  CudaDevice& d = cuda_device_of(src);
+  cuda_detail::launch_cast(src.raw_data(), src.dtype(), dst.raw_data(), dst.dtype(), src.numel(), 1.f, d.device(),
+                           d.stream());
+}
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(cast, kCuda, cast_cuda);
+
+}  // namespace dpl::backend

@@ -1,0 +1,104 @@
+// The public CUDA API (dpl/core/cuda.hpp): argument checks and device selection here, the work
+// in the backend (backend/cuda_api.hpp), which in a build without CUDA reports no device.
+#include "dpl/core/cuda.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "backend/cuda_api.hpp"
+#include "dpl/config.hpp"
+#include "dpl/core/device.hpp"
+#include "dpl/core/error.hpp"
+
+namespace dpl {
+
+int cuda_device_count() { return backend::cuda_api::device_count(); }
+
+namespace cuda {
+
+namespace {
+void check_device(int device, const char* what) {
+  DPL_CHECK(DPL_WITH_CUDA, "cuda::", what, ": ", backend::kNoCudaBackend);
+  const int n = cuda_device_count();
+  DPL_CHECK(n > 0, "cuda::", what, ": device cuda:", device, " was requested, but no GPU is available "
+            "(the CUDA runtime reports none, or the driver is missing or too old)");
+  DPL_CHECK(device >= 0 && device < n, "cuda::", what, ": device cuda:", device, " does not exist; this machine has ",
+            n, " GPU(s), cuda:0 to cuda:", n - 1);
+}
+}  // namespace
+
+MemoryStats memory_stats(int device) {
+  check_device(device, "memory_stats");
+  return backend::cuda_api::memory_stats(device);
+}
+
+void reset_peak(int device) {
+  check_device(device, "reset_peak");
+  backend::cuda_api::reset_peak(device);
+}
+
+void empty_cache(int device) {
+  check_device(device, "empty_cache");
+  backend::cuda_api::empty_cache(device);
+}
+
+bool caching_enabled() { return backend::cuda_api::caching_enabled(); }
+
+void set_device(int device) {
+  check_device(device, "set_device");
+  backend::cuda_api::set_device(device);
+}
+
+int current_device() { return cuda_device_count() == 0 ? -1 : backend::cuda_api::current_device(); }
+
+void synchronize(int device) {
+  check_device(device, "synchronize");
+  backend::cuda_api::synchronize(device);
+}
+
+int select_device_for_local_rank(int intra_rank) {
+  DPL_CHECK(intra_rank >= 0, "cuda::select_device_for_local_rank: expected an intra-node rank >= 0, got ",
+            intra_rank);
+  const int n = cuda_device_count();
+  if (n == 0) return -1;
+  int device = intra_rank % n;
+  if (const char* env = std::getenv("DPL_CUDA_DEVICE"); env != nullptr && *env != '\0') {
+    std::vector<int> list;
+    const std::string s(env);
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+      const std::size_t comma = std::min(s.find(',', pos), s.size());
+      const std::string item = s.substr(pos, comma - pos);
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      DPL_CHECK(!item.empty() && end != nullptr && *end == '\0' && v >= 0,
+                "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE must be a device number or a "
+                "comma-separated list of them (\"0\" or \"0,2\"), got \"", s, "\"");
+      list.push_back(static_cast<int>(v));
+      pos = comma + 1;
+    }
+    device = list[static_cast<std::size_t>(intra_rank) % list.size()];
+    DPL_CHECK(device < n, "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE=\"", s, "\" names cuda:", device,
+              " but this machine has ", n, " GPU(s)");
+  }
+  backend::cuda_api::set_device(device);
+  return device;
+}
+
+void set_allow_tf32(bool on) { backend::cuda_api::set_allow_tf32(on); }
+
+bool allow_tf32() { return backend::cuda_api::allow_tf32(); }
+
+void* pinned_allocate(std::size_t nbytes) {
+  DPL_CHECK(DPL_WITH_CUDA, "cuda::pinned_allocate: ", backend::kNoCudaBackend);
+  return backend::cuda_api::pinned_allocate(nbytes);
+}
+
+void pinned_free(void* p) { backend::cuda_api::pinned_free(p); }
+
+MemoryStats pinned_stats() { return backend::cuda_api::pinned_stats(); }
+
+}  // namespace cuda
+}  // namespace dpl
