@@ -14,24 +14,13 @@
 #include <sstream>
 
 #include "dpl/core/error.hpp"
+#include "dpl/core/settings.hpp"
 #include "dpl/core/threads.hpp"
 
 namespace dpl::comm::detail {
 
-std::optional<int> positive_int_env(const char* name) {
-  const char* raw = std::getenv(name);
-  if (raw == nullptr || *raw == '\0') return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(raw, &end, 10);
-  const bool whole = end != raw && *end == '\0';
-  DPL_CHECK(whole && errno == 0 && v >= 1 && v <= INT_MAX, "environment variable ", name,
-            ": expected a positive integer, got '", raw, "'");
-  return static_cast<int>(v);
-}
-
 std::optional<int> ranks_per_node(int world_size) {
-  const auto k = positive_int_env("DPL_RANKS_PER_NODE");
+  const auto k = settings().ranks_per_node;
   if (!k) return std::nullopt;
   DPL_CHECK(world_size % *k == 0, "DPL_RANKS_PER_NODE=", *k, " does not divide the job's ", world_size,
             " ranks into whole nodes; choose a divisor of ", world_size);
@@ -62,9 +51,8 @@ ThreadSetup configure_threads_once(int processes_on_host) {
   static bool done = false;
   ThreadSetup setup;
   if (done) return setup;
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  const auto n = choose_num_threads(positive_int_env("DPL_NUM_THREADS"), omp != nullptr && *omp != '\0',
-                                    hardware_cpus(), processes_on_host);
+  const Settings env = settings();
+  const auto n = choose_num_threads(env.num_threads, env.omp_num_threads_set, hardware_cpus(), processes_on_host);
   if (n) set_num_threads(*n);
   done = true;
   setup.first = true;

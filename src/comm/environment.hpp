@@ -7,10 +7,6 @@
 
 namespace dpl::comm::detail {
 
-/// The value of environment variable `name` as a positive integer; nullopt when unset or empty.
-/// Throws dpl::Error naming the variable when it is set to anything but a positive integer.
-std::optional<int> positive_int_env(const char* name);
-
 /// The virtual node size from DPL_RANKS_PER_NODE, validated against the job size; nullopt when
 /// the variable is unset (topology then comes from the hardware). Throws dpl::Error with both
 /// numbers when world_size is not divisible by it.

@@ -11,6 +11,7 @@
 #include "dpl/config.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl {
 
@@ -64,23 +65,9 @@ int select_device_for_local_rank(int intra_rank) {
   const int n = cuda_device_count();
   if (n == 0) return -1;
   int device = intra_rank % n;
-  if (const char* env = std::getenv("DPL_CUDA_DEVICE"); env != nullptr && *env != '\0') {
-    std::vector<int> list;
-    const std::string s(env);
-    std::size_t pos = 0;
-    while (pos <= s.size()) {
-      const std::size_t comma = std::min(s.find(',', pos), s.size());
-      const std::string item = s.substr(pos, comma - pos);
-      char* end = nullptr;
-      const long v = std::strtol(item.c_str(), &end, 10);
-      DPL_CHECK(!item.empty() && end != nullptr && *end == '\0' && v >= 0,
-                "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE must be a device number or a "
-                "comma-separated list of them (\"0\" or \"0,2\"), got \"", s, "\"");
-      list.push_back(static_cast<int>(v));
-      pos = comma + 1;
-    }
+  if (const std::vector<int> list = settings().cuda_devices; !list.empty()) {
     device = list[static_cast<std::size_t>(intra_rank) % list.size()];
-    DPL_CHECK(device < n, "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE=\"", s, "\" names cuda:", device,
+    DPL_CHECK(device < n, "cuda::select_device_for_local_rank: DPL_CUDA_DEVICE names cuda:", device,
               " but this machine has ", n, " GPU(s)");
   }
   backend::cuda_api::set_device(device);

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <exception>
 #include <string>
 
 #include "dpl/core/error.hpp"
@@ -92,21 +91,15 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.cuda_devices = device_list(lookup, "DPL_CUDA_DEVICE");
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
   s.output = output(lookup, "DPL_OUTPUT");
+  s.staging_chunk_bytes = positive(lookup, "DPL_STAGING_CHUNK_BYTES").value_or(s.staging_chunk_bytes);
+  if (const auto slots = positive(lookup, "DPL_STAGING_SLOTS")) {
+    if (*slots < 2) bad_value("DPL_STAGING_SLOTS", value_of(lookup, "DPL_STAGING_SLOTS"), "a whole number from 2 to 2147483647");
+    s.staging_slots = *slots;
+  }
   return s;
 }
 
-const Settings& settings() {
-  // Parsed once; a malformed environment is reported by every call, not only the first.
-  static const std::pair<Settings, std::exception_ptr> parsed = [] {
-    try {
-      return std::make_pair(parse_settings(&system_lookup), std::exception_ptr());
-    } catch (...) {
-      return std::make_pair(Settings{}, std::current_exception());
-    }
-  }();
-  if (parsed.second) std::rethrow_exception(parsed.second);
-  return parsed.first;
-}
+Settings settings() { return parse_settings(&system_lookup); }
 
 const std::vector<SettingInfo>& settings_table() {
   static const std::vector<SettingInfo> table = {
@@ -121,7 +114,10 @@ const std::vector<SettingInfo>& settings_table() {
        "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
       {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},
       {"DPL_OUTPUT", "unset (terminal when the stream is one)",
-       "plain or terminal: how reports draw; set plain when mpiexec's output goes to a file"},
+       "plain or terminal: how reports draw (automatic: plain unless a person watches the launcher's output)"},
+      {"DPL_STAGING_CHUNK_BYTES", "4194304",
+       "Bytes per chunk when device buffers are staged through pinned host memory for MPI"},
+      {"DPL_STAGING_SLOTS", "4", "Pinned chunks in flight at once when staging (at least 2)"},
   };
   return table;
 }

@@ -11,8 +11,6 @@ namespace dpl::data {
 
 namespace {
 constexpr int kMaxSampleDims = 6;
-constexpr int kImagesTag = 7101;
-constexpr int kLabelsTag = 7102;
 }  // namespace
 
 std::size_t& detail::scatter_message_bytes() {
@@ -100,8 +98,8 @@ Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool s
       for (std::int64_t c = 0; c < len; c += rows_per_message) {
         const std::int64_t count = std::min(rows_per_message, len - c);
         detail::copy_rows(dataset, idx.data() + c, count, stage_x.data<float>(), stage_y.data<std::int32_t>());
-        comm.send(stage_x.view_range(0, rows_shape(count)), dst, kImagesTag);
-        comm.send(stage_y.view_range(0, {count}), dst, kLabelsTag);
+        comm.send(stage_x.view_range(0, rows_shape(count)), dst, comm::kScatterSamplesTag);
+        comm.send(stage_y.view_range(0, {count}), dst, comm::kScatterLabelsTag);
       }
     }
     const std::vector<std::int64_t> idx = indices_of(mine);
@@ -111,8 +109,8 @@ Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool s
       const std::int64_t count = std::min(rows_per_message, mine.length - c);
       Tensor xs = x.view_range(c * row, rows_shape(count));
       Tensor ys = y.view_range(c, {count});
-      comm.recv(xs, 0, kImagesTag);
-      comm.recv(ys, 0, kLabelsTag);
+      comm.recv(xs, 0, comm::kScatterSamplesTag);
+      comm.recv(ys, 0, comm::kScatterLabelsTag);
     }
   }
   return Dataset(x, y);

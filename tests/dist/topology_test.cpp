@@ -137,12 +137,5 @@ TEST(Threads, SetWhenTheFirstCommunicatorIsCreated) {
   EXPECT_GE(num_threads(), 1);
 }
 
-TEST(Threads, EnvironmentValuesAreValidated) {
-  const ScopedEnv env("DPL_NUM_THREADS", std::string("lots"));
-  EXPECT_THROW(comm::detail::positive_int_env("DPL_NUM_THREADS"), Error);
-  const ScopedEnv env2("DPL_NUM_THREADS", std::string("6"));
-  EXPECT_EQ(comm::detail::positive_int_env("DPL_NUM_THREADS"), 6);
-}
-
 }  // namespace
 }  // namespace dpl::test

@@ -42,6 +42,8 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_TRUE(s.cuda_devices.empty());
     EXPECT_FALSE(s.mpi_cuda_aware.has_value());
     EXPECT_EQ(s.output, OutputSetting::kAuto);
+    EXPECT_EQ(s.staging_chunk_bytes, 4 << 20);
+    EXPECT_EQ(s.staging_slots, 4);
   }
 }
 
@@ -54,7 +56,9 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_CUDA_TF32", "1"},
                             {"DPL_CUDA_DEVICE", "0,2,10"},
                             {"DPL_MPI_CUDA_AWARE", "0"},
-                            {"DPL_OUTPUT", "plain"}});
+                            {"DPL_OUTPUT", "plain"},
+                            {"DPL_STAGING_CHUNK_BYTES", "65536"},
+                            {"DPL_STAGING_SLOTS", "3"}});
   EXPECT_EQ(s.ranks_per_node, 2);
   EXPECT_EQ(s.num_threads, 7);
   EXPECT_TRUE(s.omp_num_threads_set);
@@ -64,6 +68,8 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_THAT(s.cuda_devices, ElementsAre(0, 2, 10));
   EXPECT_EQ(s.mpi_cuda_aware, false);
   EXPECT_EQ(s.output, OutputSetting::kPlain);
+  EXPECT_EQ(s.staging_chunk_bytes, 65536);
+  EXPECT_EQ(s.staging_slots, 3);
   EXPECT_EQ(parse({{"DPL_OUTPUT", "terminal"}}).output, OutputSetting::kTerminal);
   EXPECT_EQ(parse({{"DPL_MPI_CUDA_AWARE", "1"}}).mpi_cuda_aware, true);
 }
@@ -81,6 +87,7 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_CPU_NO_CACHING", "true", "0 or 1"},    {"DPL_MPI_CUDA_AWARE", " 1", "0 or 1"},
       {"DPL_CUDA_DEVICE", "0,,1", "comma-separated"}, {"DPL_CUDA_DEVICE", "-1", "device number"},
       {"DPL_CUDA_DEVICE", "gpu0", "device number"},   {"DPL_OUTPUT", "fancy", "plain or terminal"},
+      {"DPL_STAGING_SLOTS", "1", "from 2"},           {"DPL_STAGING_CHUNK_BYTES", "4M", "whole number"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);

@@ -13,6 +13,15 @@
 
 namespace dpl::comm {
 
+/// Point-to-point tags that dpl's own functions use (scatter_dataset's shards). They sit at the
+/// top of the range every MPI guarantees (32767), so a program that sends and receives on the
+/// same communicator stays clear of them with tags below kFirstReservedTag.
+enum ReservedTag : int {
+  kFirstReservedTag = 32700,
+  kScatterSamplesTag = kFirstReservedTag,  // scatter_dataset: a shard's samples
+  kScatterLabelsTag,                        // scatter_dataset: a shard's labels
+};
+
 /// Reduction applied by allreduce and reduce_scatter. kMean is the sum divided by size(); it is
 /// defined for floating-point buffers only (an integer buffer with kMean throws dpl::Error, since a
 /// silently truncated mean is rarely what a caller wants: reduce with kSum and divide instead).
@@ -116,7 +125,7 @@ class Communicator {
   /// Returns once every rank has entered the barrier.
   virtual void barrier() = 0;
   /// Point to point: blocks until buf has been sent to rank dest. Requires dest != rank() and
-  /// 0 <= tag <= the MPI tag bound (at least 32767).
+  /// 0 <= tag <= the MPI tag bound (at least 32767); tags from kFirstReservedTag on are dpl's.
   virtual void send(const Tensor& buf, int dest, int tag = 0) = 0;
   /// Point to point: blocks until buf has been received from rank source, which must have sent
   /// exactly buf.numel() elements of buf's dtype with this tag (else dpl::Error).

@@ -1,5 +1,5 @@
 #pragma once
-// The environment variables dpl reads: every DPL_* variable is parsed here, once, strictly, and
+// The environment variables dpl reads: every DPL_* variable is parsed here, strictly, and
 // listed in one table (settings_table(), and docs/configuration.md). No other part of dpl reads
 // the environment for its own configuration.
 
@@ -33,6 +33,10 @@ struct Settings {
   std::optional<bool> mpi_cuda_aware;
   /// DPL_OUTPUT=plain|terminal: how reports draw (unset: a terminal when the stream is one).
   OutputSetting output = OutputSetting::kAuto;
+  /// DPL_STAGING_CHUNK_BYTES: bytes per chunk when device buffers go through pinned host memory.
+  int staging_chunk_bytes = 4 << 20;
+  /// DPL_STAGING_SLOTS: pinned chunks in flight at once (at least 2).
+  int staging_slots = 4;
 };
 
 /// One row of the table of variables: its name, default and meaning.
@@ -42,10 +46,10 @@ struct SettingInfo {
   const char* meaning;
 };
 
-/// The settings of this process: the environment as it was at the first call, parsed once.
-/// Throws dpl::Error naming the variable, the value and what is accepted when a variable is
-/// malformed (and again on every later call, so the error is never lost).
-const Settings& settings();
+/// The settings of this process: the environment as it is at the call, parsed (a few lookups;
+/// callers on hot paths read it once and keep the value). Throws dpl::Error naming the variable,
+/// the value and what is accepted when a variable is malformed.
+Settings settings();
 
 /// Parses settings from `lookup`, which returns a variable's value or null when it is unset
 /// (settings() passes std::getenv). Throws dpl::Error as settings() does.

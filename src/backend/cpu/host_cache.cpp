@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dpl/core/error.hpp"
+#include "dpl/core/settings.hpp"
 #include "dpl/tensor/storage.hpp"
 
 namespace dpl::backend {
@@ -19,10 +20,7 @@ struct HostCache {
   std::unordered_map<std::size_t, std::vector<void*>> free;  // by rounded size
   std::size_t cached = 0;
   // DPL_CPU_NO_CACHING=1 sends every block back to the system, for memory checkers.
-  const bool enabled = [] {
-    const char* v = std::getenv("DPL_CPU_NO_CACHING");
-    return !(v && v[0] == '1');
-  }();
+  const bool enabled = settings().cpu_caching;
 };
 
 HostCache& cache() {

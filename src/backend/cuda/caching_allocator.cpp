@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "dpl/core/error.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl::backend::cuda_detail {
 
@@ -12,13 +13,7 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-bool caching_enabled_by_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPL_CUDA_NO_CACHING");
-    return v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0;
-  }();
-  return on;
-}
+bool caching_enabled_by_env() { return settings().cuda_caching; }
 
 CachingAllocator::CachingAllocator(int device, bool caching) : device_(device), caching_(caching) {}
 

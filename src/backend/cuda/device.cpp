@@ -12,6 +12,7 @@
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl {
 namespace backend {
@@ -91,10 +92,7 @@ namespace {
 std::array<std::atomic<CudaDevice*>, kMaxDevices> g_devices{};
 std::mutex g_devices_mutex;
 
-std::atomic<bool> g_allow_tf32{[] {
-  const char* v = std::getenv("DPL_CUDA_TF32");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}()};
+std::atomic<bool> g_allow_tf32{settings().cuda_tf32};
 
 void check_device(int device, const char* what) {
   const int n = cuda_api::device_count();

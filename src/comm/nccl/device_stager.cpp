@@ -6,6 +6,7 @@
 #include "backend/cuda/comm_interop.hpp"
 #include "comm/environment.hpp"
 #include "comm/staging_pipeline.hpp"
+#include "dpl/core/settings.hpp"
 #include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
@@ -13,8 +14,8 @@ namespace dpl::comm::detail {
 using backend::comm_interop::DeviceGuard;
 
 DeviceStager::DeviceStager(int device) : device_(device) {
-  chunk_bytes_ = static_cast<std::size_t>(positive_int_env("DPL_STAGING_CHUNK_BYTES").value_or(4 << 20));
-  slots_ = std::max(2, positive_int_env("DPL_STAGING_SLOTS").value_or(4));
+  chunk_bytes_ = static_cast<std::size_t>(settings().staging_chunk_bytes);
+  slots_ = settings().staging_slots;
   // Chunks hold whole elements of every dtype (8 bytes at most).
   chunk_bytes_ = std::max<std::size_t>(8, chunk_bytes_ / 8 * 8);
 }

@@ -11,6 +11,7 @@
 #include "comm/checks.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
 #include "comm/nccl/half_sum_ops.hpp"
+#include "dpl/core/settings.hpp"
 #include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
@@ -18,9 +19,7 @@ namespace dpl::comm::detail {
 namespace {
 
 bool mpi_cuda_aware() {
-  if (const char* v = std::getenv("DPL_MPI_CUDA_AWARE")) {
-    if (*v) return std::strcmp(v, "0") != 0;
-  }
+  if (const auto forced = settings().mpi_cuda_aware) return *forced;
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
 #else
