@@ -16,6 +16,8 @@
 #                machine under mpiexec (-g) and its final validation accuracy enters the table
 #   MNIST_EPOCHS epochs of that run (default 20)
 #   CTEST_TIMEOUT seconds one test may take (default 180)
+#   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
+#                the repository (a copy carried to the GPU machine, say)
 # A failing step does not stop the round: the table says which steps failed, and the exit
 # status is non-zero when any did.
 set -euo pipefail
@@ -138,10 +140,12 @@ done
 
 # --- benchmarks ---------------------------------------------------------------------------
 BENCH="$BUILD/benchmarks/bench_mlp_step"
-PEER=""
-for p in "$ROOT/../shared/bench/torch_peer.py" "$ROOT/shared/bench/torch_peer.py"; do
-  if [ -f "$p" ]; then PEER="$p"; break; fi
-done
+PEER="${PEER_SCRIPT:-}"
+if [ -z "$PEER" ]; then
+  for p in "$ROOT/../shared/bench/torch_peer.py" "$ROOT/shared/bench/torch_peer.py"; do
+    if [ -f "$p" ]; then PEER="$p"; break; fi
+  done
+fi
 
 dpl_cuda=() peer_cuda=()
 for rep in $(seq 1 "$REPS"); do

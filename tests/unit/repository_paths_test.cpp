@@ -69,9 +69,11 @@ std::vector<fs::path> files_to_check() {
   return files;
 }
 
-// Paths that name what a build or a run makes, not a file of the tree.
+// Paths that name what a build or a run makes, or what lies outside the tree.
 bool generated(const std::string& path) {
-  for (const char* prefix : {"build", "_install", "/", "$", "~", "http", "usr/", "etc/", "opt/", "shared/"})
+  // "../" names what lies beside the repository (the measurement scripts of a workplace), which a
+  // clone does not have.
+  for (const char* prefix : {"build", "_install", "/", "$", "~", "http", "usr/", "etc/", "opt/", "shared/", "../"})
     if (path.rfind(prefix, 0) == 0) return true;
   for (const char* name : {"dpl/config.hpp", "log.tmp", "phase_summary.json", "trace.json", "log.json"})
     if (path.find(name) != std::string::npos) return true;
