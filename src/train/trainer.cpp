@@ -129,6 +129,7 @@ Trainer::Trainer(StandardUpdater& updater, std::int64_t length, LengthUnit unit,
                  std::string out)
     : updater_(updater), length_(length), unit_(unit), comm_(comm), out_(std::move(out)) {
   DPL_CHECK(length >= 1, "Trainer: expected a training length >= 1, got ", length);
+  observation_.reserve("main/loss");  // the first column of the log, as in Chainer's
 }
 
 void Trainer::extend(std::shared_ptr<Extension> extension) {
