@@ -186,7 +186,7 @@ namespace {
 constexpr const char* kObservationKey = "trainer/observation";
 }  // namespace
 
-void Trainer::save(const std::string& path) {
+TrainingState Trainer::training_state() {
   TrainingState state;
   state.model = &updater_.optimizer().target();
   state.optimizer = &updater_.optimizer();
@@ -194,18 +194,17 @@ void Trainer::save(const std::string& path) {
   state.generators = generators_;
   state.generators.emplace_back("default", &default_generator());
   if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
+  return state;
+}
+
+void Trainer::save(const std::string& path) {
+  TrainingState state = training_state();
   state.values[kObservationKey] = observation_.to_json();
   save_checkpoint(path, state, comm_);
 }
 
 void Trainer::resume(const std::string& path) {
-  TrainingState state;
-  state.model = &updater_.optimizer().target();
-  state.optimizer = &updater_.optimizer();
-  state.iterator = &updater_.iterator();
-  state.generators = generators_;
-  state.generators.emplace_back("default", &default_generator());
-  if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
+  TrainingState state = training_state();
   load_checkpoint(path, state, comm_);
   const auto it = state.values.find(kObservationKey);
   observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());

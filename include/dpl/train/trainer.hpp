@@ -19,6 +19,7 @@
 #include "dpl/data/dataset.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/optim/schedule.hpp"
+#include "dpl/train/checkpoint.hpp"
 #include "dpl/train/log_report.hpp"
 #include "dpl/train/print_report.hpp"
 #include "dpl/train/progress_bar.hpp"
@@ -93,8 +94,11 @@ class StandardUpdater {
   /// On a GPU it waits for the iteration's work, so update_seconds() measures it.
   void update(Observation& observation);
 
+  /// The iterator the batches come from.
   data::BatchIterator& iterator() const { return iterator_; }
+  /// The optimizer each update runs (a MultiNodeOptimizer in data-parallel training).
   optim::Optimizer& optimizer() const { return optimizer_; }
+  /// The device batches are moved to.
   Device device() const { return device_; }
   /// Updates run by this object, and the seconds they took (evaluation and reports excluded).
   std::int64_t updates() const { return updates_; }
@@ -125,6 +129,7 @@ class Extension {
   virtual std::string name() const = 0;
   /// The trigger used when extend() is given none.
   virtual Trigger default_trigger() const { return Trigger::epochs(1); }
+  /// Where it runs among the extensions of one iteration (the kPriority* constants).
   virtual int priority() const { return kPriorityReader; }
   /// Runs once when run() starts, before the first update (after any resume).
   virtual void initialize(Trainer& /*trainer*/) {}
@@ -180,18 +185,27 @@ class Trainer {
     return nullptr;
   }
 
+  /// The updater given at construction.
   StandardUpdater& updater() const { return updater_; }
+  /// The observations summed since the last LogReport.
   Observation& observation() { return observation_; }
+  /// The job's communicator (nullptr for one process).
   comm::Communicator* communicator() const { return comm_; }
   /// True on rank 0 (and in a process without a communicator): where output goes.
   bool is_root() const { return comm_ == nullptr || comm_->rank() == 0; }
+  /// The folder for logs, summaries and (by default) snapshots; empty keeps logs in memory.
   const std::string& out() const { return out_; }
+  /// The training length, in unit()s.
   std::int64_t length() const { return length_; }
+  /// What length() counts.
   LengthUnit unit() const { return unit_; }
   /// Whether the length has been reached.
   bool done() const;
 
  private:
+  // What save() and resume() carry, except the observations.
+  TrainingState training_state();
+
   struct Entry {
     std::shared_ptr<Extension> extension;
     Trigger trigger;
