@@ -327,9 +327,13 @@ void PhaseSummary::operator()(Trainer& trainer) {
          << profile::format_table(summary);
   }
   const double seconds = updater.update_seconds();
-  out_ << "training: " << updater.updates() << " iterations in " << seconds << " s, "
-       << static_cast<double>(updater.updates()) / seconds << " iters/s per process, " << num_threads()
-       << " threads per process\n";
+  if (updater.updates() == 0) {
+    out_ << "training: no iterations in this process (a resumed run that had already reached its length)\n";
+  } else {
+    out_ << "training: " << updater.updates() << " iterations in " << seconds << " s, "
+         << static_cast<double>(updater.updates()) / seconds << " iters/s per process, " << num_threads()
+         << " threads per process\n";
+  }
   if (updater.device().is_cuda()) {
     out_ << "peak device memory (rank 0): " << static_cast<double>(cuda::memory_stats(updater.device().index).peak) / 1e6
          << " MB\n";
