@@ -1,9 +1,11 @@
 // A self-contained training demo: an MLP learns to separate two interleaved spirals.
 // It needs no data set; the MNIST example (examples/mnist) is the real workload.
 #include <cmath>
-#include <cstdio>
+#include <memory>
 
+#include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
+#include "dpl/train.hpp"
 
 int main() {
   using namespace dpl;
@@ -22,20 +24,27 @@ int main() {
       y.set<std::int32_t>({row}, c);
     }
   }
+  const data::Dataset spirals(x, y);
   auto model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
       std::make_shared<nn::Linear>(2, 64, true, gen), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(64, 64, true, gen), std::make_shared<nn::ReLU>(),
       std::make_shared<nn::Linear>(64, classes, true, gen)});
   optim::Adam opt(1e-2f);
   opt.setup(*model);
-  const Variable input(x);
-  for (int step = 1; step <= 400; ++step) {
-    Variable loss = opt.update([&] { return softmax_cross_entropy((*model)(input), y); });
-    if (step % 50 == 0) {
-      NoGradGuard no_grad;
-      const float acc = accuracy((*model)(input), y).item();
-      std::printf("step %4d  loss %.4f  accuracy %.3f\n", step, loss.item(), acc);
-    }
-  }
+
+  // Full-batch training: every iteration sees all the points.
+  data::BatchIterator batches(spirals, n, false);
+  train::StandardUpdater updater(batches, opt, [&](const data::Batch& b, train::Observation&) {
+    return softmax_cross_entropy((*model)(Variable(b.x)), b.y);
+  });
+  // An empty output folder keeps the log in memory: the demo writes no files.
+  train::Trainer trainer(updater, 400, train::LengthUnit::kIteration, nullptr, "");
+  const train::Trigger every_50 = train::Trigger::iterations(50);
+  trainer.extend(std::make_shared<train::extensions::Evaluator>(spirals, n), every_50);
+  trainer.extend(std::make_shared<train::extensions::LogReport>(), every_50);
+  trainer.extend(std::make_shared<train::extensions::PrintReport>(
+                     std::vector<std::string>{"iteration", "main/loss", "validation/main/loss", "validation/main/accuracy"}),
+                 every_50);
+  trainer.run();
   return 0;
 }

@@ -2,16 +2,19 @@
 //
 //   mpiexec -n 2 --bind-to none train_mnist [-b 100] [-e 20] [-u 1000] [-g] [-o result]
 //                                           [--communicator hierarchical] [--data DIR]
+//                                           [--snapshot-every N] [--resume PATH]
 //
 // Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
-// MultiNodeOptimizer; rank 0 prints Chainer's report table and progress bar and, at the end, the
-// phase-timer summary across ranks.
+// MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
+// and, at the end, the phase-timer summary across ranks.
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-#include <fstream>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <optional>
 
 #include "dpl/core/cuda.hpp"
 #include "dpl/data.hpp"
@@ -35,26 +38,28 @@ struct Options {
   std::uint64_t seed = 0;
   bool sync_timing = false;
   bool trace = false;
+  std::int64_t snapshot_every = 0;
+  std::int64_t keep = 1;
+  std::string resume;
 };
 
-// Sums of a running epoch, kept on the model's device so that no iteration waits for the GPU.
-struct EpochSums {
-  Tensor loss, accuracy;
-  std::int64_t count = 0;
-  void add(const Tensor& l, const Tensor& a) {
-    NoGradGuard no_grad;
-    loss = loss.defined() ? dpl::add(Variable(loss), Variable(l)).data() : l.clone();
-    accuracy = accuracy.defined() ? dpl::add(Variable(accuracy), Variable(a)).data() : a.clone();
-    ++count;
-  }
-  std::pair<double, double> take_means() {
-    const double n = static_cast<double>(count);
-    const std::pair<double, double> m{loss.item() / n, accuracy.item() / n};
-    loss = accuracy = Tensor();
-    count = 0;
-    return m;
-  }
+// A flag's whole number, exactly as typed: CLI11's own checks would clamp, wrap or word the
+// error in its terms ("Value 0 not in range 0.000000 to 1.79769e+308").
+struct BadFlag {
+  std::string message;
 };
+
+std::uint64_t parse_whole(const std::string& flag, const std::string& text, std::uint64_t min, std::uint64_t max) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  const bool negative = text.size() > 1 && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos;
+  if (negative) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
+  if (!digits) throw BadFlag{flag + " must be a whole number, got '" + text + "'"};
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > max) throw BadFlag{flag + " must be ≤ " + std::to_string(max) + ", got " + text};
+  if (v < min) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
+  return v;
+}
 
 int run(const Options& o) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
@@ -98,6 +103,10 @@ int run(const Options& o) {
   const data::Dataset train = data::scatter_dataset(train_all, *comm, true, o.seed, true);
   const data::Dataset test = data::scatter_dataset(test_all, *comm, true, o.seed + 1, false);
   train_all = test_all = data::Dataset();
+  // Equal shards, so every rank reaches the same verdict and none is left waiting.
+  DPL_CHECK(o.batchsize <= train.size(), "-b ", o.batchsize, " is larger than each process's share of the training "
+            "set (", train.size(), " samples on each of ", comm->size(), " processes); a batch would repeat samples, "
+            "so use -b ", train.size(), " or less");
 
   Generator init(o.seed);
   nn::MLP model(o.units, train.sample_numel(), kClasses, init);
@@ -108,68 +117,26 @@ int run(const Options& o) {
   optimizer->setup(model);
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
-  std::unique_ptr<train::LogReport> log;
-  std::unique_ptr<train::PrintReport> report;
-  std::unique_ptr<train::ProgressBar> progress;
-  if (root) {
-    log = std::make_unique<train::LogReport>(o.out);
-    report = std::make_unique<train::PrintReport>(std::cout);
-    progress = std::make_unique<train::ProgressBar>(o.epochs, train::LengthUnit::kEpoch, std::cout);
-  }
+  train::StandardUpdater updater(batches, *optimizer, [&](const data::Batch& b, train::Observation& observation) {
+    const Variable logits = model(Variable(b.x));
+    observation.observe("main/accuracy", accuracy(logits, b.y));
+    return softmax_cross_entropy(logits, b.y);
+  }, device);
 
-  EpochSums sums;
-  double train_seconds = 0.0;
-  std::int64_t train_iterations = 0;
-  while (batches.epoch() < o.epochs) {
-    const double t0 = profile::now_seconds();
-    const data::Batch batch = batches.next();
-    const Tensor x = batch.x.to(device), y = batch.y.to(device);
-    Tensor acc;
-    const Variable loss = optimizer->update([&] {
-      const Variable logits = model(Variable(x));
-      acc = accuracy(logits, y);
-      return softmax_cross_entropy(logits, y);
-    });
-    sums.add(loss.data(), acc);
-    if (o.gpu) cuda::synchronize(device.index);  // the iteration's time includes its GPU work
-    train_seconds += profile::now_seconds() - t0;
-    ++train_iterations;
-    if (progress) progress->update(batches.iteration(), batches.epoch_detail());
+  train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
+  trainer.extend(std::make_shared<train::extensions::Evaluator>(test, o.batchsize));
+  trainer.extend(std::make_shared<train::extensions::LogReport>());
+  trainer.extend(std::make_shared<train::extensions::PrintReport>());
+  trainer.extend(std::make_shared<train::extensions::ProgressBar>());
+  trainer.extend(std::make_shared<train::extensions::PhaseSummary>());
+  if (o.snapshot_every > 0)
+    trainer.extend(std::make_shared<train::extensions::Snapshot>("", o.keep), train::Trigger::epochs(o.snapshot_every));
+  if (!o.resume.empty()) trainer.resume(o.resume);
+  trainer.run();
 
-    if (batches.is_new_epoch()) {
-      const auto [mean_loss, mean_acc] = sums.take_means();
-      const train::EvalResult val = train::evaluate(model, test, o.batchsize, comm.get());
-      if (root) {
-        log->observe("main/loss", mean_loss);
-        log->observe("main/accuracy", mean_acc);
-        const train::LogEntry& entry = log->end_epoch(
-            batches.epoch(), batches.iteration(),
-            {{"validation/main/loss", val.loss}, {"validation/main/accuracy", val.accuracy}});
-        report->print(entry);
-      }
-    }
-  }
-  if (progress) progress->close();
-
-  const profile::Summary summary = optimizer->summary();
   if (o.trace) {
-    std::filesystem::create_directories(o.out);
     optimizer->timer().write_chrome_trace(o.out + "/trace_rank" + std::to_string(comm->rank()) + ".json",
                                           comm->rank());
-  }
-  if (root) {
-    std::cout << "\nPhase summary (" << (o.sync_timing ? "synchronized" : "non-intrusive") << " timing, "
-              << o.communicator << " communicator, " << comm->size() << " processes)\n"
-              << profile::format_table(summary);
-    std::cout << "training: " << train_iterations << " iterations in " << train_seconds << " s, "
-              << static_cast<double>(train_iterations) / train_seconds << " iters/s per process, "
-              << num_threads() << " threads per process\n";
-    if (o.gpu) {
-      std::cout << "peak device memory (rank 0): "
-                << static_cast<double>(cuda::memory_stats(device.index).peak) / 1e6 << " MB\n";
-    }
-    std::filesystem::create_directories(o.out);
-    std::ofstream(o.out + "/phase_summary.json") << profile::to_json(summary) << "\n";
   }
   return 0;
 }
@@ -177,19 +144,34 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
+  std::string batchsize = "100", epochs = "20", units = "1000", seed = "0", snapshot_every = "0", keep = "1";
   CLI::App app{"Data-parallel MNIST MLP training with dpl (ChainerMN's example)"};
-  app.add_option("-b,--batchsize", o.batchsize, "Number of images in each mini-batch (per process)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("-e,--epoch", o.epochs, "Number of sweeps over the data set to train")->check(CLI::PositiveNumber);
-  app.add_option("-u,--unit", o.units, "Number of units in each hidden layer")->check(CLI::PositiveNumber);
+  app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)");
+  app.add_option("-e,--epoch", epochs, "Number of sweeps over the data set to train");
+  app.add_option("-u,--unit", units, "Number of units in each hidden layer");
   app.add_flag("-g,--gpu", o.gpu, "Train on GPUs (one per process, chosen by the rank within the node)");
   app.add_option("-o,--out", o.out, "Directory to output the result");
   app.add_option("--communicator", o.communicator, "Type of communicator");
   app.add_option("--data", o.data, "Folder of the MNIST-format files (Fashion-MNIST by default)");
-  app.add_option("--seed", o.seed, "Seed for initialisation and shuffling");
+  app.add_option("--seed", seed, "Seed for initialisation and shuffling");
   app.add_flag("--sync-timing", o.sync_timing, "Barriers between phases for clean phase times");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
+  app.add_option("--snapshot-every", snapshot_every, "Write a checkpoint into the output folder every N epochs (0: never)");
+  app.add_option("--keep", keep, "Number of the newest checkpoints to keep");
+  app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint file");
   CLI11_PARSE(app, argc, argv);
+  try {
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    o.batchsize = static_cast<std::int64_t>(parse_whole("-b", batchsize, 1, std::uint64_t{1} << 31));
+    o.epochs = static_cast<std::int64_t>(parse_whole("-e", epochs, 1, 1000000));
+    o.units = static_cast<std::int64_t>(parse_whole("-u", units, 1, 65536));
+    o.seed = parse_whole("--seed", seed, 0, kMax);
+    o.snapshot_every = static_cast<std::int64_t>(parse_whole("--snapshot-every", snapshot_every, 0, 1000000));
+    o.keep = static_cast<std::int64_t>(parse_whole("--keep", keep, 1, 1000000));
+  } catch (const BadFlag& e) {
+    std::cerr << "train_mnist: " << e.message << "\n";
+    return 2;
+  }
   try {
     return run(o);
   } catch (const std::exception& e) {

@@ -1,4 +1,5 @@
 #pragma once
-// Umbrella header: optimizers and learning-rate schedules.
+// Umbrella header: optimizers, gradient clipping and learning-rate schedules.
+#include "dpl/optim/clipping.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/optim/schedule.hpp"

@@ -1,7 +1,9 @@
 #include "dpl/core/random.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <sstream>
 
 #include "dpl/core/error.hpp"
 
@@ -64,6 +66,55 @@ std::uint64_t Generator::below(std::uint64_t n) {
     x = next_u64();
   } while (x >= limit);
   return x % n;
+}
+
+namespace {
+// The engine's words through its text form, which every standard library can read back; the
+// count of words depends on the library (libstdc++ adds its position in the state array).
+std::vector<std::uint64_t> engine_words(const std::mt19937_64& engine) {
+  std::stringstream text;
+  text << engine;
+  std::vector<std::uint64_t> words;
+  std::uint64_t w = 0;
+  while (text >> w) words.push_back(w);
+  return words;
+}
+}  // namespace
+
+std::size_t Generator::state_words() {
+  static const std::size_t n = engine_words(std::mt19937_64()).size() + 2;
+  return n;
+}
+
+std::vector<std::uint64_t> Generator::state() const {
+  std::vector<std::uint64_t> words = engine_words(impl_->engine);
+  std::uint32_t spare_bits = 0;
+  std::memcpy(&spare_bits, &impl_->spare, sizeof spare_bits);
+  words.push_back(impl_->has_spare ? 1 : 0);
+  words.push_back(spare_bits);
+  return words;
+}
+
+void Generator::set_state(const std::vector<std::uint64_t>& words) {
+  const std::size_t n = state_words();
+  DPL_CHECK(words.size() == n, "Generator::set_state: expected ", n, " words, got ", words.size());
+  DPL_CHECK(words[n - 2] <= 1, "Generator::set_state: expected the pending-normal flag (word ", n - 2,
+            ") to be 0 or 1, got ", words[n - 2]);
+  DPL_CHECK(words[n - 1] <= 0xffffffffull, "Generator::set_state: expected the pending normal's bits (word ", n - 1,
+            ") to fit in 32 bits, got ", words[n - 1]);
+  // libstdc++'s extra word is its position in the 312 words, which it trusts when it next draws.
+  constexpr std::size_t kMtWords = 312;
+  DPL_CHECK(n - 2 == kMtWords || words[kMtWords] <= kMtWords, "Generator::set_state: expected the engine's position (word ",
+            kMtWords, ") to be at most ", kMtWords, ", got ", words[kMtWords]);
+  std::stringstream text;
+  for (std::size_t i = 0; i + 2 < n; ++i) text << words[i] << ' ';
+  std::mt19937_64 engine;
+  text >> engine;
+  DPL_CHECK(!text.fail(), "Generator::set_state: the engine refused the state words (not from Generator::state?)");
+  impl_->engine = engine;
+  impl_->has_spare = words[n - 2] == 1;
+  const auto spare_bits = static_cast<std::uint32_t>(words[n - 1]);
+  std::memcpy(&impl_->spare, &spare_bits, sizeof spare_bits);
 }
 
 Generator& default_generator() {

@@ -40,6 +40,40 @@ void BatchIterator::new_order() {
   }
 }
 
+BatchIteratorState BatchIterator::state() const {
+  return {size_, batch_size_, epoch_, iteration_, position_, is_new_epoch_, order_, gen_.state()};
+}
+
+void BatchIterator::load_state(const BatchIteratorState& s) {
+  const char* who = "BatchIterator::load_state";
+  DPL_CHECK(s.dataset_size == size_, who, ": the state is of a data set of ", s.dataset_size,
+            " samples, this iterator's has ", size_);
+  DPL_CHECK(s.batch_size == batch_size_, who, ": the state is of batches of ", s.batch_size,
+            ", this iterator's are of ", batch_size_);
+  DPL_CHECK(s.epoch >= 0 && s.iteration >= 0, who, ": expected epoch and iteration >= 0, got ", s.epoch, " and ",
+            s.iteration);
+  DPL_CHECK(s.position >= 0 && s.position < size_, who, ": expected a position in [0, ", size_, "), got ",
+            s.position);
+  DPL_CHECK(static_cast<std::int64_t>(s.order.size()) == size_, who, ": expected an order of ", size_,
+            " samples, got ", s.order.size());
+  std::vector<bool> seen(static_cast<std::size_t>(size_), false);
+  for (std::size_t i = 0; i < s.order.size(); ++i) {
+    const std::int64_t k = s.order[i];
+    DPL_CHECK(k >= 0 && k < size_ && !seen[static_cast<std::size_t>(k)], who,
+              ": expected the order to be a permutation of 0..", size_ - 1, ", got ", k, " at position ", i,
+              k >= 0 && k < size_ ? " a second time" : "");
+    seen[static_cast<std::size_t>(k)] = true;
+  }
+  Generator gen = gen_;
+  gen.set_state(s.generator);
+  gen_ = gen;
+  order_ = s.order;
+  epoch_ = s.epoch;
+  iteration_ = s.iteration;
+  position_ = s.position;
+  is_new_epoch_ = s.is_new_epoch;
+}
+
 BatchIterator::Buffers& BatchIterator::free_buffers() {
   // A use count of one means only this iterator views the storage, so overwriting it cannot
   // change a batch the caller still holds.

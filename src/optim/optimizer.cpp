@@ -34,8 +34,14 @@ void Optimizer::update() {
     init_state(arena);
     state_arena_ = arena.id();
   }
+  for (const GradientHook& hook : hooks_) hook(arena);
   ++t_;
   step(arena);
+}
+
+void Optimizer::add_gradient_hook(GradientHook hook) {
+  DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
+  hooks_.push_back(std::move(hook));
 }
 
 Variable Optimizer::update(const std::function<Variable()>& loss_fn) {

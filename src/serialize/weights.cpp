@@ -27,19 +27,18 @@ void save_weights(const Module& model, const std::string& path) {
   serialize::save_safetensors(path, tensors);
 }
 
-void load_weights(Module& model, const std::string& path, bool strict) {
-  const serialize::SafetensorsFile file = serialize::load_safetensors(path);
-  std::unordered_map<std::string, const Tensor*> in_file;
-  for (const auto& [name, t] : file.tensors) in_file.emplace(name, &t);
+std::string weights_mismatch(const Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                             bool strict) {
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : tensors) given.emplace(name, &t);
 
   std::vector<std::string> problems;
-  std::vector<std::pair<Tensor, const Tensor*>> copies;
   std::set<std::string> wanted;
   for (const auto& [name, var] : weights_of(model)) {
     wanted.insert(name);
-    const auto it = in_file.find(name);
+    const auto it = given.find(name);
     const Tensor& dst = var.data();
-    if (it == in_file.end()) {
+    if (it == given.end()) {
       problems.push_back(detail::concat("'", name, "' is missing from the file"));
     } else if (it->second->dtype() != dst.dtype()) {
       problems.push_back(detail::concat("'", name, "' is ", it->second->dtype(), " in the file but ", dst.dtype(),
@@ -47,22 +46,33 @@ void load_weights(Module& model, const std::string& path, bool strict) {
     } else if (it->second->shape() != dst.shape()) {
       problems.push_back(detail::concat("'", name, "' has shape ", shape_str(it->second->shape()),
                                         " in the file but ", shape_str(dst.shape()), " in the model"));
-    } else {
-      copies.emplace_back(dst, it->second);
     }
   }
   if (strict)
-    for (const auto& [name, t] : file.tensors)
+    for (const auto& [name, t] : tensors)
       if (wanted.count(name) == 0)
         problems.push_back(detail::concat("'", name, "' is in the file but not in the model (strict loading)"));
 
-  if (!problems.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < problems.size() && i < kMaxListed; ++i) list += (i ? "; " : "") + problems[i];
-    if (problems.size() > kMaxListed) list += detail::concat("; and ", problems.size() - kMaxListed, " more");
-    DPL_FAIL("load_weights: ", path, " does not fit the model, which is unchanged: ", list);
+  std::string list;
+  for (std::size_t i = 0; i < problems.size() && i < kMaxListed; ++i) list += (i ? "; " : "") + problems[i];
+  if (problems.size() > kMaxListed) list += detail::concat("; and ", problems.size() - kMaxListed, " more");
+  return list;
+}
+
+void load_weights(Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::string& source, bool strict) {
+  const std::string mismatch = weights_mismatch(model, tensors, strict);
+  if (!mismatch.empty()) DPL_FAIL("load_weights: ", source, " does not fit the model, which is unchanged: ", mismatch);
+  std::unordered_map<std::string, const Tensor*> given;
+  for (const auto& [name, t] : tensors) given.emplace(name, &t);
+  for (const auto& [name, var] : weights_of(model)) {
+    Tensor dst = var.data();
+    dst.copy_(*given.at(name));
   }
-  for (auto& [dst, src] : copies) dst.copy_(*src);
+}
+
+void load_weights(Module& model, const std::string& path, bool strict) {
+  load_weights(model, serialize::load_safetensors(path).tensors, path, strict);
 }
 
 }  // namespace dpl::nn

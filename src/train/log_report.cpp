@@ -1,5 +1,6 @@
 #include "dpl/train/log_report.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,7 +28,7 @@ double LogReport::elapsed_time() const {
 }
 
 void LogReport::observe(const std::string& key, double value) {
-  for (Accum& a : current_) {
+  for (Pending& a : current_) {
     if (a.key == key) {
       a.sum += value;
       ++a.count;
@@ -44,7 +45,7 @@ const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
   e.epoch = epoch;
   e.iteration = iteration;
   e.elapsed_time = elapsed_time ? *elapsed_time : this->elapsed_time();
-  for (const Accum& a : current_) e.values.emplace_back(a.key, a.sum / static_cast<double>(a.count));
+  for (const Pending& a : current_) e.values.emplace_back(a.key, a.sum / static_cast<double>(a.count));
   for (const auto& [key, value] : extra) {
     bool replaced = false;
     for (auto& kv : e.values) {
@@ -59,6 +60,18 @@ const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
   log_.push_back(std::move(e));
   write();
   return log_.back();
+}
+
+void LogReport::restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds) {
+  DPL_CHECK(std::isfinite(elapsed_seconds) && elapsed_seconds >= 0.0,
+            "LogReport::restore: expected a finite elapsed time >= 0, got ", elapsed_seconds);
+  for (const Pending& p : pending)
+    DPL_CHECK(p.count >= 1, "LogReport::restore: expected a count >= 1 for '", p.key, "', got ", p.count);
+  log_ = std::move(log);
+  current_ = std::move(pending);
+  start_ = std::chrono::steady_clock::now() -
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(elapsed_seconds));
+  write();
 }
 
 std::string LogReport::path() const {

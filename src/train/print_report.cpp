@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "dpl/core/error.hpp"
 
@@ -15,14 +16,17 @@ std::string pad_right(std::string s, std::size_t width) {
   return s;
 }
 
+}  // namespace
+
 // Python's format(value, "g"), which Chainer uses for every column: printf's %g agrees with it
 // for finite values, and Python spells the others "inf", "-inf" and "nan".
-std::string format_g(double v) {
+std::string format_value(double value, std::size_t width) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
+  for (int digits = 6;; --digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+    if (std::strlen(buf) <= width || digits == 1) return buf;
+  }
 }
-}  // namespace
 
 std::vector<std::string> PrintReport::default_entries() {
   return {"epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy", "elapsed_time"};
@@ -47,7 +51,7 @@ std::string PrintReport::row(const LogEntry& entry) const {
   std::string line;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::optional<double> v = entry.get(entries_[i]);
-    line += pad_right(v ? format_g(*v) : std::string(), widths_[i]);
+    line += pad_right(v ? format_value(*v, widths_[i]) : std::string(), widths_[i]);
     line += "  ";
   }
   return line;

@@ -17,6 +17,18 @@ struct Batch {
   std::int64_t size() const { return y.defined() ? y.size(0) : 0; }
 };
 
+/// Where a BatchIterator stands, exactly enough to continue its sequence of batches elsewhere.
+struct BatchIteratorState {
+  std::int64_t dataset_size = 0;           ///< N of the iterator that saved it (checked on load)
+  std::int64_t batch_size = 0;             ///< its batch size (checked on load)
+  std::int64_t epoch = 0;                  ///< completed epochs
+  std::int64_t iteration = 0;              ///< batches served
+  std::int64_t position = 0;               ///< samples of the current epoch's order already served
+  bool is_new_epoch = false;               ///< whether the last batch ended an epoch
+  std::vector<std::int64_t> order;         ///< the current epoch's order, a permutation of 0..N-1
+  std::vector<std::uint64_t> generator;    ///< the shuffling generator's Generator::state()
+};
+
 /// Draws mini-batches from a data set in the order of Chainer's SerialIterator.
 ///
 /// An epoch is one pass over the N samples, in a fresh permutation drawn from the iterator's own
@@ -44,6 +56,15 @@ class BatchIterator {
   bool has_next() const { return repeat_ || epoch_ == 0; }
   /// Starts over: epoch 0, iteration 0, the generator reseeded with the constructor's seed.
   void reset();
+
+  /// The position, the current order and the shuffling generator (a copy).
+  BatchIteratorState state() const;
+  /// Continues from a state exported by state(): the next batches are those the exporting
+  /// iterator would have served. Requires the same data set size and batch size, epoch,
+  /// iteration >= 0, 0 <= position < N, an order that is a permutation of 0..N-1 and a valid
+  /// generator state; throws dpl::Error naming the field, what was expected and what came, with
+  /// the iterator unchanged. Shuffle, seed and repeat stay this iterator's own.
+  void load_state(const BatchIteratorState& state);
 
   /// Completed epochs.
   std::int64_t epoch() const { return epoch_; }

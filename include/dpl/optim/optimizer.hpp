@@ -1,6 +1,7 @@
 #pragma once
 // Optimizers: update a model's parameters from its gradients, one fused pass over the arena.
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <string>
@@ -11,6 +12,11 @@
 #include "dpl/nn/module.hpp"
 
 namespace dpl::optim {
+
+/// A transform of the gradients between their completion and the step: it reads and may change
+/// arena.grads() in place (the parameters' gradients are views of it). Under a
+/// parallel::MultiNodeOptimizer the gradients it sees are already averaged over the ranks.
+using GradientHook = std::function<void(nn::ParameterArena& arena)>;
 
 /// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
 ///
@@ -62,6 +68,13 @@ class Optimizer {
   /// The bound model. Requires setup().
   virtual nn::Module& target() const;
 
+  /// Adds a hook that every update() runs on the gradients before the step, after the hooks
+  /// added before it (clip_gradient_norm, or a user's own transform). Requires a callable hook;
+  /// throws dpl::Error for an empty one.
+  virtual void add_gradient_hook(GradientHook hook);
+  /// Number of hooks added.
+  virtual std::size_t gradient_hook_count() const { return hooks_.size(); }
+
  protected:
   /// Allocates and zeroes the state for the arena's layout.
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
@@ -72,6 +85,7 @@ class Optimizer {
   /// value, before assigning anything.
   virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
 
+  std::vector<GradientHook> hooks_;
   nn::Module* target_ = nullptr;
   // The arena the state was laid out for; a repacked model gets fresh state.
   std::uint64_t state_arena_ = 0;

@@ -20,7 +20,7 @@ namespace dpl::parallel {
 ///   compute (update(loss_fn) only: forward + backward)
 ///   → allreduce (mean of the gradient arena over all ranks, one call, in the communicator's
 ///     CommOptions::allreduce_dtype)
-///   → optimize (the wrapped optimizer's fused update),
+///   → optimize (the wrapped optimizer's gradient hooks, such as clipping, then its fused update),
 /// timing each phase (and the allreduce's sub-phases) into timer(). If the parameter set changes
 /// (a parameter added, data replaced), the check and the broadcast run again before the update.
 /// The gradient of the first iteration is used like every other.
@@ -48,6 +48,11 @@ class MultiNodeOptimizer : public optim::Optimizer {
     actual_->load_state(tensors, scalars);
   }
   nn::Module& target() const override { return actual_->target(); }
+  /// Adds the hook to the wrapped optimizer, whose update runs it inside the optimize phase: after
+  /// the allreduce, on the averaged gradients, which are the same on every rank (so a norm it
+  /// computes agrees across ranks without communication).
+  void add_gradient_hook(optim::GradientHook hook) override { actual_->add_gradient_hook(std::move(hook)); }
+  std::size_t gradient_hook_count() const override { return actual_->gradient_hook_count(); }
 
   /// The wrapped optimizer.
   optim::Optimizer& actual() const { return *actual_; }

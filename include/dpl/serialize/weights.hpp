@@ -3,6 +3,8 @@
 // file format rather than in nn, so that modules know nothing of files.
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dpl/nn/module.hpp"
 
@@ -27,5 +29,20 @@ void save_weights(const Module& model, const std::string& path);
 /// how many more), or a file problem (see serialize::load_safetensors); every check runs before
 /// the first copy, so on an error the model is unchanged.
 void load_weights(Module& model, const std::string& path, bool strict = true);
+
+}  // namespace dpl::nn
+
+namespace dpl::nn {
+
+/// Why tensors (named as save_weights names them) do not fit model: the missing, mis-typed,
+/// mis-shaped and, with strict, unexpected tensors, the first ten of them and how many more, in
+/// one line. Ensures: empty exactly when load_weights(model, tensors, ..., strict) would succeed.
+std::string weights_mismatch(const Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                             bool strict = true);
+
+/// As load_weights(model, path, strict), from tensors already in memory (a checkpoint holds the
+/// weights beside other state); source names where they came from in the error message.
+void load_weights(Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::string& source, bool strict = true);
 
 }  // namespace dpl::nn

@@ -49,6 +49,21 @@ class LogReport {
                             const std::vector<std::pair<std::string, double>>& extra = {},
                             std::optional<double> elapsed_time = std::nullopt);
 
+  /// Observations of the current epoch not yet closed: the key, the sum and the count.
+  struct Pending {
+    std::string key;      ///< the observed key
+    double sum = 0.0;     ///< the sum of its observations so far
+    std::int64_t count = 1;  ///< how many there were (>= 1)
+  };
+  /// The current epoch's observations, in first-observed order (what a checkpoint keeps).
+  const std::vector<Pending>& pending() const { return current_; }
+  /// Continues a log saved elsewhere: log and pending replace this report's, and elapsed_time
+  /// counts on from elapsed_seconds. Rewrites the file (when out_dir is set) so it shows the
+  /// restored entries at once.
+  /// Requires: counts >= 1 and a finite elapsed_seconds >= 0; throws dpl::Error naming the key or
+  /// the value otherwise, with the report unchanged.
+  void restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds);
+
   /// Every closed epoch, oldest first.
   const std::vector<LogEntry>& log() const { return log_; }
   /// The file written ("" when out_dir is empty).
@@ -64,13 +79,8 @@ class LogReport {
   std::string out_dir_;
   std::string filename_;
   std::chrono::steady_clock::time_point start_;
-  // (key, sum, count) in first-observed order; few keys, so a linear scan is the fast lookup.
-  struct Accum {
-    std::string key;
-    double sum;
-    std::int64_t count;
-  };
-  std::vector<Accum> current_;
+  // First-observed order; few keys, so a linear scan is the fast lookup.
+  std::vector<Pending> current_;
   std::vector<LogEntry> log_;
 };
 

@@ -11,10 +11,17 @@
 
 namespace dpl::train {
 
+/// value as %g prints it when that fits in width characters, else with fewer significant digits
+/// until it does (1.17885e-06 in 10 characters is 1.1789e-06), so a small learning rate cannot
+/// push the later columns of a table out of line. Ensures: at most width characters whenever
+/// width >= 7 (the longest one-digit form, "-1e-300"); below that, the shortest form.
+std::string format_value(double value, std::size_t width);
+
 /// Prints log entries as Chainer's PrintReport does: a header line of the entry names, each
 /// left-aligned in a column of max(10, name length) characters, columns separated by two spaces;
-/// then one row per entry, each value printed with %g left-aligned in its column and followed by
-/// two spaces (a blank column when the entry lacks the value). On a terminal each line first
+/// then one row per entry, each value printed with %g (format_value: fewer digits when %g would
+/// overrun the column) left-aligned in its column and followed by two spaces (a blank column when
+/// the entry lacks the value). On a terminal each line first
 /// clears the line it lands on, so it cleanly replaces a progress bar drawn there.
 class PrintReport {
  public:

@@ -1,0 +1,43 @@
+#pragma once
+// Gradient clipping by global norm, over the whole gradient arena at once.
+
+#include <memory>
+
+#include "dpl/nn/arena.hpp"
+#include "dpl/optim/optimizer.hpp"
+
+namespace dpl::optim {
+
+/// The L2 norm of every gradient of arena taken together: one reduction over the gradient arena
+/// (its zero padding adds nothing). Ensures the same value on every rank that holds the same
+/// gradients, as all ranks do after the allreduce of a MultiNodeOptimizer.
+double gradient_norm(const nn::ParameterArena& arena);
+
+/// Scales every gradient by max_norm / norm when the global norm exceeds max_norm (one scale of
+/// the whole arena), and leaves them alone otherwise. Returns the norm before clipping.
+/// Requires a finite max_norm > 0; throws dpl::Error naming the value otherwise.
+double clip_gradient_norm(nn::ParameterArena& arena, double max_norm);
+
+/// A gradient hook that clips by global norm (clip_gradient_norm) and remembers the norm it saw.
+class GradientClipping {
+ public:
+  /// Requires a finite max_norm > 0; throws dpl::Error naming the value otherwise.
+  explicit GradientClipping(double max_norm);
+  /// Clips arena's gradients; records the norm before clipping.
+  void operator()(nn::ParameterArena& arena);
+  /// The threshold.
+  double max_norm() const { return max_norm_; }
+  /// The norm before clipping at the last call (0 before the first).
+  double last_norm() const { return last_norm_; }
+
+ private:
+  double max_norm_;
+  double last_norm_ = 0.0;
+};
+
+/// Adds clipping by global norm to optimizer (to the wrapped optimizer of a MultiNodeOptimizer,
+/// so after the allreduce and inside its optimize phase) and returns the hook, whose last_norm()
+/// reports the norm of each update. Requires a finite max_norm > 0.
+std::shared_ptr<GradientClipping> clip_gradients(Optimizer& optimizer, double max_norm);
+
+}  // namespace dpl::optim

@@ -1,0 +1,73 @@
+#pragma once
+// Checkpoints: everything a run needs to continue exactly where it stopped, in one safetensors
+// file — the model, the optimizer's state, every rank's data iterator and random generators, the
+// log's history and the caller's own values.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dpl/comm/communicator.hpp"
+#include "dpl/core/random.hpp"
+#include "dpl/data/batch_iterator.hpp"
+#include "dpl/nn/module.hpp"
+#include "dpl/optim/optimizer.hpp"
+#include "dpl/train/log_report.hpp"
+
+namespace dpl::train {
+
+/// The parts of a run that a checkpoint saves and restores. Null pointers (and empty lists) are
+/// left out of it. The model and the optimizer are the same on every rank and are saved from
+/// rank 0; the iterator and the generators are each rank's own and are saved for every rank; the
+/// log is rank 0's (the other ranks pass nullptr); values are rank 0's, given back to every rank.
+struct TrainingState {
+  nn::Module* model = nullptr;                                  ///< required
+  optim::Optimizer* optimizer = nullptr;                        ///< set up on model
+  data::BatchIterator* iterator = nullptr;                      ///< this rank's
+  std::vector<std::pair<std::string, Generator*>> generators;   ///< this rank's, by name
+  LogReport* log = nullptr;                                     ///< rank 0's
+  std::map<std::string, std::string> values;                    ///< the caller's own, as text
+};
+
+/// The format tag a checkpoint's metadata holds under "format".
+inline constexpr const char* kCheckpointFormat = "dpl-checkpoint-1";
+
+/// Writes state to path as one safetensors file (see docs/training-state.md for its names).
+///
+/// Collective over comm (nullptr: this process alone): every rank calls it with the same parts
+/// (the same kinds and generator names). The ranks' iterator and generator states are gathered to
+/// rank 0, which alone writes the file, atomically (a temporary beside path, fsync, rename). Each
+/// tensor's checksum goes into the metadata, so a file damaged later is refused on loading.
+/// Requires: state.model; the parts described above.
+/// Ensures: path holds the complete checkpoint or what it held before. Throws dpl::Error on every
+/// rank when any rank's parts differ from rank 0's or the write fails (rank 0 with the reason,
+/// the others naming rank 0), so no rank is left waiting.
+void save_checkpoint(const std::string& path, const TrainingState& state, comm::Communicator* comm = nullptr);
+
+/// Restores state from a checkpoint written by save_checkpoint, on every rank.
+///
+/// Collective over comm: every rank reads the file and checks it in full before anything changes:
+/// the format, every tensor's checksum (a damaged or truncated file is refused naming the file and
+/// the tensor), the model's names, shapes and dtypes, the optimizer's state names, and that it was
+/// saved by as many ranks as there are now when per-rank parts are restored. Then the ranks check
+/// that they all read the same checkpoint (the hash of its checksums and metadata, compared through
+/// comm::check_ranks_agree) and restore their parts: rank r takes the iterator and generators
+/// rank r saved. state.values receives the saved values.
+/// Requires: the same parts as were saved (the log may be absent on either side).
+/// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong.
+void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm = nullptr);
+
+/// The file name of the checkpoint at an iteration: "snapshot_iter_<iteration>.safetensors".
+std::string checkpoint_name(std::int64_t iteration);
+
+/// The checkpoints in folder (files named as checkpoint_name names them), oldest iteration first;
+/// empty when the folder does not exist.
+std::vector<std::string> list_checkpoints(const std::string& folder);
+
+/// Deletes all but the newest keep checkpoints of folder. Requires keep >= 1 (dpl::Error
+/// otherwise). Call it once a new checkpoint is complete, so that one always survives.
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep);
+
+}  // namespace dpl::train

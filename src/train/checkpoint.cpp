@@ -1,0 +1,360 @@
+#include "dpl/train/checkpoint.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <system_error>
+
+#include "core/stable_hash.hpp"
+#include "dpl/comm/agreement.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/serialize/safetensors.hpp"
+#include "dpl/serialize/weights.hpp"
+
+namespace dpl::train {
+
+namespace {
+using Named = std::vector<std::pair<std::string, Tensor>>;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kModel = "model/";
+constexpr const char* kOptimizer = "optimizer/";
+
+std::string rank_prefix(int rank) { return detail::concat("rank", rank, "/"); }
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+std::string hex(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+std::uint64_t checksum(const Tensor& host) {
+  return detail::StableHash().add_bytes(host.raw_data(), host.nbytes()).value();
+}
+
+// The words of generator and iterator states travel as int64 tensors, bit for bit.
+Tensor words_tensor(const std::vector<std::uint64_t>& words) {
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(words.size())}, kInt64);
+  if (!words.empty()) std::memcpy(t.raw_data(), words.data(), words.size() * sizeof(std::uint64_t));
+  return t;
+}
+std::vector<std::uint64_t> words_of(const Tensor& t) {
+  std::vector<std::uint64_t> words(static_cast<std::size_t>(t.numel()));
+  if (!words.empty()) std::memcpy(words.data(), t.raw_data(), words.size() * sizeof(std::uint64_t));
+  return words;
+}
+
+// JSON has no NaN or infinity, and a log's loss may be either.
+Json number(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+double number_of(const Json& j) {
+  if (j.is_string()) return std::strtod(j.get<std::string>().c_str(), nullptr);
+  return j.get<double>();
+}
+
+// This rank's own parts, named without the rank prefix.
+Named rank_parts(const TrainingState& s) {
+  Named out;
+  if (s.iterator) {
+    const data::BatchIteratorState it = s.iterator->state();
+    out.emplace_back("iterator/counters", Tensor::from_vector<std::int64_t>(
+                                              {it.dataset_size, it.batch_size, it.epoch, it.iteration, it.position,
+                                               it.is_new_epoch ? 1 : 0},
+                                              {6}));
+    out.emplace_back("iterator/order", Tensor::from_vector<std::int64_t>(
+                                           it.order, {static_cast<std::int64_t>(it.order.size())}));
+    out.emplace_back("iterator/generator", words_tensor(it.generator));
+  }
+  for (const auto& [name, gen] : s.generators) {
+    DPL_CHECK(gen != nullptr, "save_checkpoint: generator '", name, "' is null");
+    out.emplace_back("generator/" + name, words_tensor(gen->state()));
+  }
+  return out;
+}
+
+// One line per part that must be present on every rank alike.
+std::string parts_description(const TrainingState& s) {
+  std::string d = detail::concat("model ", s.model != nullptr, "\noptimizer ", s.optimizer != nullptr, "\niterator ",
+                                 s.iterator != nullptr);
+  for (const auto& [name, gen] : s.generators) d += "\ngenerator " + name;
+  return d;
+}
+
+// After each rank has done its part of a collective step: returns when every rank succeeded (an
+// empty failure), else throws on every rank, naming the ranks that failed and the first message.
+void agree(comm::Communicator* comm, const std::string& failure, const char* operation) {
+  if (comm != nullptr && comm->size() > 1) {
+    comm::check_ranks_agree(*comm, failure.empty() ? "succeeded" : failure,
+                            {operation, "the outcomes", "outcome", "see the message of the rank that failed"});
+  }
+  if (!failure.empty()) throw Error(failure);
+}
+
+template <typename Fn>
+std::string failure_of(const char* operation, const std::string& path, Fn&& fn) {
+  try {
+    fn();
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return detail::concat(operation, ": ", path, ": ", e.what());
+  }
+}
+
+Json log_json(const LogReport& log) {
+  Json entries = Json::array();
+  for (const LogEntry& e : log.log()) {
+    Json values = Json::array();
+    for (const auto& [k, v] : e.values) values.push_back(Json::array({k, number(v)}));
+    entries.push_back({{"epoch", e.epoch}, {"iteration", e.iteration}, {"elapsed_time", number(e.elapsed_time)},
+                       {"values", values}});
+  }
+  Json pending = Json::array();
+  for (const LogReport::Pending& p : log.pending()) pending.push_back(Json::array({p.key, number(p.sum), p.count}));
+  return {{"elapsed_time", log.elapsed_time()}, {"entries", entries}, {"pending", pending}};
+}
+
+void restore_log(LogReport& log, const Json& j) {
+  std::vector<LogEntry> entries;
+  for (const Json& e : j.at("entries")) {
+    LogEntry entry;
+    entry.epoch = e.at("epoch").get<std::int64_t>();
+    entry.iteration = e.at("iteration").get<std::int64_t>();
+    entry.elapsed_time = number_of(e.at("elapsed_time"));
+    for (const Json& kv : e.at("values")) entry.values.emplace_back(kv.at(0).get<std::string>(), number_of(kv.at(1)));
+    entries.push_back(std::move(entry));
+  }
+  std::vector<LogReport::Pending> pending;
+  for (const Json& p : j.at("pending"))
+    pending.push_back({p.at(0).get<std::string>(), number_of(p.at(1)), p.at(2).get<std::int64_t>()});
+  log.restore(std::move(entries), std::move(pending), number_of(j.at("elapsed_time")));
+}
+
+// A metadata entry, parsed; a missing or malformed one names the file and the key.
+Json metadata_json(const serialize::SafetensorsFile& file, const std::string& key) {
+  const auto it = file.metadata.find(key);
+  DPL_CHECK(it != file.metadata.end(), "load_checkpoint: ", file.path, " has no \"", key, "\" in its metadata");
+  try {
+    return Json::parse(it->second);
+  } catch (const std::exception& e) {
+    DPL_FAIL("load_checkpoint: ", file.path, ": metadata \"", key, "\" is not valid JSON: ", e.what());
+  }
+}
+
+// Rank 0 gets every rank's parts, in rank order; the other ranks get nothing. Collective.
+std::vector<Named> gather_parts(const Named& mine, comm::Communicator* comm) {
+  std::vector<Named> all;
+  if (comm == nullptr || comm->size() == 1) {
+    all.push_back(mine);
+    return all;
+  }
+  const int size = comm->size();
+  const auto k = static_cast<std::int64_t>(mine.size());
+  Tensor lengths = Tensor::empty({k}, kInt64);
+  for (std::int64_t i = 0; i < k; ++i) lengths.set<std::int64_t>({i}, mine[static_cast<std::size_t>(i)].second.numel());
+  Tensor all_lengths = Tensor::empty({k * size}, kInt64);
+  comm->allgather(lengths, all_lengths);
+  if (comm->rank() != 0) {
+    for (std::int64_t i = 0; i < k; ++i) comm->send(mine[static_cast<std::size_t>(i)].second, 0, static_cast<int>(i));
+    return all;
+  }
+  all.push_back(mine);
+  for (int r = 1; r < size; ++r) {
+    Named theirs;
+    for (std::int64_t i = 0; i < k; ++i) {
+      Tensor t = Tensor::empty({all_lengths.at<std::int64_t>({r * k + i})}, kInt64);
+      comm->recv(t, r, static_cast<int>(i));
+      theirs.emplace_back(mine[static_cast<std::size_t>(i)].first, t);
+    }
+    all.push_back(std::move(theirs));
+  }
+  return all;
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const TrainingState& state, comm::Communicator* comm) {
+  const char* who = "save_checkpoint";
+  const int rank = comm ? comm->rank() : 0;
+  const int size = comm ? comm->size() : 1;
+  Named mine;
+  std::string failure = failure_of(who, path, [&] {
+    DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
+    mine = rank_parts(state);
+  });
+  agree(comm, failure, who);
+  if (comm != nullptr && size > 1) {
+    comm::check_ranks_agree(*comm, parts_description(state),
+                            {who, "the parts of the training state", "part",
+                             "every rank must save the same parts (model, optimizer, iterator, generator names)"});
+  }
+  const std::vector<Named> parts = gather_parts(mine, comm);
+
+  failure = failure_of(who, path, [&] {
+    if (rank != 0) return;
+    Named tensors;
+    for (const auto& [name, var] : state.model->named_parameters()) tensors.emplace_back(kModel + name, var.data());
+    for (const auto& [name, var] : state.model->named_buffers()) tensors.emplace_back(kModel + name, var.data());
+    Json meta_optimizer = Json::object();
+    if (state.optimizer) {
+      for (const auto& [name, t] : state.optimizer->state()) tensors.emplace_back(kOptimizer + name, t);
+      for (const auto& [key, value] : state.optimizer->state_scalars()) meta_optimizer[key] = value;
+    }
+    for (int r = 0; r < size; ++r)
+      for (const auto& [name, t] : parts[static_cast<std::size_t>(r)]) tensors.emplace_back(rank_prefix(r) + name, t);
+
+    Json checksums = Json::object();
+    for (auto& [name, t] : tensors) {
+      t = t.to(Device::cpu()).contiguous();
+      checksums[name] = hex(checksum(t));
+    }
+    std::map<std::string, std::string> metadata{{"format", kCheckpointFormat},
+                                                {"ranks", std::to_string(size)},
+                                                {"checksums", checksums.dump()},
+                                                {"values", Json(state.values).dump()}};
+    if (state.optimizer) metadata["optimizer"] = meta_optimizer.dump();
+    if (state.log) metadata["log"] = log_json(*state.log).dump();
+    serialize::save_safetensors(path, tensors, metadata);
+  });
+  agree(comm, failure, who);
+}
+
+void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm) {
+  const char* who = "load_checkpoint";
+  const int rank = comm ? comm->rank() : 0;
+  const int size = comm ? comm->size() : 1;
+  const bool per_rank = state.iterator != nullptr || !state.generators.empty();
+
+  serialize::SafetensorsFile file;
+  Named model_tensors, optimizer_tensors;
+  std::map<std::string, const Tensor*> own;  // this rank's parts, without the prefix
+  std::uint64_t content_hash = 0;
+  std::string failure = failure_of(who, path, [&] {
+    DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
+    file = serialize::load_safetensors(path);
+    const auto format = file.metadata.find("format");
+    DPL_CHECK(format != file.metadata.end() && format->second == kCheckpointFormat, who, ": ", path,
+              " is not a dpl checkpoint: expected \"format\": \"", kCheckpointFormat, "\" in its metadata, got ",
+              format == file.metadata.end() ? std::string("none") : "\"" + format->second + "\"",
+              " (a file of weights alone loads with nn::load_weights)");
+    const Json checksums = metadata_json(file, "checksums");
+    for (const auto& [name, t] : file.tensors) {
+      DPL_CHECK(checksums.contains(name), who, ": ", path, " is damaged: tensor '", name, "' has no checksum");
+      const std::string sum = hex(checksum(t));
+      DPL_CHECK(checksums.at(name).get<std::string>() == sum, who, ": ", path, " is damaged: tensor '", name,
+                "' does not match its checksum (", checksums.at(name).get<std::string>(), " written, ", sum,
+                " read); the file changed after it was written");
+    }
+    DPL_CHECK(checksums.size() == file.tensors.size(), who, ": ", path, " is damaged: its metadata lists ",
+              checksums.size(), " tensors, the file holds ", file.tensors.size());
+
+    for (const auto& [name, t] : file.tensors) {
+      if (starts_with(name, kModel)) model_tensors.emplace_back(name.substr(std::strlen(kModel)), t);
+      if (starts_with(name, kOptimizer)) optimizer_tensors.emplace_back(name.substr(std::strlen(kOptimizer)), t);
+      if (starts_with(name, rank_prefix(rank))) own[name.substr(rank_prefix(rank).size())] = &t;
+    }
+    const std::string mismatch = nn::weights_mismatch(*state.model, model_tensors);
+    DPL_CHECK(mismatch.empty(), who, ": ", path, " does not fit the model (tensors under \"", kModel, "\"): ",
+              mismatch);
+    if (state.optimizer) {
+      metadata_json(file, "optimizer");
+      for (const auto& [name, live] : state.optimizer->state()) {
+        const std::string full = kOptimizer + name;
+        DPL_CHECK(file.contains(full), who, ": ", path, " lacks the optimizer's state tensor '", full, "'");
+      }
+    }
+    const int saved_ranks = metadata_json(file, "ranks").get<int>();
+    DPL_CHECK(!per_rank || saved_ranks == size, who, ": ", path, " was saved by ", saved_ranks,
+              " processes, this job has ", size, "; each rank's data iterator and generators resume only with "
+              "the same number of processes");
+    if (state.iterator) {
+      for (const char* part : {"iterator/counters", "iterator/order", "iterator/generator"})
+        DPL_CHECK(own.count(part) == 1, who, ": ", path, " lacks '", rank_prefix(rank), part, "'");
+      DPL_CHECK(own.at("iterator/counters")->numel() == 6 && own.at("iterator/counters")->dtype() == kInt64, who,
+                ": ", path, ": '", rank_prefix(rank), "iterator/counters' must be 6 int64 values");
+    }
+    for (const auto& [name, gen] : state.generators)
+      DPL_CHECK(own.count("generator/" + name) == 1, who, ": ", path, " lacks '", rank_prefix(rank), "generator/",
+                name, "'");
+    if (state.log) metadata_json(file, "log");
+
+    detail::StableHash h;
+    for (const auto& [key, value] : file.metadata) h.add(key).add("=").add(value).add("\n");
+    content_hash = h.value();
+  });
+  if (comm != nullptr && size > 1) {
+    comm::check_ranks_agree(*comm, failure.empty() ? "checkpoint " + hex(content_hash) : failure,
+                            {who, "the checkpoints read", "checkpoint",
+                             "every rank must read the same intact file (a shared file system, or identical copies)"});
+  }
+  if (!failure.empty()) throw Error(failure);
+
+  failure = failure_of(who, path, [&] {
+    if (state.iterator) {
+      const std::vector<std::int64_t> c = own.at("iterator/counters")->to_vector<std::int64_t>();
+      data::BatchIteratorState it;
+      it.dataset_size = c[0];
+      it.batch_size = c[1];
+      it.epoch = c[2];
+      it.iteration = c[3];
+      it.position = c[4];
+      it.is_new_epoch = c[5] != 0;
+      it.order = own.at("iterator/order")->to_vector<std::int64_t>();
+      it.generator = words_of(*own.at("iterator/generator"));
+      state.iterator->load_state(it);
+    }
+    for (auto& [name, gen] : state.generators) gen->set_state(words_of(*own.at("generator/" + name)));
+    if (state.optimizer) {
+      std::map<std::string, double> scalars;
+      const Json saved = metadata_json(file, "optimizer");
+      for (const auto& [key, value] : saved.items()) scalars[key] = value.get<double>();
+      state.optimizer->load_state(optimizer_tensors, scalars);
+    }
+    nn::load_weights(*state.model, model_tensors, path);
+    if (state.log) restore_log(*state.log, metadata_json(file, "log"));
+    state.values.clear();
+    const Json values = metadata_json(file, "values");
+    for (const auto& [key, value] : values.items()) state.values[key] = value.get<std::string>();
+  });
+  agree(comm, failure, who);
+}
+
+std::string checkpoint_name(std::int64_t iteration) {
+  return detail::concat("snapshot_iter_", iteration, ".safetensors");
+}
+
+std::vector<std::string> list_checkpoints(const std::string& folder) {
+  namespace fs = std::filesystem;
+  static const std::regex pattern("snapshot_iter_([0-9]+)\\.safetensors");
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    std::smatch m;
+    const std::string name = it->path().filename().string();
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1].str()), it->path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [iteration, p] : found) out.push_back(std::move(p));
+  return out;
+}
+
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep) {
+  DPL_CHECK(keep >= 1, "remove_old_checkpoints: expected keep >= 1, got ", keep);
+  const std::vector<std::string> all = list_checkpoints(folder);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
+    std::error_code ec;
+    std::filesystem::remove(all[i], ec);
+    DPL_CHECK(!ec, "remove_old_checkpoints: cannot remove ", all[i], ": ", ec.message());
+  }
+}
+
+}  // namespace dpl::train

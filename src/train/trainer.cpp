@@ -1,0 +1,350 @@
+#include "dpl/train/trainer.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "dpl/autograd/ops.hpp"
+#include "dpl/core/cuda.hpp"
+#include "dpl/core/error.hpp"
+#include "dpl/core/threads.hpp"
+#include "dpl/parallel/multi_node_optimizer.hpp"
+#include "dpl/profile/phase_timer.hpp"
+#include "dpl/train/checkpoint.hpp"
+#include "dpl/train/evaluator.hpp"
+
+namespace dpl::train {
+
+// --- Trigger -------------------------------------------------------------------------------------
+
+Trigger Trigger::iterations(std::int64_t n) {
+  DPL_CHECK(n >= 1, "Trigger::iterations: expected a period >= 1, got ", n);
+  return {n, LengthUnit::kIteration, false};
+}
+Trigger Trigger::epochs(std::int64_t n) {
+  DPL_CHECK(n >= 1, "Trigger::epochs: expected a period >= 1, got ", n);
+  return {n, LengthUnit::kEpoch, false};
+}
+Trigger Trigger::end() { return {1, LengthUnit::kIteration, true}; }
+
+bool Trigger::fires(std::int64_t iteration, std::int64_t epoch, bool is_new_epoch) const {
+  if (at_end) return false;
+  if (unit == LengthUnit::kIteration) return iteration % period == 0;
+  return is_new_epoch && epoch % period == 0;
+}
+
+// --- Observation ---------------------------------------------------------------------------------
+
+Observation::Sum& Observation::slot(const std::string& key) {
+  for (Sum& s : sums_)
+    if (s.key == key) return s;
+  sums_.push_back(Sum{key, Tensor(), 0.0, 0});
+  return sums_.back();
+}
+
+void Observation::reserve(const std::string& key) { slot(key); }
+
+void Observation::observe(const std::string& key, const Tensor& value) {
+  DPL_CHECK(value.defined() && value.numel() == 1 && value.dtype() == kFloat32, "Observation::observe: expected '",
+            key, "' to be a one-element float32 tensor, got ",
+            value.defined() ? detail::concat(value.dtype(), " of shape ", shape_str(value.shape())) : "undefined");
+  Sum& s = slot(key);
+  NoGradGuard no_grad;
+  const Tensor v = value.reshape({});
+  s.device_sum = s.device_sum.defined() ? add(Variable(s.device_sum), Variable(v)).data() : v.clone();
+  ++s.count;
+}
+
+void Observation::observe(const std::string& key, double value) {
+  Sum& s = slot(key);
+  s.host_sum += value;
+  ++s.count;
+}
+
+std::vector<std::pair<std::string, double>> Observation::take_means() {
+  std::vector<std::pair<std::string, double>> out;
+  for (Sum& s : sums_) {
+    if (s.count == 0) continue;
+    const double total = s.host_sum + (s.device_sum.defined() ? static_cast<double>(s.device_sum.item()) : 0.0);
+    out.emplace_back(s.key, total / static_cast<double>(s.count));
+    s.device_sum = Tensor();
+    s.host_sum = 0.0;
+    s.count = 0;
+  }
+  return out;
+}
+
+std::string Observation::to_json() const {
+  nlohmann::ordered_json sums = nlohmann::ordered_json::array();
+  for (const Sum& s : sums_) {
+    nlohmann::ordered_json device = nullptr;
+    if (s.device_sum.defined()) device = static_cast<double>(s.device_sum.item());
+    sums.push_back(nlohmann::ordered_json::array({s.key, device, s.host_sum, s.count}));
+  }
+  return sums.dump();
+}
+
+void Observation::restore_json(const std::string& text, Device device) {
+  std::vector<Sum> sums;
+  try {
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+    for (const auto& e : j) {
+      Sum s{e.at(0).get<std::string>(), Tensor(), e.at(2).get<double>(), e.at(3).get<std::int64_t>()};
+      if (!e.at(1).is_null())
+        s.device_sum = Tensor::full({}, e.at(1).get<double>(), TensorOptions(kFloat32, device));
+      sums.push_back(std::move(s));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    DPL_FAIL("Observation::restore_json: expected the text Observation::to_json writes, got '", text, "' (",
+             e.what(), ")");
+  }
+  sums_ = std::move(sums);
+}
+
+// --- StandardUpdater -----------------------------------------------------------------------------
+
+StandardUpdater::StandardUpdater(data::BatchIterator& iterator, optim::Optimizer& optimizer, LossFunction loss,
+                                 Device device)
+    : iterator_(iterator), optimizer_(optimizer), loss_(std::move(loss)), device_(device) {
+  DPL_CHECK(static_cast<bool>(loss_), "StandardUpdater: expected a loss function, got an empty one");
+}
+
+void StandardUpdater::update(Observation& observation) {
+  const double t0 = profile::now_seconds();
+  const data::Batch host = iterator_.next();
+  const data::Batch batch{host.x.to(device_), host.y.to(device_)};
+  observation.reserve("main/loss");
+  const Variable loss = optimizer_.update([&] { return loss_(batch, observation); });
+  observation.observe("main/loss", loss.data());
+  if (device_.is_cuda()) cuda::synchronize(device_.index);  // the iteration's time includes its GPU work
+  update_seconds_ += profile::now_seconds() - t0;
+  ++updates_;
+}
+
+// --- Trainer -------------------------------------------------------------------------------------
+
+Trainer::Trainer(StandardUpdater& updater, std::int64_t length, LengthUnit unit, comm::Communicator* comm,
+                 std::string out)
+    : updater_(updater), length_(length), unit_(unit), comm_(comm), out_(std::move(out)) {
+  DPL_CHECK(length >= 1, "Trainer: expected a training length >= 1, got ", length);
+  observation_.reserve("main/loss");  // the first column of the log, as in Chainer's
+}
+
+void Trainer::extend(std::shared_ptr<Extension> extension) {
+  DPL_CHECK(extension != nullptr, "Trainer::extend: expected an extension, got null");
+  const Trigger trigger = extension->default_trigger();
+  extend(std::move(extension), trigger);
+}
+
+void Trainer::extend(std::shared_ptr<Extension> extension, Trigger trigger) {
+  DPL_CHECK(extension != nullptr, "Trainer::extend: expected an extension, got null");
+  DPL_CHECK(find(extension->name()) == nullptr, "Trainer::extend: an extension named '", extension->name(),
+            "' is already there");
+  DPL_CHECK(trigger.at_end || trigger.period >= 1, "Trainer::extend: expected a trigger period >= 1 for '",
+            extension->name(), "', got ", trigger.period);
+  extensions_.push_back({std::move(extension), trigger, extensions_.size()});
+  std::stable_sort(extensions_.begin(), extensions_.end(), [](const Entry& a, const Entry& b) {
+    return a.extension->priority() > b.extension->priority();
+  });
+}
+
+void Trainer::add_generator(const std::string& name, Generator& gen) {
+  for (const auto& [n, g] : generators_)
+    DPL_CHECK(n != name, "Trainer::add_generator: a generator named '", name, "' is already there");
+  generators_.emplace_back(name, &gen);
+}
+
+Extension* Trainer::find(const std::string& name) const {
+  for (const Entry& e : extensions_)
+    if (e.extension->name() == name) return e.extension.get();
+  return nullptr;
+}
+
+bool Trainer::done() const {
+  const data::BatchIterator& it = updater_.iterator();
+  return (unit_ == LengthUnit::kEpoch ? it.epoch() : it.iteration()) >= length_;
+}
+
+void Trainer::run() {
+  const data::BatchIterator& it = updater_.iterator();
+  for (const Entry& e : extensions_) e.extension->initialize(*this);
+  while (!done()) {
+    for (const Entry& e : extensions_) e.extension->before_update(*this);
+    updater_.update(observation_);
+    for (const Entry& e : extensions_)
+      if (e.trigger.fires(it.iteration(), it.epoch(), it.is_new_epoch())) (*e.extension)(*this);
+  }
+  for (const Entry& e : extensions_)
+    if (e.trigger.at_end) (*e.extension)(*this);
+  for (const Entry& e : extensions_) e.extension->finalize(*this);
+}
+
+namespace {
+// The trainer's own values in a checkpoint: the observations not yet logged.
+constexpr const char* kObservationKey = "trainer/observation";
+}  // namespace
+
+TrainingState Trainer::training_state() {
+  TrainingState state;
+  state.model = &updater_.optimizer().target();
+  state.optimizer = &updater_.optimizer();
+  state.iterator = &updater_.iterator();
+  state.generators = generators_;
+  state.generators.emplace_back("default", &default_generator());
+  if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
+  return state;
+}
+
+void Trainer::save(const std::string& path) {
+  TrainingState state = training_state();
+  state.values[kObservationKey] = observation_.to_json();
+  save_checkpoint(path, state, comm_);
+}
+
+void Trainer::resume(const std::string& path) {
+  TrainingState state = training_state();
+  load_checkpoint(path, state, comm_);
+  const auto it = state.values.find(kObservationKey);
+  observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());
+  for (const Entry& e : extensions_) e.extension->resumed(*this);
+}
+
+namespace extensions {
+
+// --- Evaluator -----------------------------------------------------------------------------------
+
+Evaluator::Evaluator(data::Dataset dataset, std::int64_t batch_size, std::string prefix)
+    : dataset_(std::move(dataset)), batch_size_(batch_size), prefix_(std::move(prefix)) {
+  DPL_CHECK(batch_size >= 1, "Evaluator: expected a batch size >= 1, got ", batch_size);
+}
+
+void Evaluator::operator()(Trainer& trainer) {
+  const EvalResult r =
+      evaluate(trainer.updater().optimizer().target(), dataset_, batch_size_, trainer.communicator());
+  trainer.observation().observe(prefix_ + "loss", r.loss);
+  trainer.observation().observe(prefix_ + "accuracy", r.accuracy);
+}
+
+// --- LogReport -----------------------------------------------------------------------------------
+
+LogReport::LogReport(std::string filename) : filename_(std::move(filename)) {}
+
+train::LogReport* LogReport::log(Trainer& trainer) {
+  if (!log_ && trainer.is_root()) log_ = std::make_unique<train::LogReport>(trainer.out(), filename_);
+  return log_.get();
+}
+
+void LogReport::operator()(Trainer& trainer) {
+  // Every rank takes the means, so every rank's sums restart alike; rank 0 keeps the log.
+  const auto means = trainer.observation().take_means();
+  train::LogReport* log = this->log(trainer);
+  if (log == nullptr) return;
+  for (const auto& [key, value] : means) log->observe(key, value);
+  const data::BatchIterator& it = trainer.updater().iterator();
+  log->end_epoch(it.epoch(), it.iteration());
+}
+
+// --- PrintReport ---------------------------------------------------------------------------------
+
+PrintReport::PrintReport(std::vector<std::string> entries, std::ostream& out)
+    : entries_(std::move(entries)), out_(out) {}
+
+void PrintReport::operator()(Trainer& trainer) {
+  if (!trainer.is_root()) return;
+  auto* log_ext = trainer.find<LogReport>();
+  DPL_CHECK(log_ext != nullptr, "PrintReport: the trainer has no LogReport extension to print");
+  const train::LogReport* log = log_ext->log(trainer);
+  if (!report_) report_ = std::make_unique<train::PrintReport>(out_, entries_);
+  for (; printed_ < log->log().size(); ++printed_) report_->print(log->log()[printed_]);
+}
+
+void PrintReport::resumed(Trainer& trainer) {
+  // The restored entries were printed by the run that made them.
+  auto* log_ext = trainer.find<LogReport>();
+  if (log_ext != nullptr && log_ext->log(trainer) != nullptr) printed_ = log_ext->log(trainer)->log().size();
+}
+
+// --- ProgressBar ---------------------------------------------------------------------------------
+
+ProgressBar::ProgressBar(ProgressBarOptions options, std::ostream& out) : options_(options), out_(out) {}
+
+void ProgressBar::operator()(Trainer& trainer) {
+  if (!trainer.is_root()) return;
+  if (!bar_) bar_ = std::make_unique<train::ProgressBar>(trainer.length(), trainer.unit(), out_, options_);
+  const data::BatchIterator& it = trainer.updater().iterator();
+  bar_->update(it.iteration(), it.epoch_detail());
+}
+
+void ProgressBar::finalize(Trainer& /*trainer*/) {
+  if (bar_) bar_->close();
+}
+
+// --- Snapshot ------------------------------------------------------------------------------------
+
+Snapshot::Snapshot(std::string folder, std::int64_t keep) : folder_(std::move(folder)), keep_(keep) {
+  DPL_CHECK(keep >= 1, "Snapshot: expected to keep >= 1 checkpoints, got ", keep);
+}
+
+void Snapshot::operator()(Trainer& trainer) {
+  const std::string folder = folder_.empty() ? trainer.out() : folder_;
+  if (trainer.is_root()) {
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);  // a failure shows as save_checkpoint's, on every rank
+  }
+  trainer.save((std::filesystem::path(folder) / checkpoint_name(trainer.updater().iterator().iteration())).string());
+  if (trainer.is_root()) remove_old_checkpoints(folder, keep_);
+}
+
+// --- LrSchedule ----------------------------------------------------------------------------------
+
+LrSchedule::LrSchedule(std::shared_ptr<const optim::LrSchedule> schedule) : schedule_(std::move(schedule)) {
+  DPL_CHECK(schedule_ != nullptr, "LrSchedule: expected a schedule, got null");
+}
+
+void LrSchedule::before_update(Trainer& trainer) {
+  optim::Optimizer& opt = trainer.updater().optimizer();
+  schedule_->apply(opt, opt.t());
+  trainer.observation().observe("lr", static_cast<double>(opt.lr()));
+}
+
+// --- PhaseSummary --------------------------------------------------------------------------------
+
+PhaseSummary::PhaseSummary(std::int64_t skip_warmup, std::ostream& out) : skip_warmup_(skip_warmup), out_(out) {}
+
+void PhaseSummary::operator()(Trainer& trainer) {
+  const StandardUpdater& updater = trainer.updater();
+  auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&updater.optimizer());
+  profile::Summary summary;
+  if (parallel != nullptr) summary = parallel->summary(skip_warmup_);  // collective
+  if (!trainer.is_root()) return;
+  if (parallel != nullptr) {
+    const bool sync = parallel->timing_mode() == profile::TimingMode::kSynchronized;
+    out_ << "\nPhase summary (" << (sync ? "synchronized" : "non-intrusive") << " timing, "
+         << parallel->communicator().name() << " communicator, " << parallel->communicator().size()
+         << " processes)\n"
+         << profile::format_table(summary);
+  }
+  const double seconds = updater.update_seconds();
+  if (updater.updates() == 0) {
+    out_ << "training: no iterations in this process (a resumed run that had already reached its length)\n";
+  } else {
+    out_ << "training: " << updater.updates() << " iterations in " << seconds << " s, "
+         << static_cast<double>(updater.updates()) / seconds << " iters/s per process, " << num_threads()
+         << " threads per process\n";
+  }
+  if (updater.device().is_cuda()) {
+    out_ << "peak device memory (rank 0): " << static_cast<double>(cuda::memory_stats(updater.device().index).peak) / 1e6
+         << " MB\n";
+  }
+  out_.flush();
+  if (parallel != nullptr) {
+    std::error_code ec;
+    std::filesystem::create_directories(trainer.out(), ec);
+    std::ofstream(std::filesystem::path(trainer.out()) / "phase_summary.json") << profile::to_json(summary) << "\n";
+  }
+}
+
+}  // namespace extensions
+}  // namespace dpl::train

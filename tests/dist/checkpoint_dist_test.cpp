@@ -1,0 +1,115 @@
+// Checkpoints under mpiexec: each rank gets its own iterator and generator back, every rank
+// must read the same file, and a failure on any rank is an error on every rank, never a hang.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "dpl/data.hpp"
+#include "dpl/dpl.hpp"
+#include "dpl/parallel.hpp"
+#include "dpl/train.hpp"
+#include "support/expect_error.hpp"
+
+namespace {
+using namespace dpl;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// A folder every rank of this job shares: named after rank 0's pid, so concurrent jobs differ.
+std::string shared_folder(comm::Communicator& comm) {
+  Tensor pid = Tensor::full({1}, static_cast<double>(::getpid()), TensorOptions(kInt64));
+  comm.broadcast(pid, 0);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("dpl_checkpoint_dist_" + std::to_string(pid.to_vector<std::int64_t>()[0]));
+  if (comm.rank() == 0) std::filesystem::create_directories(path);
+  comm.barrier();
+  return path.string();
+}
+
+data::Dataset numbered(std::int64_t n) {
+  Tensor x = Tensor::empty({n, 2});
+  Tensor y = Tensor::zeros({n}, TensorOptions(kInt32));
+  for (std::int64_t i = 0; i < n; ++i) {
+    x.set<float>({i, 0}, static_cast<float>(i));
+    x.set<float>({i, 1}, 1.f);
+  }
+  return data::Dataset(x, y);
+}
+
+TEST(CheckpointDist, EveryRankGetsItsOwnIteratorAndGeneratorBack) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  const int rank = comm->rank();
+  const std::string folder = shared_folder(*comm);
+  const std::string path = folder + "/c.safetensors";
+
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  // Shards of different sizes and seeds per rank: their states differ in length and content.
+  data::BatchIterator it(numbered(7 + rank), 3, true, 50 + static_cast<std::uint64_t>(rank));
+  Generator gen(90 + static_cast<std::uint64_t>(rank));
+  it.next();
+  gen.next_u64();
+  train::TrainingState saving{&model, nullptr, &it, {{"gen", &gen}}, nullptr, {{"step", "1"}}};
+  train::save_checkpoint(path, saving, comm.get());
+  const auto expected_batch = it.next().x.to_vector<float>();
+  const std::uint64_t expected_draw = gen.next_u64();
+
+  data::BatchIterator fresh(numbered(7 + rank), 3, true, 0);
+  Generator fresh_gen(0);
+  train::TrainingState loading{&model, nullptr, &fresh, {{"gen", &fresh_gen}}, nullptr, {}};
+  train::load_checkpoint(path, loading, comm.get());
+  EXPECT_EQ(fresh.next().x.to_vector<float>(), expected_batch) << "rank " << rank;
+  EXPECT_EQ(fresh_gen.next_u64(), expected_draw) << "rank " << rank;
+  EXPECT_EQ(loading.values.at("step"), "1");
+
+  // A checkpoint of one process cannot restore the per-rank parts of several.
+  const std::string single = folder + "/single.safetensors";
+  if (rank == 0) train::save_checkpoint(single, saving);
+  comm->barrier();
+  const std::string message = test::error_message([&] { train::load_checkpoint(single, loading, comm.get()); });
+  if (comm->size() > 1) {
+    EXPECT_THAT(message, HasSubstr("was saved by 1 processes, this job has " + std::to_string(comm->size())));
+  }
+  comm->barrier();
+  if (rank == 0) std::filesystem::remove_all(folder);
+}
+
+TEST(CheckpointDist, RanksReadingDifferentFilesAllFail) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  const int rank = comm->rank();
+  const std::string folder = shared_folder(*comm);
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  auto opt = parallel::create_multi_node_optimizer(std::make_unique<optim::SGD>(), comm);
+  opt->setup(model);
+  train::TrainingState state{&model, opt.get(), nullptr, {}, nullptr, {}};
+  train::save_checkpoint(folder + "/a.safetensors", state, comm.get());
+  state.values = {{"other", "yes"}};
+  train::save_checkpoint(folder + "/b.safetensors", state, comm.get());
+
+  // The last rank reads another checkpoint; a missing file on rank 0 fails there alone.
+  const bool odd_one = rank == comm->size() - 1 && comm->size() > 1;
+  const std::string differ = test::error_message(
+      [&] { train::load_checkpoint(folder + (odd_one ? "/b.safetensors" : "/a.safetensors"), state, comm.get()); });
+  const std::string missing = test::error_message([&] {
+    train::load_checkpoint(folder + (rank == 0 ? "/none.safetensors" : "/a.safetensors"), state, comm.get());
+  });
+  comm->barrier();
+  if (rank == 0) std::filesystem::remove_all(folder);
+
+  if (comm->size() > 1) {
+    EXPECT_THAT(differ, AllOf(HasSubstr("load_checkpoint"), HasSubstr("the checkpoints read differ between ranks"),
+                              HasSubstr("rank(s) " + std::to_string(comm->size() - 1))));
+    // Differences are told against rank 0, so here every other rank is named, with rank 0's error.
+    EXPECT_THAT(missing, AllOf(HasSubstr("rank(s) 1"), HasSubstr("none.safetensors: cannot open the file")));
+  } else {
+    EXPECT_THAT(missing, HasSubstr("none.safetensors"));
+  }
+}
+
+}  // namespace
