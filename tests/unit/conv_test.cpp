@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -188,6 +189,44 @@ TEST(Conv2dErrors, NameWhatWasExpectedAndWhatCame) {
   DPL_EXPECT_ERROR(conv2d(x, w, Variable(), {0, 1}), HasSubstr("expected strides >= 1"));
   DPL_EXPECT_ERROR(conv2d(x, w, Variable(), {1, 1}, {-1, 0}), HasSubstr("expected paddings >= 0"));
   DPL_EXPECT_ERROR(conv2d(x, w, Variable(), {1, 1}, {0, 0}, {1, 1}, 0), HasSubstr("expected groups >= 1"));
+}
+
+// PyTorch's default initialisation: W and b uniform in +-1/sqrt(fan_in), fan_in = 3/1 * 3 * 3.
+TEST(Conv2dModule, ShapesInitialisationAndForward) {
+  Generator gen(7);
+  nn::Conv2d conv(3, 8, {3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true, gen);
+  EXPECT_EQ(conv.weight().shape(), (Shape{8, 3, 3, 3}));
+  EXPECT_EQ(conv.bias().shape(), (Shape{8}));
+  const float bound = 1.f / std::sqrt(27.f);
+  for (const Tensor& t : {conv.weight().data(), conv.bias().data()}) {
+    const std::vector<float> v = t.to_vector<float>();
+    float lo = 1, hi = -1;
+    for (float e : v) {
+      lo = std::min(lo, e);
+      hi = std::max(hi, e);
+    }
+    EXPECT_GE(lo, -bound);
+    EXPECT_LE(hi, bound);
+    EXPECT_LT(lo, -bound / 2);  // spread over the range, not a narrower one
+    EXPECT_GT(hi, bound / 2);
+  }
+  const Variable y = conv(Variable(randn({2, 3, 9, 9}, gen)));
+  EXPECT_EQ(y.shape(), (Shape{2, 8, 5, 5}));
+  EXPECT_EQ(nn::Conv2d(4, 6, {1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, false).num_parameters(), 6 * 2);
+  DPL_EXPECT_ERROR(nn::Conv2d(3, 8, {3, 3}, {1, 1}, {0, 0}, {1, 1}, 2), HasSubstr("groups"));
+}
+
+TEST(Conv2dModule, ToChannelsLastKeepsValuesAndGivesChannelsLastOutputs) {
+  Generator gen(8);
+  nn::Conv2d conv(4, 4, {3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true, gen);
+  const Tensor x = randn({1, 4, 6, 6}, gen);
+  const Tensor before = conv(Variable(x)).data();
+  nn::to_channels_last(conv);
+  EXPECT_TRUE(conv.weight().data().is_channels_last());
+  EXPECT_EQ(conv.bias().data().dim(), 1);
+  const Tensor after = conv(Variable(x.to_channels_last())).data();
+  EXPECT_TRUE(after.is_channels_last());
+  expect_close(after, before, 1e-5f, 1e-5f, "output");
 }
 
 }  // namespace
