@@ -1,17 +1,21 @@
 // 2-D convolution on the CPU through oneDNN.
 //
-// Memory descriptors are built from the tensors' layout (nchw / nhwc for images, oihw / ohwi and
-// their grouped forms for weights), never `format_tag::any`: oneDNN then computes on dpl's memory
-// directly, with no reorders in or out. Creating a primitive costs far more than a small
-// convolution, so each one is kept in a map keyed by the whole problem (kind, dtype, layout,
-// extents, geometry, bias) and reused.
+// Image descriptors are built from the tensors' layout (nchw or nhwc), so oneDNN reads and writes
+// dpl's memory directly. Weights are described the same way (oihw / ohwi and their grouped forms)
+// for NCHW, where oneDNN's GEMM kernels take them as they are. For NHWC, oneDNN's fast kernels
+// want blocked weights and would fall back to the reference loop (about 100x slower) on ohwi, so
+// the primitive picks the weights' layout (`format_tag::any`) and the small weight tensor is
+// reordered into it (or, for the weight gradient, out of it). Creating primitives costs far more
+// than a small convolution, so each one, with its reorder, is kept in a map keyed by the whole
+// problem (kind, layout, extents, geometry, bias) and reused.
 //
-// 16-bit tensors take the CPU backend's usual route (backend/cpu/cpu.hpp): float32 copies in the
+// 16-bit tensors take the CPU backend's usual route (src/backend/cpu/cpu.hpp): float32 copies in the
 // same layout, the float32 primitive, one rounding of the result. oneDNN's native bfloat16
 // kernels need AVX-512 hardware that many hosts lack, and this keeps one path that always works.
 // Backward primitives cannot accumulate into their output, so beta 1 adds a float32 result.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -76,34 +80,62 @@ std::string problem_key(ConvKind kind, const ConvShapes& s, const Conv2dParams& 
   return k.str();
 }
 
-dnnl::primitive make_primitive(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, bool bias) {
+// A convolution primitive and, when its weights' layout differs from dpl's, the reorder between
+// the two (dpl's into the primitive's for forward and backward data, the reverse for the weight
+// gradient).
+struct ConvPrimitive {
+  dnnl::primitive conv;
+  dnnl::memory::desc weights;
+  std::optional<dnnl::primitive> reorder;
+};
+
+ConvPrimitive make_primitive(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, bool bias) {
   const auto x_md = image_desc(s.x, nhwc), y_md = image_desc(s.y, nhwc);
-  const auto w_md = weight_desc(s.w, p.groups, nhwc);
+  const auto user_w_md = weight_desc(s.w, p.groups, nhwc);
+  const auto w_md = nhwc ? dnnl::memory::desc(user_w_md.dims(), dnnl::memory::data_type::f32, Tag::any) : user_w_md;
   const dnnl::memory::dims strides{p.stride[0], p.stride[1]};
   const dnnl::memory::dims dilates{p.dilation[0] - 1, p.dilation[1] - 1};  // oneDNN counts the gaps
   const dnnl::memory::dims pad{p.padding[0], p.padding[1]};
   const auto algo = dnnl::algorithm::convolution_direct;
   auto& engine = dnnl_engine();
   using Fwd = dnnl::convolution_forward;
+  using Bwd = dnnl::convolution_backward_data;
+  using Bww = dnnl::convolution_backward_weights;
   const auto training = dnnl::prop_kind::forward_training;
+  ConvPrimitive out;
   if (kind == ConvKind::kForward && bias) {
     const dnnl::memory::desc b_md({s.w[0]}, dnnl::memory::data_type::f32, Tag::a);
-    return Fwd(Fwd::primitive_desc(Fwd::desc(training, algo, x_md, w_md, b_md, y_md, strides, dilates, pad, pad),
-                                   engine));
+    const Fwd::primitive_desc pd(Fwd::desc(training, algo, x_md, w_md, b_md, y_md, strides, dilates, pad, pad), engine);
+    out.conv = Fwd(pd);
+    out.weights = pd.weights_desc();
+  } else {
+    const Fwd::primitive_desc fwd(Fwd::desc(training, algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine);
+    if (kind == ConvKind::kForward) {
+      out.conv = Fwd(fwd);
+      out.weights = fwd.weights_desc();
+    } else if (kind == ConvKind::kBackwardData) {
+      const Bwd::primitive_desc pd(Bwd::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
+      out.conv = Bwd(pd);
+      out.weights = pd.weights_desc();
+    } else {
+      const Bww::primitive_desc pd(Bww::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
+      out.conv = Bww(pd);
+      out.weights = pd.diff_weights_desc();
+    }
   }
-  const Fwd::primitive_desc fwd(Fwd::desc(training, algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine);
-  if (kind == ConvKind::kForward) return Fwd(fwd);
-  if (kind == ConvKind::kBackwardData) {
-    using Bwd = dnnl::convolution_backward_data;
-    return Bwd(Bwd::primitive_desc(Bwd::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd));
+  if (out.weights != user_w_md) {
+    const bool into_primitive = kind != ConvKind::kBackwardWeight;
+    const auto& from = into_primitive ? user_w_md : out.weights;
+    const auto& to = into_primitive ? out.weights : user_w_md;
+    out.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
   }
-  using Bww = dnnl::convolution_backward_weights;
-  return Bww(Bww::primitive_desc(Bww::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd));
+  return out;
 }
 
-dnnl::primitive cached_primitive(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, bool bias) {
+const ConvPrimitive& cached_primitive(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc,
+                                      bool bias) {
   static std::mutex mutex;
-  static std::unordered_map<std::string, dnnl::primitive> cache;
+  static std::unordered_map<std::string, ConvPrimitive> cache;  // entries never move or go away
   const std::string key = problem_key(kind, s, p, nhwc, bias);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
@@ -115,31 +147,35 @@ dnnl::memory memory_of(const dnnl::memory::desc& md, const Tensor& t) {
   return dnnl::memory(md, dnnl_engine(), t.raw_data());
 }
 
-// Runs one convolution primitive on float32 tensors: (a, b) are (x, w) forward, (gy, w) for
-// backward data and (x, gy) for backward weights; out is y, gx or gw, overwritten.
+// Runs one convolution on float32 tensors: (a, b) are (x, w) forward, (gy, w) for backward data
+// and (x, gy) for backward weights; out is y, gx or gw, overwritten.
 void execute(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, const Tensor& a, const Tensor& b,
              const Tensor& bias, const Tensor& out) {
-  const dnnl::primitive prim = cached_primitive(kind, s, p, nhwc, bias.defined());
+  const ConvPrimitive& prim = cached_primitive(kind, s, p, nhwc, bias.defined());
   const auto x_md = image_desc(s.x, nhwc), y_md = image_desc(s.y, nhwc);
-  const auto w_md = weight_desc(s.w, p.groups, nhwc);
+  const dnnl::memory user_w = memory_of(weight_desc(s.w, p.groups, nhwc), kind == ConvKind::kBackwardWeight ? out : b);
+  const dnnl::memory w = prim.reorder ? dnnl::memory(prim.weights, dnnl_engine()) : user_w;
+  auto& stream = dnnl_stream();
+  if (prim.reorder && kind != ConvKind::kBackwardWeight)
+    prim.reorder->execute(stream, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, w}});
   std::unordered_map<int, dnnl::memory> args;
   switch (kind) {
     case ConvKind::kForward:
-      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_WEIGHTS, memory_of(w_md, b)}, {DNNL_ARG_DST, memory_of(y_md, out)}};
+      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, memory_of(y_md, out)}};
       if (bias.defined())
         args.emplace(DNNL_ARG_BIAS, memory_of({{s.w[0]}, dnnl::memory::data_type::f32, Tag::a}, bias));
       break;
     case ConvKind::kBackwardData:
-      args = {{DNNL_ARG_DIFF_DST, memory_of(y_md, a)}, {DNNL_ARG_WEIGHTS, memory_of(w_md, b)},
-              {DNNL_ARG_DIFF_SRC, memory_of(x_md, out)}};
+      args = {{DNNL_ARG_DIFF_DST, memory_of(y_md, a)}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, memory_of(x_md, out)}};
       break;
     case ConvKind::kBackwardWeight:
-      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_DIFF_DST, memory_of(y_md, b)},
-              {DNNL_ARG_DIFF_WEIGHTS, memory_of(w_md, out)}};
+      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_DIFF_DST, memory_of(y_md, b)}, {DNNL_ARG_DIFF_WEIGHTS, w}};
       break;
   }
-  prim.execute(dnnl_stream(), args);
-  dnnl_stream().wait();
+  prim.conv.execute(stream, args);
+  if (prim.reorder && kind == ConvKind::kBackwardWeight)
+    prim.reorder->execute(stream, {{DNNL_ARG_FROM, w}, {DNNL_ARG_TO, user_w}});
+  stream.wait();
 }
 
 void add_into(const Tensor& src, Tensor& dst) {
