@@ -157,13 +157,16 @@ std::size_t workspace_size(const Problem& pr, const TensorDesc& x, const FilterD
   return s == CUDNN_STATUS_SUCCESS ? n : 0;
 }
 
-// Picks from a list of results (best first) the first usable one; algorithm 0 with the asked
-// math when none is (every kind's algorithm 0 is deterministic and needs no tensor cores).
+// When no result is usable: implicit GEMM forward, and ALGO_1 backward (ALGO_0 of the backward
+// kinds accumulates with atomics, so it is not deterministic), with the asked math.
+Algo fallback_algo(const Problem& pr) { return {pr.kind == ConvKind::kForward ? 0 : 1, pr.math}; }
+
+// Picks from a list of results (best first) the first usable one, else fallback_algo.
 template <typename Perf>
 Algo first_usable(const Perf* results, int n, const Problem& pr, bool deterministic) {
   for (int i = 0; i < n; ++i)
     if (usable(results[i], pr, deterministic)) return {static_cast<int>(results[i].algo), results[i].mathType};
-  return {0, pr.math};
+  return fallback_algo(pr);
 }
 
 // Times cuDNN's candidates on scratch buffers, so the real output (beta 1 may need its contents)
@@ -172,41 +175,32 @@ Algo first_usable(const Perf* results, int n, const Problem& pr, bool determinis
 Algo benchmark_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c,
                     const TensorDesc& y, const void* a, const void* b) {
   constexpr std::size_t kMaxWorkspace = std::size_t{1} << 30;
-  const std::size_t elem = dtype_size(pr.dtype);
   std::size_t ws = 0;
   for (int algo = 0; algo < 8; ++algo) {
     const std::size_t n = workspace_size(pr, x, w, c, y, algo);
     if (n <= kMaxWorkspace) ws = std::max(ws, n);
   }
   Workspace scratch(pr.device, ws);
+  const Shape& out_shape = pr.kind == ConvKind::kForward ? pr.y : pr.kind == ConvKind::kBackwardData ? pr.x : pr.w;
+  Workspace out(pr.device, static_cast<std::size_t>(shape_numel(out_shape)) * dtype_size(pr.dtype));
   constexpr int kCount = 8;
   int returned = 0;
-  switch (pr.kind) {
-    case ConvKind::kForward: {
-      Workspace out(pr.device, static_cast<std::size_t>(shape_numel(pr.y)) * elem);
-      cudnnConvolutionFwdAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(pr.handle, x.d, a, w.d, b, c.d, y.d, out.data(), kCount,
-                                                             &returned, r, scratch.data(), scratch.size()));
-      return first_usable(r, returned, pr, false);
-    }
-    case ConvKind::kBackwardData: {
-      Workspace out(pr.device, static_cast<std::size_t>(shape_numel(pr.x)) * elem);
-      cudnnConvolutionBwdDataAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(pr.handle, w.d, b, y.d, a, c.d, x.d, out.data(),
-                                                                  kCount, &returned, r, scratch.data(),
-                                                                  scratch.size()));
-      return first_usable(r, returned, pr, false);
-    }
-    case ConvKind::kBackwardWeight: {
-      Workspace out(pr.device, static_cast<std::size_t>(shape_numel(pr.w)) * elem);
-      cudnnConvolutionBwdFilterAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(pr.handle, x.d, a, y.d, b, c.d, w.d, out.data(),
-                                                                    kCount, &returned, r, scratch.data(),
-                                                                    scratch.size()));
-      return first_usable(r, returned, pr, false);
-    }
+  if (pr.kind == ConvKind::kForward) {
+    cudnnConvolutionFwdAlgoPerf_t r[kCount];
+    DPL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(pr.handle, x.d, a, w.d, b, c.d, y.d, out.data(), kCount,
+                                                           &returned, r, scratch.data(), scratch.size()));
+    return first_usable(r, returned, pr, false);
   }
-  return {0, pr.math};
+  if (pr.kind == ConvKind::kBackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t r[kCount];
+    DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(pr.handle, w.d, b, y.d, a, c.d, x.d, out.data(), kCount,
+                                                                &returned, r, scratch.data(), scratch.size()));
+    return first_usable(r, returned, pr, false);
+  }
+  cudnnConvolutionBwdFilterAlgoPerf_t r[kCount];
+  DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(pr.handle, x.d, a, y.d, b, c.d, w.d, out.data(), kCount,
+                                                                &returned, r, scratch.data(), scratch.size()));
+  return first_usable(r, returned, pr, false);
 }
 
 Algo heuristic_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c,
@@ -232,7 +226,7 @@ Algo heuristic_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w,
       return first_usable(r, returned, pr, true);
     }
   }
-  return {0, pr.math};
+  return fallback_algo(pr);
 }
 
 Algo cached_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c, const TensorDesc& y,
