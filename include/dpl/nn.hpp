@@ -2,5 +2,6 @@
 // Umbrella header: modules, layers and parameter arenas.
 #include "dpl/autograd.hpp"
 #include "dpl/nn/arena.hpp"
+#include "dpl/nn/conv.hpp"
 #include "dpl/nn/layers.hpp"
 #include "dpl/nn/module.hpp"

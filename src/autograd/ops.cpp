@@ -335,4 +335,126 @@ Tensor accuracy(const Variable& logits, const Tensor& labels) {
   return out;
 }
 
+// --- conv2d -------------------------------------------------------------------------------------
+// The kernels take every operand in one memory format, the input's: contiguous (NCHW), or
+// channels-last when the input is channels-last and not also contiguous. Operands in the other
+// format are converted here; in a channels-last network that is only the incoming gradient and
+// the input gradient, whose buffers autograd allocates contiguous.
+namespace {
+
+Tensor in_format(const Tensor& t, bool nhwc) { return nhwc ? t.to_channels_last() : t.contiguous(); }
+bool has_format(const Tensor& t, bool nhwc) { return nhwc ? t.is_channels_last() : t.is_contiguous(); }
+// A dense tensor's elements in memory order (the same bytes whatever its layout).
+Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }
+
+// Runs `kernel(beta, out)` into target's buffer when it has the kernel's format, else into a
+// temporary that is then copied or added into the buffer in the buffer's own layout.
+template <typename Kernel>
+void write_gradient(GradTarget& target, bool nhwc, Kernel&& kernel) {
+  Tensor& buffer = *target.tensor;
+  if (has_format(buffer, nhwc)) {
+    kernel(target.beta, buffer);
+    return;
+  }
+  Tensor tmp = nhwc ? Tensor::empty_channels_last(buffer.shape(), TensorOptions(buffer.dtype(), buffer.device()))
+                    : empty_like(buffer);
+  kernel(0.f, tmp);
+  if (target.beta == 0.f) {
+    buffer.copy_(tmp);
+    return;
+  }
+  Tensor flat_buffer = flat(buffer);
+  backend::axpby(1.f, flat(in_format(tmp, !nhwc)), 1.f, flat_buffer);
+}
+
+class Conv2dNode final : public Node {
+ public:
+  Tensor x, w;
+  backend::Conv2dParams p;
+  bool nhwc = false;
+  const char* name() const override { return "conv2d"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = in_format(gy, nhwc);
+    if (t[0].needed())
+      write_gradient(t[0], nhwc, [&](float beta, Tensor& gx) { backend::conv2d_backward_data(g, w, p, beta, gx); });
+    if (t[1].needed())
+      write_gradient(t[1], nhwc, [&](float beta, Tensor& gw) { backend::conv2d_backward_weight(x, g, p, beta, gw); });
+    if (t.size() > 2 && t[2].needed()) backend::conv2d_backward_bias(g, t[2].beta, *t[2].tensor);
+  }
+  void release() override { x = w = Tensor(); }
+};
+
+void check_conv2d_geometry(const char* op, Conv2dPair stride, Conv2dPair padding, Conv2dPair dilation,
+                           std::int64_t groups) {
+  for (int i = 0; i < 2; ++i) {
+    DPL_CHECK(stride[i] >= 1, op, ": expected strides >= 1, got (", stride[0], ", ", stride[1], ")");
+    DPL_CHECK(padding[i] >= 0, op, ": expected paddings >= 0, got (", padding[0], ", ", padding[1], ")");
+    DPL_CHECK(dilation[i] >= 1, op, ": expected dilations >= 1, got (", dilation[0], ", ", dilation[1], ")");
+  }
+  DPL_CHECK(groups >= 1, op, ": expected groups >= 1, got ", groups);
+}
+
+}  // namespace
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, Conv2dPair stride,
+                Conv2dPair padding, Conv2dPair dilation, std::int64_t groups) {
+  const char* op = "conv2d";
+  check_defined(op, x, "input");
+  check_defined(op, weight, "weight");
+  check_float(op, x.data(), "an input");
+  check_float(op, weight.data(), "a weight");
+  check_same_dtype(op, x.data(), weight.data());
+  check_same_device(op, x.data(), weight.data());
+  check_rank(op, x.data(), 4, "an input (N, C, H, W)");
+  check_rank(op, weight.data(), 4, "a weight (out_channels, in_channels/groups, kh, kw)");
+  check_conv2d_geometry(op, stride, padding, dilation, groups);
+  const Shape& xs = x.shape();
+  const Shape& ws = weight.shape();
+  const std::int64_t c = xs[1], out_c = ws[0];
+  DPL_CHECK(c % groups == 0, op, ": expected input channels divisible by groups=", groups, ", got ", c,
+            " channels (input shape ", shape_str(xs), ")");
+  DPL_CHECK(out_c % groups == 0, op, ": expected output channels divisible by groups=", groups, ", got ", out_c,
+            " (weight shape ", shape_str(ws), ")");
+  DPL_CHECK(ws[1] == c / groups, op, ": expected a weight of shape (", out_c, ", ", c / groups, ", kh, kw) for ", c,
+            " input channels in ", groups, " group(s), got ", shape_str(ws));
+  Shape ys{xs[0], out_c, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::int64_t extent = xs[2 + i] + 2 * padding[i] - dilation[i] * (ws[2 + i] - 1) - 1;
+    ys[2 + i] = extent < 0 ? 0 : extent / stride[i] + 1;
+    DPL_CHECK(ys[2 + i] >= 1, op, ": the output would have no ", i == 0 ? "rows" : "columns", ": input ",
+              shape_str(xs), " with padding ", padding[i], " is smaller than the dilated kernel (",
+              dilation[i] * (ws[2 + i] - 1) + 1, "); expected an output extent of at least 1");
+  }
+  if (bias.defined()) {
+    check_float(op, bias.data(), "a bias");
+    check_same_dtype(op, x.data(), bias.data());
+    check_same_device(op, x.data(), bias.data());
+    DPL_CHECK(bias.data().dim() == 1 && bias.data().size(0) == out_c, op, ": expected a bias of shape (", out_c,
+              ",), got ", shape_str(bias.shape()));
+  }
+  backend::Conv2dParams p;
+  for (int i = 0; i < 2; ++i) {
+    p.stride[i] = stride[i];
+    p.padding[i] = padding[i];
+    p.dilation[i] = dilation[i];
+  }
+  p.groups = groups;
+  const bool nhwc = x.data().is_channels_last() && !x.data().is_contiguous();
+  const Tensor tx = in_format(x.data(), nhwc), tw = in_format(weight.data(), nhwc);
+  const Tensor tb = bias.defined() ? dense(bias.data()) : Tensor();
+  const TensorOptions options(tx.dtype(), tx.device());
+  Tensor out = nhwc ? Tensor::empty_channels_last(ys, options) : Tensor::empty(ys, options);
+  backend::conv2d_forward(tx, tw, bias.defined() ? &tb : nullptr, p, out);
+  const bool record = bias.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x, &weight});
+  if (!record) return Variable(out);
+  auto node = std::make_shared<Conv2dNode>();
+  node->x = tx;
+  node->w = tw;
+  node->p = p;
+  node->nhwc = nhwc;
+  if (bias.defined()) node->set_inputs({x, weight, bias});
+  else node->set_inputs({x, weight});
+  return Variable::make_result(out, node);
+}
+
 }  // namespace dpl

@@ -116,6 +116,37 @@ DPL_DECLARE_KERNEL(momentum_update, float32(),
 DPL_DECLARE_KERNEL(adam_update, float32(),
                    void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h));
 
+// --- convolution -------------------------------------------------------------------------------
+//
+// 2-D convolution of x (N, C, H, W) with weights w (O, C/groups, KH, KW) into y (N, O, OH, OW),
+// OH = (H + 2*padding - dilation*(KH-1) - 1) / stride + 1 (floor), the same for the width.
+// Memory format: in every call, the image tensors (x, y and their gradients) and the weights are
+// all contiguous (NCHW) or all channels-last (NHWC strides, Tensor::is_channels_last). The
+// image argument decides (x; gx for backward_data): channels-last unless it is also contiguous,
+// and a tensor that is both has the same memory order either way. The ops make operands agree.
+
+/// The geometry of a 2-D convolution: for (height, width), the stride, the zero padding added on
+/// both sides and the dilation (1: adjacent taps), and the number of channel groups.
+struct Conv2dParams {
+  std::int64_t stride[2] = {1, 1};
+  std::int64_t padding[2] = {0, 0};
+  std::int64_t dilation[2] = {1, 1};
+  std::int64_t groups = 1;
+};
+
+/// y = conv(x, w) + bias, with bias (O,) contiguous, of x's dtype and device, or null (no bias;
+/// the dispatcher does not see it, so the caller checks it). y is written (no beta).
+DPL_DECLARE_KERNEL(conv2d_forward, floating(),
+                   void(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y));
+/// gx = beta*gx + the gradient of conv(x, w) with respect to x, given gy.
+DPL_DECLARE_KERNEL(conv2d_backward_data, floating(),
+                   void(const Tensor& gy, const Tensor& w, const Conv2dParams& p, float beta, Tensor& gx));
+/// gw = beta*gw + the gradient of conv(x, w) with respect to w, given gy.
+DPL_DECLARE_KERNEL(conv2d_backward_weight, floating(),
+                   void(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta, Tensor& gw));
+/// gb (O,) = beta*gb + the sum of gy (N, O, OH, OW; contiguous or channels-last) over N, OH and OW.
+DPL_DECLARE_KERNEL(conv2d_backward_bias, floating(), void(const Tensor& gy, float beta, Tensor& gb));
+
 // --- between devices ---------------------------------------------------------------------------
 
 /// Copies a contiguous tensor to a contiguous tensor of the same shape and dtype on another

@@ -88,6 +88,7 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.cpu_caching = !flag(lookup, "DPL_CPU_NO_CACHING").value_or(false);
   s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
   s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
+  s.cudnn_benchmark = flag(lookup, "DPL_CUDNN_BENCHMARK").value_or(true);
   s.cuda_devices = device_list(lookup, "DPL_CUDA_DEVICE");
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
   s.output = output(lookup, "DPL_OUTPUT");
@@ -110,6 +111,9 @@ const std::vector<SettingInfo>& settings_table() {
       {"DPL_CPU_NO_CACHING", "0", "1: large host blocks go back to the system when freed (for memory checkers)"},
       {"DPL_CUDA_NO_CACHING", "0", "1: every device allocation and free goes to the driver (for compute-sanitizer)"},
       {"DPL_CUDA_TF32", "0", "1: matrix products may use TF32 tensor cores from the start"},
+      {"DPL_CUDNN_BENCHMARK", "1",
+       "1: convolutions time cuDNN's algorithms once per shape and keep the fastest; 0: the first deterministic "
+       "algorithm of cuDNN's heuristics (repeatable results)"},
       {"DPL_CUDA_DEVICE", "unset (local rank % GPUs)",
        "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
       {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},

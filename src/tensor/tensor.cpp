@@ -42,6 +42,15 @@ Tensor Tensor::empty(const Shape& shape, TensorOptions o) {
   return Tensor(Storage::allocate(bytes, o.device), 0, shape, contiguous_strides(shape), o.dtype);
 }
 
+Tensor Tensor::empty_channels_last(const Shape& shape, TensorOptions o) {
+  DPL_CHECK(shape.size() == 4, "Tensor::empty_channels_last: expected a 4-D shape (N, C, H, W), got ",
+            shape_str(shape));
+  check_shape_valid(shape, "Tensor::empty_channels_last");
+  const Strides nhwc = contiguous_strides({shape[0], shape[2], shape[3], shape[1]});
+  const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(o.dtype);
+  return Tensor(Storage::allocate(bytes, o.device), 0, shape, {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}, o.dtype);
+}
+
 Tensor Tensor::zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
 Tensor Tensor::ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
 
@@ -108,6 +117,18 @@ Device Tensor::device() const { return storage_ ? storage_->device() : Device::c
 bool Tensor::is_contiguous() const {
   std::int64_t expected = 1;
   for (std::size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+bool Tensor::is_channels_last() const {
+  if (shape_.size() != 4) return false;
+  // Walk the dimensions from the fastest (C) to the slowest (N) in NHWC order.
+  std::int64_t expected = 1;
+  for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{2}, std::size_t{0}}) {
     if (shape_[i] == 1) continue;
     if (strides_[i] != expected) return false;
     expected *= shape_[i];
@@ -201,6 +222,14 @@ Tensor Tensor::view_range(std::int64_t element_offset, const Shape& shape) const
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return clone();
+}
+
+Tensor Tensor::to_channels_last() const {
+  DPL_CHECK(dim() == 4, "Tensor::to_channels_last: expected a 4-D tensor (N, C, H, W), got shape ", shape_str(shape_));
+  if (is_channels_last()) return *this;
+  Tensor out = empty_channels_last(shape_, TensorOptions(dtype_, device()));
+  out.copy_(*this);
+  return out;
 }
 
 Tensor Tensor::clone() const {

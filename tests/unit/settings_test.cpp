@@ -39,6 +39,7 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_TRUE(s.cpu_caching);
     EXPECT_TRUE(s.cuda_caching);
     EXPECT_FALSE(s.cuda_tf32);
+    EXPECT_TRUE(s.cudnn_benchmark);
     EXPECT_TRUE(s.cuda_devices.empty());
     EXPECT_FALSE(s.mpi_cuda_aware.has_value());
     EXPECT_EQ(s.output, OutputSetting::kAuto);
@@ -54,6 +55,7 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_CPU_NO_CACHING", "1"},
                             {"DPL_CUDA_NO_CACHING", "1"},
                             {"DPL_CUDA_TF32", "1"},
+                            {"DPL_CUDNN_BENCHMARK", "0"},
                             {"DPL_CUDA_DEVICE", "0,2,10"},
                             {"DPL_MPI_CUDA_AWARE", "0"},
                             {"DPL_OUTPUT", "plain"},
@@ -65,6 +67,7 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_FALSE(s.cpu_caching);
   EXPECT_FALSE(s.cuda_caching);
   EXPECT_TRUE(s.cuda_tf32);
+  EXPECT_FALSE(s.cudnn_benchmark);
   EXPECT_THAT(s.cuda_devices, ElementsAre(0, 2, 10));
   EXPECT_EQ(s.mpi_cuda_aware, false);
   EXPECT_EQ(s.output, OutputSetting::kPlain);
@@ -84,6 +87,7 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_RANKS_PER_NODE", "2x", "whole number"}, {"DPL_NUM_THREADS", "-4", "whole number"},
       {"DPL_NUM_THREADS", "99999999999999999999", "whole number"},
       {"DPL_CUDA_TF32", "yes", "0 or 1"},          {"DPL_CUDA_NO_CACHING", "2", "0 or 1"},
+      {"DPL_CUDNN_BENCHMARK", "on", "0 or 1"},
       {"DPL_CPU_NO_CACHING", "true", "0 or 1"},    {"DPL_MPI_CUDA_AWARE", " 1", "0 or 1"},
       {"DPL_CUDA_DEVICE", "0,,1", "comma-separated"}, {"DPL_CUDA_DEVICE", "-1", "device number"},
       {"DPL_CUDA_DEVICE", "gpu0", "device number"},   {"DPL_OUTPUT", "fancy", "plain or terminal"},

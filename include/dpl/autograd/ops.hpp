@@ -7,6 +7,9 @@
 // and gradients have the inputs' dtype, and 16-bit math is computed in float32 and rounded once
 // per kernel.
 
+#include <array>
+#include <cstdint>
+
 #include "dpl/autograd/variable.hpp"
 
 namespace dpl {
@@ -40,5 +43,24 @@ Tensor accuracy(const Variable& logits, const Tensor& labels);
 inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
 inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
 inline Variable operator*(const Variable& a, const Variable& b) { return mul(a, b); }
+
+// --- convolution ----------------------------------------------------------------------------
+
+/// A (height, width) pair of convolution settings.
+using Conv2dPair = std::array<std::int64_t, 2>;
+
+/// 2-D cross-correlation, as PyTorch's conv2d: x (N, C, H, W), weight (O, C/groups, KH, KW), bias
+/// (O,) or undefined (no bias), one float dtype and device for all. Zero padding on both sides,
+/// strides and dilations at least 1; C and O divisible by groups. Returns (N, O, OH, OW) with
+/// OH = (H + 2*padding - dilation*(KH-1) - 1) / stride + 1 (floor), likewise OW, which must be at
+/// least 1. Requires oneDNN (CPU) or cuDNN (GPU) in the build; throws dpl::Error without them.
+///
+/// Memory format: a channels-last input (Tensor::is_channels_last, not also contiguous) gives a
+/// channels-last output and is computed in NHWC with the weight converted to channels-last if it
+/// is not (keep weights channels-last to avoid that copy); any other input is computed in NCHW.
+/// Gradients land in their buffers' layout. 16-bit math accumulates in float32.
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
+                Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1},
+                std::int64_t groups = 1);
 
 }  // namespace dpl

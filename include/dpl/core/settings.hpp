@@ -27,6 +27,9 @@ struct Settings {
   bool cuda_caching = true;
   /// DPL_CUDA_TF32=1: matrix products may use TF32 tensor cores from the start.
   bool cuda_tf32 = false;
+  /// DPL_CUDNN_BENCHMARK=0/1: cuDNN convolutions time the candidate algorithms once per shape
+  /// and keep the fastest (1), or take the first deterministic one of cuDNN's heuristics (0).
+  bool cudnn_benchmark = true;
   /// DPL_CUDA_DEVICE: the GPU of every process ("1"), or a list indexed by the local rank ("0,2").
   std::vector<int> cuda_devices;
   /// DPL_MPI_CUDA_AWARE=0/1: whether MPI may be handed device memory (unset: ask the MPI library).

@@ -52,6 +52,9 @@ class Tensor {
   /// options asks for one (float dtypes only).
   static Tensor normal(const Shape& shape, float mean, float stddev, Generator& gen = default_generator(),
                        TensorOptions options = {});
+  /// Uninitialised 4-D tensor of logical shape (N, C, H, W) laid out channels-last: its strides
+  /// are NHWC's (C has stride 1), the layout convolutions read fastest. Requires a 4-D shape.
+  static Tensor empty_channels_last(const Shape& shape, TensorOptions options = {});
   /// A tensor holding a copy of values; values.size() must equal the shape's element count.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
@@ -69,6 +72,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const;
   bool is_contiguous() const;
+  /// True for a 4-D tensor whose strides are NHWC's, extents of 1 ignored (so a contiguous
+  /// tensor with C == 1 or H == W == 1 is both: its memory order is the same either way).
+  bool is_channels_last() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   /// True when both tensors view the same Storage.
   bool shares_storage_with(const Tensor& other) const;
@@ -94,6 +100,9 @@ class Tensor {
   // --- copies --------------------------------------------------------------------------------
   /// A contiguous tensor with the same values (this tensor itself when already contiguous).
   Tensor contiguous() const;
+  /// A channels-last tensor with the same values (this tensor itself when already channels-last).
+  /// Requires a 4-D tensor.
+  Tensor to_channels_last() const;
   /// A new contiguous tensor with a copy of the values.
   Tensor clone() const;
   /// A copy on device (this tensor itself when already there).

@@ -1,0 +1,119 @@
+// CPU-vs-CUDA agreement of conv2d (oneDNN against cuDNN): forward, the input, weight and bias
+// gradients, written fresh and accumulated, in NCHW and channels-last, for float32 (TF32 off),
+// bfloat16 and float16.
+//
+// Tolerances: float32 rtol 1e-4 / atol 1e-4 (sums of up to 36 products per output in a different
+// order); 16-bit: both sides compute in float32 from the same 16-bit inputs, the CPU rounds once
+// and the GPU twice for a biased output (the convolution's result, then the bias add), so they
+// differ by up to two units in the last place: rtol 2^-6 (bfloat16) or 2^-9 (float16), with
+// atol 1e-2 for values near zero.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+
+namespace dpl::test {
+namespace {
+
+struct Geometry {
+  const char* name;
+  Shape x, w;
+  Conv2dPair stride, padding, dilation;
+  std::int64_t groups;
+};
+
+const std::vector<Geometry> kGeometries = {
+    {"3x3 padded", {2, 4, 9, 8}, {8, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+    {"strided", {2, 3, 11, 10}, {5, 3, 3, 2}, {2, 3}, {1, 0}, {1, 1}, 1},
+    {"dilated", {1, 4, 9, 9}, {4, 4, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 1},
+    {"grouped", {2, 8, 7, 7}, {8, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
+    {"depthwise", {2, 6, 8, 8}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6},
+    {"pointwise", {4, 16, 5, 5}, {12, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+};
+
+class ConvTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    tf32_was_ = cuda::allow_tf32();
+    cuda::set_allow_tf32(false);
+  }
+  void TearDown() override {
+    if (!IsSkipped()) cuda::set_allow_tf32(tf32_was_);
+    CudaTest::TearDown();
+  }
+
+  Tensor input(const Shape& s, DType dtype, bool nhwc) {
+    Tensor t = rand(s).to(dtype);
+    return nhwc && s.size() == 4 ? t.to_channels_last() : t;
+  }
+  static Tensor to_gpu(const Tensor& t) {
+    const Tensor g = t.to(gpu());
+    return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous() ? g.to_channels_last() : g;
+  }
+  static void close(const Tensor& got, const Tensor& want, DType dtype, const std::string& what) {
+    const float rtol = dtype == kFloat32 ? 1e-4f : dtype == kBFloat16 ? 1.f / 64 : 1.f / 512;
+    const float atol = dtype == kFloat32 ? 1e-4f : 1e-2f;
+    expect_close(got.to(kFloat32), want.to(kFloat32), rtol, atol, what);
+  }
+
+  void check(const Geometry& g, DType dtype, bool nhwc) {
+    SCOPED_TRACE(std::string(g.name) + " " + dtype_name(dtype) + (nhwc ? " channels-last" : " nchw"));
+    const Tensor x = input(g.x, dtype, nhwc), w = input(g.w, dtype, nhwc), b = input({g.w[0]}, dtype, false);
+    for (bool accumulate : {false, true}) {
+      Variable xc(x.clone(), true), wc(w.clone(), true), bc(b.clone(), true);
+      Variable xg(to_gpu(x), true), wg(to_gpu(w), true), bg(to_gpu(b), true);
+      if (accumulate) {
+        for (Variable* v : {&xc, &wc, &bc}) {
+          const Tensor start = rand(v->shape()).to(dtype);
+          v->set_grad(start);
+          (v == &xc ? xg : v == &wc ? wg : bg).set_grad(start.to(gpu()));
+        }
+      }
+      const Variable yc = conv2d(xc, wc, bc, g.stride, g.padding, g.dilation, g.groups);
+      const Variable yg = conv2d(xg, wg, bg, g.stride, g.padding, g.dilation, g.groups);
+      EXPECT_EQ(yg.data().is_channels_last(), yc.data().is_channels_last());
+      close(yg.data().to(Device::cpu()), yc.data(), dtype, "output");
+      const Tensor weights = rand(yc.shape()).to(dtype);
+      sum(mul(yc, Variable(weights))).backward();
+      sum(mul(yg, Variable(weights.to(gpu())))).backward();
+      const std::string mode = accumulate ? " (accumulated)" : " (fresh)";
+      close(xg.grad().to(Device::cpu()), xc.grad(), dtype, "input gradient" + mode);
+      close(wg.grad().to(Device::cpu()), wc.grad(), dtype, "weight gradient" + mode);
+      close(bg.grad().to(Device::cpu()), bc.grad(), dtype, "bias gradient" + mode);
+    }
+  }
+
+ private:
+  bool tf32_was_ = false;
+};
+
+TEST_F(ConvTest, Float32AgreesWithTheCpu) {
+  for (const auto& g : kGeometries)
+    for (bool nhwc : {false, true}) check(g, kFloat32, nhwc);
+}
+
+TEST_F(ConvTest, BFloat16AgreesWithTheCpu) {
+  for (const auto& g : kGeometries)
+    for (bool nhwc : {false, true}) check(g, kBFloat16, nhwc);
+}
+
+TEST_F(ConvTest, Float16AgreesWithTheCpu) {
+  for (const auto& g : kGeometries)
+    for (bool nhwc : {false, true}) check(g, kFloat16, nhwc);
+}
+
+// A second call of a shape reuses the algorithm the first one chose (forward algorithms are
+// deterministic), so it gives the same bits.
+TEST_F(ConvTest, RepeatedCallsReuseTheChosenAlgorithm) {
+  const Geometry& g = kGeometries[0];
+  const Tensor x = to_gpu(input(g.x, kFloat32, false)), w = to_gpu(input(g.w, kFloat32, false));
+  const Tensor y1 = conv2d(Variable(x), Variable(w), Variable(), g.stride, g.padding).data();
+  const Tensor y2 = conv2d(Variable(x), Variable(w), Variable(), g.stride, g.padding).data();
+  expect_equal<float>(y2, y1, "second call");
+}
+
+}  // namespace
+}  // namespace dpl::test
