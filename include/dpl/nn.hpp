@@ -4,3 +4,5 @@
 #include "dpl/nn/arena.hpp"
 #include "dpl/nn/layers.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/normalization.hpp"
+#include "dpl/nn/pooling.hpp"
