@@ -150,6 +150,9 @@ DPL_DECLARE_KERNEL(batch_norm_backward, floating_each(),
                    void(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
                         const Tensor& save_invstd, float eps, float beta, Tensor& gx, Tensor& gweight,
                         Tensor& gbias));
+/// counter (one int64 element) += 1, on its device without a host round trip (BatchNorm2d's
+/// count of training batches).
+DPL_DECLARE_KERNEL(increment_count, any(), void(Tensor& counter));
 /// True when batch_norm_act_train runs x fused on x's device (cuDNN's fused kernels want
 /// channels-last float16 with C a multiple of 4); always false on the CPU, where the ops compose.
 DPL_DECLARE_KERNEL(batch_norm_act_available, any(), bool(const Tensor& x));

@@ -1,5 +1,6 @@
 #include "dpl/nn/normalization.hpp"
 
+#include "backend/kernels.hpp"
 #include "dpl/autograd/ops.hpp"
 
 namespace dpl::nn {
@@ -22,11 +23,7 @@ Variable BatchNorm2d::forward(const Variable& x) {
   Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
   if (is_training()) {
     Tensor count = num_batches_tracked_.data();
-    if (count.storage().get() != counted_storage_) {
-      batches_ = count.to(Device::cpu()).data<std::int64_t>()[0];
-      counted_storage_ = count.storage().get();
-    }
-    count.fill_(static_cast<double>(++batches_));
+    backend::increment_count(count);
   }
   return y;
 }

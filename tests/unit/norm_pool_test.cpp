@@ -201,6 +201,16 @@ TEST(BatchNorm, RunningStatisticsAfterSeveralStepsMatchAHandComputation) {
   EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{4}));
 }
 
+// The count lives on the module's device and is read from the buffer each step, so a loaded value
+// (copied into the buffer) is where counting resumes.
+TEST(BatchNorm, CountsOnFromALoadedBatchCount) {
+  Generator gen(18);
+  nn::BatchNorm2d bn(2);
+  bn.num_batches_tracked().fill_(41);
+  bn(Variable(randn({2, 2, 2, 2}, gen)));
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{42}));
+}
+
 TEST(BatchNorm, EvaluationUsesTheRunningStatistics) {
   Generator gen(13);
   nn::BatchNorm2d bn(2);

@@ -52,6 +52,7 @@ namespace dpl {
 
 /// Height and width of a 2-D window; one number means the same for both.
 struct Size2d {
+  /// {both, both}, and {height, width}; the ops check the values.
   Size2d(std::int64_t both) : h(both), w(both) {}  // NOLINT: implicit, so that 3 means {3, 3}
   Size2d(std::int64_t height, std::int64_t width) : h(height), w(width) {}
   std::int64_t h, w;

@@ -27,6 +27,7 @@ class BatchNorm2d : public Module {
   Tensor running_mean() const { return running_mean_.data(); }
   Tensor running_var() const { return running_var_.data(); }
   Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
+  /// The channel count C that inputs must have.
   std::int64_t num_features() const { return num_features_; }
 
  private:
@@ -34,10 +35,6 @@ class BatchNorm2d : public Module {
   double eps_, momentum_;
   Variable weight_, bias_;
   Variable running_mean_, running_var_, num_batches_tracked_;
-  // num_batches_tracked's value, kept on the host so that a GPU counter costs no read back: valid
-  // while the buffer is the storage it was read from (to() and loading replace it).
-  std::int64_t batches_ = 0;
-  const void* counted_storage_ = nullptr;
 };
 
 }  // namespace dpl::nn
