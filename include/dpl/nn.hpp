@@ -5,3 +5,5 @@
 #include "dpl/nn/conv.hpp"
 #include "dpl/nn/layers.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/normalization.hpp"
+#include "dpl/nn/pooling.hpp"

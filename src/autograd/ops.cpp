@@ -457,4 +457,297 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   return Variable::make_result(out, node);
 }
 
+// --- normalization and pooling ------------------------------------------------------------------
+namespace {
+
+bool is_channels_last(const Tensor& t) {
+  return t.dim() == 4 && t.strides()[1] == 1 && t.strides()[3] == t.size(1) && t.strides()[2] == t.size(3) * t.size(1) &&
+         t.strides()[0] == t.size(2) * t.size(3) * t.size(1);
+}
+
+// x checked as a float (N, C, H, W) tensor, in NCHW or channels-last memory (anything else is
+// copied to NCHW, the one format every kernel takes besides channels-last).
+Tensor image_input(const char* op, const Variable& x) {
+  check_defined(op, x, "input");
+  check_float(op, x.data(), "an input");
+  check_rank(op, x.data(), 4, "an input (N, C, H, W)");
+  return is_channels_last(x.data()) ? x.data() : dense(x.data());
+}
+
+// An uninitialised image of `shape` in like's dtype, device and memory format.
+Tensor empty_image(const Shape& shape, const Tensor& like) {
+  if (!is_channels_last(like)) return empty_on(shape, like);
+  auto storage = Storage::allocate(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(like.dtype()),
+                                   like.device());
+  return Tensor(storage, 0, shape, {shape[1] * shape[2] * shape[3], 1, shape[3] * shape[1], shape[1]}, like.dtype());
+}
+
+class Pool2dNode final : public Node {
+ public:
+  backend::PoolKind kind;
+  backend::Pool2dParams p;
+  Tensor x, saved;
+  bool global = false;
+  const char* name() const override {
+    return global ? "global_avg_pool2d" : kind == backend::PoolKind::kMax ? "max_pool2d" : "avg_pool2d";
+  }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed() || x.numel() == 0) return;
+    // The global op's (N, C) gradient is the (N, C, 1, 1) pooling's, in either memory format.
+    const Tensor g = global ? dense(gy).reshape({gy.size(0), gy.size(1), 1, 1}) : gy;
+    backend::pool2d_backward(kind, p, x, saved, g, t[0].beta, *t[0].tensor);
+  }
+  void release() override { x = saved = Tensor(); }
+};
+
+Variable pool2d(const char* op, backend::PoolKind kind, const Variable& x, Size2d kernel, Size2d stride,
+                Size2d padding, bool global = false) {
+  const Tensor tx = image_input(op, x);
+  if (stride.h == 0 && stride.w == 0) stride = kernel;
+  DPL_CHECK(kernel.h >= 1 && kernel.w >= 1, op, ": expected a kernel of at least 1x1, got ", kernel.h, "x", kernel.w);
+  DPL_CHECK(stride.h >= 1 && stride.w >= 1, op, ": expected strides >= 1, got ", stride.h, "x", stride.w);
+  DPL_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op,
+            ": expected padding between 0 and half the kernel (", kernel.h / 2, "x", kernel.w / 2, "), got ",
+            padding.h, "x", padding.w);
+  const std::int64_t ph = tx.size(2) + 2 * padding.h, pw = tx.size(3) + 2 * padding.w;
+  DPL_CHECK(kernel.h <= ph && kernel.w <= pw, op, ": kernel ", kernel.h, "x", kernel.w,
+            " is larger than the padded input ", ph, "x", pw, " (input shape ", shape_str(tx.shape()), ", padding ",
+            padding.h, "x", padding.w, ")");
+  const backend::Pool2dParams p{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
+  const Shape out_shape{tx.size(0), tx.size(1), (ph - kernel.h) / stride.h + 1, (pw - kernel.w) / stride.w + 1};
+  Tensor y = empty_image(out_shape, tx);
+  Tensor saved = tx.numel() > 0 ? backend::pool2d(kind, p, tx, y) : y;
+  // (N, C, 1, 1) has one element per (n, c) in both memory formats, at n*C + c.
+  Tensor out = global ? Tensor(y.storage(), y.offset(), {y.size(0), y.size(1)}, {y.size(1), 1}, y.dtype()) : y;
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<Pool2dNode>();
+  node->kind = kind;
+  node->p = p;
+  node->x = tx;
+  node->saved = saved;
+  node->global = global;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
+
+// weight, bias, running statistics: float32 (C,) on x's device, or undefined.
+void check_channel_vector(const char* op, const Tensor& t, const Tensor& x, const char* what) {
+  if (!t.defined()) return;
+  DPL_CHECK(t.dtype() == kFloat32, op, ": expected ", what, " of dtype float32 (statistics and affine parameters are",
+            " float32 for every input dtype), got ", t.dtype());
+  DPL_CHECK(t.dim() == 1 && t.size(0) == x.size(1), op, ": expected ", what, " of shape (", x.size(1),
+            ",) for an input with ", x.size(1), " channels (shape ", shape_str(x.shape()), "), got ",
+            shape_str(t.shape()));
+  check_same_device(op, x, t);
+  DPL_CHECK(t.is_contiguous(), op, ": expected a contiguous ", what);
+}
+
+// The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
+// scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused.
+struct BatchNormArgs {
+  Tensor w, b, rm, rv;
+  float momentum;
+};
+
+BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& weight, const Variable& bias,
+                              const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                              double eps) {
+  DPL_CHECK(!training || tx.size(0) * tx.size(2) * tx.size(3) >= 2, op,
+            ": training mode needs at least 2 values per channel (N*H*W), got shape ", shape_str(tx.shape()));
+  check_channel_vector(op, weight.defined() ? weight.data() : Tensor(), tx, "a weight");
+  check_channel_vector(op, bias.defined() ? bias.data() : Tensor(), tx, "a bias");
+  check_channel_vector(op, running_mean, tx, "running_mean");
+  check_channel_vector(op, running_var, tx, "running_var");
+  DPL_CHECK(weight.defined() == bias.defined(), op, ": expected weight and bias both defined or both undefined");
+  DPL_CHECK(running_mean.defined() == running_var.defined(), op,
+            ": expected running_mean and running_var both defined or both undefined");
+  DPL_CHECK(eps > 0.0, op, ": expected eps > 0, got ", eps);
+  DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, op, ": expected momentum in [0, 1], got ", momentum);
+  const std::int64_t c = tx.size(1);
+  const TensorOptions stats(kFloat32, tx.device());
+  return {weight.defined() ? weight.data() : Tensor::ones({c}, stats),
+          bias.defined() ? bias.data() : Tensor::zeros({c}, stats),
+          running_mean.defined() ? running_mean : Tensor::zeros({c}, stats),
+          running_var.defined() ? running_var : Tensor::ones({c}, stats),
+          running_mean.defined() ? static_cast<float>(momentum) : 0.f};
+}
+
+class BatchNormNode final : public Node {
+ public:
+  Tensor x, weight, save_mean, save_invstd;
+  float eps = 0.f;
+  const char* name() const override { return "batch_norm"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const bool affine = t.size() > 1;
+    Tensor gw = empty_on({x.size(1)}, weight), gb = empty_on({x.size(1)}, weight);
+    Tensor scratch;
+    Tensor* gx = t[0].needed() ? t[0].tensor : nullptr;
+    if (gx == nullptr) gx = &(scratch = empty_image(x.shape(), x));
+    backend::batch_norm_backward(x, gy, weight, save_mean, save_invstd, eps, t[0].needed() ? t[0].beta : 0.f, *gx, gw,
+                                 gb);
+    if (affine && t[1].needed()) backend::axpby(1.f, gw, t[1].beta, *t[1].tensor);
+    if (affine && t[2].needed()) backend::axpby(1.f, gb, t[2].beta, *t[2].tensor);
+  }
+  void release() override { x = weight = save_mean = save_invstd = Tensor(); }
+};
+
+class BatchNormEvalNode final : public Node {
+ public:
+  const char* name() const override { return "batch_norm"; }
+  void backward(const Tensor&, std::vector<GradTarget>&) override {
+    DPL_FAIL("batch_norm: backward through evaluation mode (running statistics) is not supported; run it under a ",
+             "NoGradGuard, or in training mode to train through it");
+  }
+};
+
+}  // namespace
+
+Variable max_pool2d(const Variable& x, Size2d kernel, Size2d stride, Size2d padding) {
+  return pool2d("max_pool2d", backend::PoolKind::kMax, x, kernel, stride, padding);
+}
+
+Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride, Size2d padding, bool count_include_pad) {
+  return pool2d("avg_pool2d", count_include_pad ? backend::PoolKind::kAvgIncludePad : backend::PoolKind::kAvgExcludePad,
+                x, kernel, stride, padding);
+}
+
+Variable global_avg_pool2d(const Variable& x) {
+  const char* op = "global_avg_pool2d";
+  const Tensor tx = image_input(op, x);
+  DPL_CHECK(tx.size(2) >= 1 && tx.size(3) >= 1, op, ": expected H and W of at least 1, got shape ",
+            shape_str(tx.shape()));
+  return pool2d(op, backend::PoolKind::kAvgIncludePad, x, Size2d(tx.size(2), tx.size(3)), Size2d(1), Size2d(0), true);
+}
+
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  const Tensor tx = image_input(op, x);
+  const std::int64_t c = tx.size(1);
+  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  const TensorOptions stats(kFloat32, tx.device());
+  Tensor y = empty_image(tx.shape(), tx);
+  if (!training) {
+    DPL_CHECK(running_mean.defined(), op, ": evaluation mode needs running_mean and running_var, got none");
+    if (tx.numel() > 0)
+      backend::batch_norm_infer(tx, args.w, args.b, running_mean, running_var, static_cast<float>(eps), y);
+    const bool record = weight.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x});
+    if (!record) return Variable(y);
+    auto node = std::make_shared<BatchNormEvalNode>();
+    if (weight.defined()) node->set_inputs({x, weight, bias});
+    else node->set_inputs({x});
+    return Variable::make_result(y, node);
+  }
+  Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
+  backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                            save_invstd);
+  const bool record = weight.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x});
+  if (!record) return Variable(y);
+  auto node = std::make_shared<BatchNormNode>();
+  node->x = tx;
+  node->weight = args.w;
+  node->save_mean = save_mean;
+  node->save_invstd = save_invstd;
+  node->eps = static_cast<float>(eps);
+  if (weight.defined()) node->set_inputs({x, weight, bias});
+  else node->set_inputs({x});
+  return Variable::make_result(y, node);
+}
+
+namespace {
+
+// target = beta*target + g for an image gradient g in any of the two formats (targets are NCHW).
+void accumulate_image(const Tensor& g, GradTarget& target) {
+  backend::axpby(1.f, g.strides() == target.tensor->strides() ? g : g.contiguous(), target.beta, *target.tensor);
+}
+
+// Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes every gradient into
+// scratch in x's format, then each goes to its target with the target's beta.
+class BatchNormActNode final : public Node {
+ public:
+  bool add = false;
+  Tensor x, y, reserve, weight, bias, save_mean, save_invstd;
+  float eps = 0.f;
+  const char* name() const override { return add ? "batch_norm_add_relu" : "batch_norm_relu"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    Tensor gx = empty_image(x.shape(), x), gz = add ? empty_image(x.shape(), x) : gx;
+    Tensor gw = empty_on({x.size(1)}, weight), gb = empty_on({x.size(1)}, weight);
+    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
+    const std::size_t params = add ? 2 : 1;
+    if (t[0].needed()) accumulate_image(gx, t[0]);
+    if (add && t[1].needed()) accumulate_image(gz, t[1]);
+    if (t.size() > params && t[params].needed()) backend::axpby(1.f, gw, t[params].beta, *t[params].tensor);
+    if (t.size() > params + 1 && t[params + 1].needed())
+      backend::axpby(1.f, gb, t[params + 1].beta, *t[params + 1].tensor);
+  }
+  void release() override { x = y = reserve = weight = bias = save_mean = save_invstd = Tensor(); }
+};
+
+// relu(batch_norm(x) [+ z]) through the device's fused kernel when it has one for x (training
+// mode only: evaluation is one cheap pass anyway), else composed from the plain ops.
+Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, const Variable& weight,
+                        const Variable& bias, const Tensor& running_mean, const Tensor& running_var, bool training,
+                        double momentum, double eps) {
+  const Tensor tx = image_input(op, x);
+  Tensor tz;
+  if (z != nullptr) {
+    check_defined(op, *z, "residual z");
+    tz = z->data();
+    DPL_CHECK(tz.shape() == tx.shape(), op, ": expected a residual z of the input's shape ", shape_str(tx.shape()),
+              ", got ", shape_str(tz.shape()));
+    check_same_dtype(op, tx, tz);
+    check_same_device(op, tx, tz);
+  }
+  const bool fused = training && tx.numel() > 0 && backend::batch_norm_act_available(tx) &&
+                     (z == nullptr || tz.strides() == tx.strides());
+  if (!fused) {
+    const Variable bn = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    return relu(z == nullptr ? bn : add(bn, *z));
+  }
+  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  const std::int64_t c = tx.size(1);
+  const TensorOptions stats(kFloat32, tx.device());
+  Tensor y = empty_image(tx.shape(), tx);
+  Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
+  Tensor reserve = backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
+                                                 static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                                                 save_invstd);
+  std::vector<Variable> inputs{x};
+  if (z != nullptr) inputs.push_back(*z);
+  if (weight.defined()) {
+    inputs.push_back(weight);
+    inputs.push_back(bias);
+  }
+  bool record = false;
+  for (const Variable& v : inputs) record = record || any_requires_grad({&v});
+  if (!record) return Variable(y);
+  auto node = std::make_shared<BatchNormActNode>();
+  node->add = z != nullptr;
+  node->x = tx;
+  node->y = y;
+  node->reserve = reserve;
+  node->weight = args.w;
+  node->bias = args.b;
+  node->save_mean = save_mean;
+  node->save_invstd = save_invstd;
+  node->eps = static_cast<float>(eps);
+  node->set_inputs(std::move(inputs));
+  return Variable::make_result(y, node);
+}
+
+}  // namespace
+
+Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                         const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_act("batch_norm_relu", x, nullptr, weight, bias, running_mean, running_var, training, momentum,
+                        eps);
+}
+
+Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
+                             const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                             double eps) {
+  return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
+                        eps);
+}
+
 }  // namespace dpl

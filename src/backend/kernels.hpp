@@ -147,6 +147,71 @@ DPL_DECLARE_KERNEL(conv2d_backward_weight, floating(),
 /// gb (O,) = beta*gb + the sum of gy (N, O, OH, OW; contiguous or channels-last) over N, OH and OW.
 DPL_DECLARE_KERNEL(conv2d_backward_bias, floating(), void(const Tensor& gy, float beta, Tensor& gb));
 
+// --- normalization and pooling ----------------------------------------------------------------
+// Image tensors are (N, C, H, W) by shape; their strides say the memory format: NCHW
+// (contiguous) or channels-last (NHWC: the stride of C is 1, of W is C). Each image tensor may be
+// in either format independently, and outputs keep the format they were allocated in. Per-channel
+// statistics, scale and shift are float32 (C,) whatever the image dtype.
+
+/// The window of a 2-D pooling: extents, steps and zero padding on each side, all in pixels.
+struct Pool2dParams {
+  std::int64_t kernel_h, kernel_w;
+  std::int64_t stride_h, stride_w;
+  std::int64_t pad_h, pad_w;
+};
+
+/// Max, or average over the window counting padding (PyTorch's count_include_pad true) or not.
+enum class PoolKind { kMax, kAvgIncludePad, kAvgExcludePad };
+
+/// Training-mode batch norm: per channel c, mean and biased variance of x over (N, H, W);
+/// y = (x - mean) / sqrt(var + eps) * weight + bias; save_mean = mean, save_invstd =
+/// 1 / sqrt(var + eps); running_mean = (1 - momentum) running_mean + momentum mean and
+/// running_var likewise with the unbiased variance (PyTorch's convention). Requires N*H*W >= 2.
+DPL_DECLARE_KERNEL(batch_norm_train, floating_each(),
+                   void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
+                        Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                        Tensor& save_invstd));
+/// Evaluation-mode batch norm: y = (x - running_mean) / sqrt(running_var + eps) * weight + bias.
+DPL_DECLARE_KERNEL(batch_norm_infer, floating_each(),
+                   void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                        const Tensor& running_var, float eps, Tensor& y));
+/// Gradients of batch_norm_train from the statistics it saved: gx = beta*gx + dL/dx (through the
+/// batch statistics); gweight and gbias (C,) are written (beta 0).
+DPL_DECLARE_KERNEL(batch_norm_backward, floating_each(),
+                   void(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
+                        const Tensor& save_invstd, float eps, float beta, Tensor& gx, Tensor& gweight,
+                        Tensor& gbias));
+/// counter (one int64 element) += 1, on its device without a host round trip (BatchNorm2d's
+/// count of training batches).
+DPL_DECLARE_KERNEL(increment_count, any(), void(Tensor& counter));
+/// True when batch_norm_act_train runs x fused on x's device (cuDNN's fused kernels want
+/// channels-last float16 with C a multiple of 4); always false on the CPU, where the ops compose.
+DPL_DECLARE_KERNEL(batch_norm_act_available, any(), bool(const Tensor& x));
+/// Training-mode y = relu(batch_norm(x) + z) when `add`, else relu(batch_norm(x)) (z is not
+/// read), with the statistics and running updates of batch_norm_train. Requires
+/// batch_norm_act_available(x); z and y in x's format. Returns what batch_norm_act_backward
+/// needs as `reserve`.
+DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
+                   Tensor(bool add, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
+                          float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                          Tensor& save_mean, Tensor& save_invstd));
+/// Gradients of batch_norm_act_train, all written (beta 0): gx and gz (only when `add`; else
+/// gz is not touched) in x's format, gweight and gbias (C,).
+DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
+                   void(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& reserve,
+                        const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                        float eps, Tensor& gx, Tensor& gz, Tensor& gweight, Tensor& gbias));
+/// y (N, C, Ho, Wo) = pooling of x over windows p, with Ho = (H + 2 pad_h - kernel_h) / stride_h + 1
+/// (floor) and Wo likewise; the caller checks that every window overlaps the unpadded input.
+/// Returns what pool2d_backward needs as `saved` (a backend-specific tensor on x's device: the
+/// arg-max workspace on oneDNN, y on cuDNN).
+DPL_DECLARE_KERNEL(pool2d, floating(), Tensor(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor& y));
+/// gx = beta*gx + the gradient of pool2d: for max, gy goes to the window's arg-max; for average,
+/// spread evenly over the window. x and saved are pool2d's input and result.
+DPL_DECLARE_KERNEL(pool2d_backward, any(),
+                   void(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
+                        float beta, Tensor& gx));
+
 // --- between devices ---------------------------------------------------------------------------
 
 /// Copies a contiguous tensor to a contiguous tensor of the same shape and dtype on another

@@ -64,3 +64,53 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias 
                 std::int64_t groups = 1);
 
 }  // namespace dpl
+
+// --- normalization and pooling ------------------------------------------------------------------
+// Image inputs are 4-D (N, C, H, W) by shape, in NCHW (contiguous) or channels-last memory (the
+// stride of C is 1, of W is C); outputs keep the input's format. Other strides are first copied
+// to NCHW.
+
+namespace dpl {
+
+/// Height and width of a 2-D window; one number means the same for both.
+struct Size2d {
+  /// {both, both}, and {height, width}; the ops check the values.
+  Size2d(std::int64_t both) : h(both), w(both) {}  // NOLINT: implicit, so that 3 means {3, 3}
+  Size2d(std::int64_t height, std::int64_t width) : h(height), w(width) {}
+  std::int64_t h, w;
+};
+
+/// Max over windows of `kernel` moved by `stride` (0: the kernel's extent, PyTorch's default)
+/// over x zero-padded by `padding` on each side (padding never wins the max). Requires a 4-D
+/// float input, kernel and stride >= 1, 0 <= padding <= kernel / 2 and a padded input at least as
+/// large as the kernel. Returns (N, C, Ho, Wo) with Ho = (H + 2 pad - kernel) / stride + 1 (floor).
+/// The gradient goes to each window's arg-max.
+Variable max_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0));
+/// Mean over the same windows as max_pool2d (same requirements and output shape). With
+/// count_include_pad (PyTorch's default) padded zeros count in the divisor; without, only the
+/// input pixels in the window do.
+Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0),
+                    bool count_include_pad = true);
+/// Mean over H and W: (N, C, H, W) -> (N, C). Requires a 4-D float input with H, W >= 1.
+Variable global_avg_pool2d(const Variable& x);
+
+/// Batch normalisation over (N, H, W) per channel of a 4-D float x with C channels.
+/// weight and bias: float32 (C,) on x's device, or undefined (scale 1, shift 0). Statistics are
+/// float32 whatever x's dtype. Training: normalises with the batch mean and biased variance
+/// (requires N*H*W >= 2) and, when running_mean and running_var are defined (float32 (C,)),
+/// updates them in place as running = (1 - momentum) running + momentum batch, with the unbiased
+/// variance (PyTorch's convention; momentum 0.1 there). Evaluation: normalises with the running
+/// statistics (required); a gradient through an evaluation-mode call is not supported and throws
+/// when backward reaches it. Returns x's shape, dtype and memory format.
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm(...)), same requirements; fused into one pass where the device's library can.
+Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                         const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm(...) + z) for z of x's shape and dtype (a residual), same requirements;
+/// fused where the device's library can.
+Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
+                             const Tensor& running_mean, const Tensor& running_var, bool training,
+                             double momentum = 0.1, double eps = 1e-5);
+
+}  // namespace dpl

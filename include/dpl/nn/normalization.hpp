@@ -1,0 +1,40 @@
+#pragma once
+// Normalisation layers.
+
+#include <cstdint>
+
+#include "dpl/nn/module.hpp"
+
+namespace dpl::nn {
+
+/// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm). Parameters:
+/// weight (C,) = 1 and bias (C,) = 0 when affine. Buffers: running_mean (C,) = 0, running_var
+/// (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all moved by to() and broadcast with
+/// the parameters but never trained. In training mode (the module's flag) it normalises with the
+/// batch statistics and updates the running ones with `momentum` (PyTorch's convention: new =
+/// (1 - momentum) old + momentum batch, unbiased batch variance; 0.1 by default) and counts the
+/// batch; in evaluation mode it normalises with the running statistics.
+class BatchNorm2d : public Module {
+ public:
+  /// Requires num_features >= 1, eps > 0 and momentum in [0, 1].
+  explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  /// Requires x (N, num_features, H, W) of a float dtype; returns x's shape, dtype and format.
+  Variable forward(const Variable& x) override;
+  /// The affine parameters (undefined without affine).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The running statistics and the count of training batches (the buffers' current tensors).
+  Tensor running_mean() const { return running_mean_.data(); }
+  Tensor running_var() const { return running_var_.data(); }
+  Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
+  /// The channel count C that inputs must have.
+  std::int64_t num_features() const { return num_features_; }
+
+ private:
+  std::int64_t num_features_;
+  double eps_, momentum_;
+  Variable weight_, bias_;
+  Variable running_mean_, running_var_, num_batches_tracked_;
+};
+
+}  // namespace dpl::nn

@@ -1,0 +1,31 @@
+#include "dpl/nn/normalization.hpp"
+
+#include "backend/kernels.hpp"
+#include "dpl/autograd/ops.hpp"
+
+namespace dpl::nn {
+
+BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine)
+    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+  DPL_CHECK(num_features >= 1, "BatchNorm2d: expected num_features >= 1, got ", num_features);
+  DPL_CHECK(eps > 0.0, "BatchNorm2d: expected eps > 0, got ", eps);
+  DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: expected momentum in [0, 1], got ", momentum);
+  if (affine) {
+    weight_ = register_parameter("weight", Tensor::ones({num_features}));
+    bias_ = register_parameter("bias", Tensor::zeros({num_features}));
+  }
+  running_mean_ = register_buffer("running_mean", Tensor::zeros({num_features}));
+  running_var_ = register_buffer("running_var", Tensor::ones({num_features}));
+  num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}, TensorOptions(kInt64)));
+}
+
+Variable BatchNorm2d::forward(const Variable& x) {
+  Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
+  if (is_training()) {
+    Tensor count = num_batches_tracked_.data();
+    backend::increment_count(count);
+  }
+  return y;
+}
+
+}  // namespace dpl::nn

@@ -1,0 +1,129 @@
+// CPU-vs-CUDA agreement of batch normalisation and pooling (oneDNN against cuDNN): forward values,
+// running statistics and gradients, in NCHW and channels-last memory, float32 and 16-bit, and the
+// fused BN+ReLU / BN+add+ReLU path (cuDNN's fused kernels on channels-last float16) against the
+// CPU's composition of the plain ops.
+//
+// Tolerances: pooling in float32 is exact up to the order of an average's sum (1e-6); batch norm
+// reduces in a different order on each device (rtol/atol 1e-4 for values, 1e-3 for gradients,
+// which sum products over the batch). 16-bit outputs are float32 results rounded once on each
+// device, so two results one rounding apart differ by at most two units in the last place:
+// rtol 2^-7 for bfloat16, 2^-10 for float16, on top of the float32 tolerance.
+#include <functional>
+
+#include "cuda_test_util.hpp"
+#include "dpl/tensor/storage.hpp"
+
+namespace dpl::test {
+namespace {
+
+// t's values in channels-last memory on t's device.
+Tensor channels_last(const Tensor& t) {
+  const std::int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  Tensor out(Storage::allocate(t.nbytes(), t.device()), 0, t.shape(), {h * w * c, 1, w * c, c}, t.dtype());
+  out.copy_(t);
+  return out;
+}
+
+float rtol_of(DType t, float base) {
+  return t == kBFloat16 ? base + 1.f / 128 : t == kFloat16 ? base + 1.f / 1024 : base;
+}
+
+class NormPoolTest : public CudaTest {
+ protected:
+  using Op = std::function<Variable(const Variable&)>;
+
+  // Runs op on the same input on both devices (rounded to dtype first, in the given format),
+  // compares the outputs and the input gradients of sum(y * w), fresh and accumulated.
+  void check(const std::string& name, const Shape& shape, DType dtype, bool nhwc, const Op& op, float rtol,
+             float atol) {
+    SCOPED_TRACE(name + " " + dtype_name(dtype) + (nhwc ? " channels-last" : " NCHW"));
+    const Tensor base = rand(shape, -2.f, 2.f).to(dtype);
+    const Tensor xc = nhwc ? channels_last(base) : base;
+    const Tensor xg = nhwc ? channels_last(on_gpu(base)) : on_gpu(base);
+    for (bool accumulate : {false, true}) {
+      Variable vc(xc, true), vg(xg, true);
+      if (accumulate) {
+        const Tensor g = rand(shape).to(dtype);
+        vc.set_grad(g.clone());
+        vg.set_grad(on_gpu(g));
+      }
+      const Variable yc = op(vc), yg = op(vg);
+      expect_close(yg.data().to(Device::cpu()).to(kFloat32), yc.data().to(kFloat32), rtol, atol, "forward");
+      const Tensor w = rand(yc.shape()).to(dtype);
+      sum(mul(yc, Variable(w))).backward();
+      sum(mul(yg, Variable(on_gpu(w)))).backward();
+      expect_close(vg.grad().to(Device::cpu()).to(kFloat32), vc.grad().to(kFloat32), rtol * 10, atol * 10,
+                   accumulate ? "gradient (accumulated)" : "gradient");
+    }
+  }
+};
+
+TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (bool nhwc : {false, true}) {
+      check("max_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), 1e-6f);
+      check("avg_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return avg_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), 1e-6f);
+      check("avg_pool2d exclude pad", {2, 5, 9, 8}, t, nhwc,
+            [](const Variable& x) { return avg_pool2d(x, Size2d(2, 3), 1, Size2d(1, 1), false); }, rtol_of(t, 1e-6f),
+            1e-6f);
+      check("global_avg_pool2d", {3, 4, 7, 5}, t, nhwc, [](const Variable& x) { return global_avg_pool2d(x); },
+            rtol_of(t, 1e-6f), 1e-6f);
+    }
+}
+
+TEST_F(NormPoolTest, BatchNormTrainingAgreesIncludingRunningStatistics) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (bool nhwc : {false, true}) {
+      const Tensor w = rand({6}, 0.5f, 1.5f), b = rand({6});
+      const Tensor rm = rand({6}), rv = rand({6}, 0.5f, 2.f);
+      Tensor rm_c = rm.clone(), rv_c = rv.clone(), rm_g = on_gpu(rm), rv_g = on_gpu(rv);
+      check("batch_norm", {4, 6, 5, 3}, t, nhwc,
+            [&](const Variable& x) {
+              const bool cpu = x.data().device().is_cpu();
+              const Variable wv(cpu ? w.clone() : on_gpu(w), true), bv(cpu ? b.clone() : on_gpu(b), true);
+              return batch_norm(x, wv, bv, cpu ? rm_c : rm_g, cpu ? rv_c : rv_g, true);
+            },
+            rtol_of(t, 1e-4f), 1e-4f);
+      expect_close(rm_g.to(Device::cpu()), rm_c, 1e-5f, 1e-5f, "running_mean");
+      expect_close(rv_g.to(Device::cpu()), rv_c, 1e-5f, 1e-5f, "running_var");
+    }
+}
+
+TEST_F(NormPoolTest, BatchNormEvaluationAgrees) {
+  const Tensor x = rand({3, 4, 5, 5}), w = rand({4}), b = rand({4}), rm = rand({4}), rv = rand({4}, 0.5f, 2.f);
+  NoGradGuard no_grad;
+  for (bool nhwc : {false, true}) {
+    const Tensor xc = nhwc ? channels_last(x) : x, xg = nhwc ? channels_last(on_gpu(x)) : on_gpu(x);
+    const Tensor yc = batch_norm(Variable(xc), Variable(w), Variable(b), rm, rv, false).data();
+    const Tensor yg =
+        batch_norm(Variable(xg), Variable(on_gpu(w)), Variable(on_gpu(b)), on_gpu(rm), on_gpu(rv), false).data();
+    expect_close(yg.to(Device::cpu()), yc, 1e-5f, 1e-5f, nhwc ? "eval channels-last" : "eval NCHW");
+  }
+}
+
+// Channels-last float16 with 8 channels takes cuDNN's fused kernels; NCHW float32 the composed
+// path on both devices.
+TEST_F(NormPoolTest, FusedBatchNormReluAgreesWithTheComposition) {
+  for (bool fused : {true, false}) {
+    const DType t = fused ? kFloat16 : kFloat32;
+    const Tensor z = rand({4, 8, 3, 3}).to(t);
+    const Tensor w = rand({8}, 0.5f, 1.5f), b = rand({8});
+    for (bool add : {false, true}) {
+      check(add ? "batch_norm_add_relu" : "batch_norm_relu", {4, 8, 3, 3}, t, fused,
+            [&](const Variable& x) {
+              const bool cpu = x.data().device().is_cpu();
+              const Variable wv(cpu ? w.clone() : on_gpu(w), true), bv(cpu ? b.clone() : on_gpu(b), true);
+              Tensor zt = cpu ? z : on_gpu(z);
+              if (fused) zt = channels_last(zt);
+              if (!add) return batch_norm_relu(x, wv, bv, Tensor(), Tensor(), true);
+              return batch_norm_add_relu(x, Variable(zt), wv, bv, Tensor(), Tensor(), true);
+            },
+            rtol_of(t, 1e-4f), 1e-3f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dpl::test

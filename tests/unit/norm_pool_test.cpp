@@ -1,0 +1,305 @@
+// Batch normalisation and pooling on the CPU: forward values by hand, gradients against finite
+// differences, channels-last against NCHW, 16-bit against float32, BatchNorm2d's running
+// statistics against a hand computation, and the errors for bad inputs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "dpl/dpl.hpp"
+#include "dpl/tensor/storage.hpp"
+#include "support/expect_error.hpp"
+#include "support/gradcheck.hpp"
+
+namespace dpl {
+namespace {
+
+using ::testing::HasSubstr;
+using test::gradcheck;
+using Vars = std::vector<Variable>;
+
+Tensor randn(const Shape& shape, Generator& gen) { return Tensor::normal(shape, 0.f, 1.f, gen); }
+
+// Distinct values at least 0.05 apart in random order, so that no finite-difference step (at most
+// 0.02 wide here) changes which element of a pooling window is the largest.
+Tensor distinct(const Shape& shape, Generator& gen) {
+  const std::int64_t n = shape_numel(shape);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = 0.05f * static_cast<float>(i - n / 2);
+  for (std::int64_t i = n - 1; i > 0; --i)
+    std::swap(v[static_cast<std::size_t>(i)], v[static_cast<std::size_t>(gen.below(static_cast<std::uint64_t>(i + 1)))]);
+  return Tensor::from_vector(v, shape);
+}
+
+// t's values in channels-last memory (the stride of C is 1).
+Tensor channels_last(const Tensor& t) {
+  const std::int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  Tensor out(Storage::allocate(t.nbytes(), t.device()), 0, t.shape(), {h * w * c, 1, w * c, c}, t.dtype());
+  out.copy_(t);
+  return out;
+}
+
+bool is_channels_last(const Tensor& t) { return t.strides()[1] == 1 && t.strides()[3] == t.size(1); }
+
+void expect_close(const Tensor& a, const Tensor& b, float atol, float rtol) {
+  ASSERT_EQ(a.shape(), b.shape());
+  const auto va = a.to(kFloat32).to_vector<float>(), vb = b.to(kFloat32).to_vector<float>();
+  for (std::size_t i = 0; i < va.size(); ++i)
+    ASSERT_NEAR(va[i], vb[i], atol + rtol * std::fabs(vb[i])) << "element " << i;
+}
+
+// --- pooling ------------------------------------------------------------------------------------
+
+TEST(Pooling, MaxPoolForwardByHand) {
+  // 1x1x4x4 = 0..15, 2x2 windows, stride 2: each window's bottom-right value.
+  const Tensor x = Tensor::arange(0, 16).reshape({1, 1, 4, 4});
+  const Tensor y = max_pool2d(Variable(x), 2).data();
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{5, 7, 13, 15}));
+}
+
+TEST(Pooling, AvgPoolPaddingCountsAsPyTorchDoes) {
+  // 3x3 windows, stride 1, padding 1 on a 2x2 input of ones: the corner window holds 4 input
+  // pixels of 9, so 4/9 with count_include_pad and 1 without.
+  const Tensor x = Tensor::ones({1, 1, 2, 2});
+  const Tensor with_pad = avg_pool2d(Variable(x), 3, 1, 1).data();
+  const Tensor without = avg_pool2d(Variable(x), 3, 1, 1, false).data();
+  EXPECT_EQ(with_pad.shape(), (Shape{1, 1, 2, 2}));
+  for (float v : with_pad.to_vector<float>()) EXPECT_NEAR(v, 4.f / 9.f, 1e-6f);
+  for (float v : without.to_vector<float>()) EXPECT_NEAR(v, 1.f, 1e-6f);
+}
+
+TEST(Pooling, GlobalAvgPoolIsTheMeanPerImageAndChannel) {
+  const Tensor x = Tensor::arange(0, 24).reshape({2, 3, 2, 2});
+  const Tensor y = global_avg_pool2d(Variable(x)).data();
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, 5.5f, 9.5f, 13.5f, 17.5f, 21.5f}));
+}
+
+TEST(Pooling, Gradcheck) {
+  Generator gen(7);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], 3, 2, 1); }, {distinct({2, 3, 7, 6}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], Size2d(2, 3), Size2d(1, 2)); },
+                        {distinct({1, 2, 5, 7}, gen)}));
+  // Windows that stop short of the input's end (7 rows, 2x2 windows, stride 2).
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], 2); }, {distinct({1, 2, 7, 5}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 2); }, {randn({1, 2, 7, 5}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 3, 2, 1); }, {randn({2, 3, 7, 6}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 3, 2, 1, false); }, {randn({2, 3, 7, 6}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return global_avg_pool2d(v[0]); }, {randn({2, 3, 4, 5}, gen)}));
+}
+
+TEST(Pooling, ChannelsLastMatchesNchwAndKeepsItsFormat) {
+  Generator gen(8);
+  const Tensor x = distinct({2, 5, 6, 7}, gen);
+  const std::vector<std::function<Variable(const Variable&)>> ops = {
+      [](const Variable& v) { return max_pool2d(v, 3, 2, 1); },
+      [](const Variable& v) { return avg_pool2d(v, 2, 1, 1); },
+      [](const Variable& v) { return avg_pool2d(v, 3, 2, 1, false); },
+  };
+  for (const auto& op : ops) {
+    Variable a(x.clone(), true), b(channels_last(x), true);
+    const Variable ya = op(a), yb = op(b);
+    EXPECT_TRUE(is_channels_last(yb.data()));
+    expect_close(yb.data(), ya.data(), 1e-6f, 1e-6f);
+    sum(mul(ya, Variable(ya.data().clone()))).backward();
+    sum(mul(yb, Variable(ya.data().clone()))).backward();
+    expect_close(b.grad(), a.grad(), 1e-6f, 1e-6f);
+  }
+  expect_close(global_avg_pool2d(Variable(channels_last(x))).data(), global_avg_pool2d(Variable(x)).data(), 1e-6f,
+               1e-6f);
+}
+
+// The CPU computes 16-bit pooling in float32 and rounds once, so on inputs already rounded to
+// the 16-bit type the results differ from float32's by that one rounding: 2^-8 relative for
+// bfloat16, 2^-11 for float16.
+TEST(Pooling, SixteenBitMatchesFloat32WithinOneRounding) {
+  Generator gen(9);
+  for (DType t : {kBFloat16, kFloat16}) {
+    const float rtol = t == kBFloat16 ? 1.f / 256 : 1.f / 2048;
+    const Tensor x16 = randn({2, 3, 6, 6}, gen).to(t);
+    const Tensor x32 = x16.to(kFloat32);
+    expect_close(max_pool2d(Variable(x16), 2).data(), max_pool2d(Variable(x32), 2).data(), 0.f, rtol);
+    expect_close(avg_pool2d(Variable(x16), 3, 1, 1).data(), avg_pool2d(Variable(x32), 3, 1, 1).data(), 1e-6f, rtol);
+    expect_close(global_avg_pool2d(Variable(x16)).data(), global_avg_pool2d(Variable(x32)).data(), 1e-6f, rtol);
+  }
+}
+
+TEST(Pooling, BadInputsSayWhatWasExpected) {
+  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::ones({3, 4, 4})), 2), HasSubstr("expected an input (N, C, H, W) with 4"));
+  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::ones({1, 1, 2, 2})), 3),
+                   HasSubstr("kernel 3x3 is larger than the padded input 2x2"));
+  DPL_EXPECT_ERROR(avg_pool2d(Variable(Tensor::ones({1, 1, 4, 4})), 2, 1, 2),
+                   HasSubstr("expected padding between 0 and half the kernel"));
+  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::zeros({1, 1, 4, 4}, TensorOptions(kInt32))), 2),
+                   HasSubstr("dtype float32, bfloat16 or float16, got int32"));
+}
+
+// --- batch norm ---------------------------------------------------------------------------------
+
+TEST(BatchNorm, TrainingGradcheckThroughTheBatchStatistics) {
+  Generator gen(10);
+  const Tensor x = randn({3, 2, 3, 2}, gen);
+  const Tensor w = Tensor::uniform({2}, 0.5f, 1.5f, gen), b = randn({2}, gen);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return batch_norm(v[0], v[1], v[2], Tensor(), Tensor(), true); },
+                        {x, w, b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return batch_norm(v[0], Variable(), Variable(), Tensor(), Tensor(), true); },
+                        {x}));
+}
+
+// Per channel: mean and biased/unbiased variance of x over (N, H, W), in double.
+void channel_stats(const Tensor& x, std::int64_t c, double& mean, double& biased, double& unbiased) {
+  std::vector<double> v;
+  for (std::int64_t n = 0; n < x.size(0); ++n)
+    for (std::int64_t h = 0; h < x.size(2); ++h)
+      for (std::int64_t w = 0; w < x.size(3); ++w) v.push_back(x.at<float>({n, c, h, w}));
+  mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  double ss = 0;
+  for (double e : v) ss += (e - mean) * (e - mean);
+  biased = ss / static_cast<double>(v.size());
+  unbiased = ss / static_cast<double>(v.size() - 1);
+}
+
+TEST(BatchNorm, TrainingNormalisesWithBatchStatistics) {
+  Generator gen(11);
+  const Tensor x = Tensor::normal({4, 3, 5, 5}, 2.f, 3.f, gen);
+  const Tensor w = Tensor::from_vector<float>({1.f, 2.f, 0.5f}, {3}), b = Tensor::from_vector<float>({0.f, 1.f, -1.f}, {3});
+  const Tensor y = batch_norm(Variable(x), Variable(w), Variable(b), Tensor(), Tensor(), true).data();
+  for (std::int64_t c = 0; c < 3; ++c) {
+    double mean, var, unbiased;
+    channel_stats(x, c, mean, var, unbiased);
+    for (std::int64_t n = 0; n < 4; ++n) {
+      const double expected = (x.at<float>({n, c, 1, 2}) - mean) / std::sqrt(var + 1e-5) * w.at<float>({c}) + b.at<float>({c});
+      EXPECT_NEAR(y.at<float>({n, c, 1, 2}), expected, 1e-4);
+    }
+  }
+}
+
+// Hand computation of PyTorch's convention (no PyTorch here to produce golden values): after k
+// training steps from (0, 1), running = (1 - m) running + m batch, with the unbiased variance.
+TEST(BatchNorm, RunningStatisticsAfterSeveralStepsMatchAHandComputation) {
+  Generator gen(12);
+  nn::BatchNorm2d bn(3);
+  std::vector<double> rm(3, 0.0), rv(3, 1.0);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor x = Tensor::normal({2, 3, 4, 3}, static_cast<float>(step), 2.f, gen);
+    bn(Variable(x));
+    for (std::int64_t c = 0; c < 3; ++c) {
+      double mean, biased, unbiased;
+      channel_stats(x, c, mean, biased, unbiased);
+      rm[c] = 0.9 * rm[c] + 0.1 * mean;
+      rv[c] = 0.9 * rv[c] + 0.1 * unbiased;
+    }
+  }
+  for (std::int64_t c = 0; c < 3; ++c) {
+    EXPECT_NEAR(bn.running_mean().at<float>({c}), rm[c], 1e-5);
+    EXPECT_NEAR(bn.running_var().at<float>({c}), rv[c], 1e-5);
+  }
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{4}));
+}
+
+// The count lives on the module's device and is read from the buffer each step, so a loaded value
+// (copied into the buffer) is where counting resumes.
+TEST(BatchNorm, CountsOnFromALoadedBatchCount) {
+  Generator gen(18);
+  nn::BatchNorm2d bn(2);
+  bn.num_batches_tracked().fill_(41);
+  bn(Variable(randn({2, 2, 2, 2}, gen)));
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{42}));
+}
+
+TEST(BatchNorm, EvaluationUsesTheRunningStatistics) {
+  Generator gen(13);
+  nn::BatchNorm2d bn(2);
+  bn(Variable(Tensor::normal({4, 2, 3, 3}, 1.f, 2.f, gen)));
+  bn.eval();
+  const Tensor rm = bn.running_mean().clone(), rv = bn.running_var().clone();
+  const Tensor x = randn({2, 2, 3, 3}, gen);
+  NoGradGuard no_grad;
+  const Tensor y = bn(Variable(x)).data();
+  for (std::int64_t c = 0; c < 2; ++c)
+    EXPECT_NEAR(y.at<float>({1, c, 2, 0}),
+                (x.at<float>({1, c, 2, 0}) - rm.at<float>({c})) / std::sqrt(rv.at<float>({c}) + 1e-5f), 1e-5);
+  EXPECT_EQ(bn.running_mean().to_vector<float>(), rm.to_vector<float>());
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{1}));
+}
+
+TEST(BatchNorm, ModuleRegistersParametersAndBuffers) {
+  nn::BatchNorm2d bn(4);
+  std::vector<std::string> names;
+  for (const auto& [name, v] : bn.named_buffers()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"}));
+  EXPECT_EQ(bn.num_parameters(), 8);
+  EXPECT_EQ(nn::BatchNorm2d(4, 1e-5, 0.1, false).num_parameters(), 0);
+}
+
+TEST(BatchNorm, ChannelsLastMatchesNchw) {
+  Generator gen(14);
+  const Tensor x = randn({2, 3, 4, 5}, gen);
+  Variable a(x.clone(), true), b(channels_last(x), true);
+  Variable w(Tensor::ones({3}), true);
+  const Variable ya = batch_norm(a, w, Variable(Tensor::zeros({3})), Tensor(), Tensor(), true);
+  const Variable yb = batch_norm(b, w, Variable(Tensor::zeros({3})), Tensor(), Tensor(), true);
+  EXPECT_TRUE(is_channels_last(yb.data()));
+  expect_close(yb.data(), ya.data(), 1e-5f, 1e-5f);
+  const Variable weights(randn({2, 3, 4, 5}, gen));
+  sum(mul(ya, weights)).backward();
+  sum(mul(yb, weights)).backward();
+  expect_close(b.grad(), a.grad(), 1e-5f, 1e-4f);
+}
+
+// As for pooling: float32 math on the rounded inputs, so one rounding of the output apart.
+TEST(BatchNorm, SixteenBitMatchesFloat32WithinOneRounding) {
+  Generator gen(15);
+  for (DType t : {kBFloat16, kFloat16}) {
+    const float rtol = t == kBFloat16 ? 1.f / 256 : 1.f / 2048;
+    const Tensor x16 = randn({4, 3, 4, 4}, gen).to(t);
+    const Tensor y16 = batch_norm(Variable(x16), Variable(), Variable(), Tensor(), Tensor(), true).data();
+    const Tensor y32 = batch_norm(Variable(x16.to(kFloat32)), Variable(), Variable(), Tensor(), Tensor(), true).data();
+    EXPECT_EQ(y16.dtype(), t);
+    expect_close(y16, y32, 1e-5f, rtol);
+  }
+}
+
+TEST(BatchNorm, FusedVariantsComposeOnTheCpu) {
+  Generator gen(16);
+  const Tensor x = randn({2, 3, 3, 3}, gen), z = randn({2, 3, 3, 3}, gen);
+  const Tensor plain = batch_norm(Variable(x), Variable(), Variable(), Tensor(), Tensor(), true).data();
+  const Tensor r = batch_norm_relu(Variable(x), Variable(), Variable(), Tensor(), Tensor(), true).data();
+  const Tensor ar = batch_norm_add_relu(Variable(x), Variable(z), Variable(), Variable(), Tensor(), Tensor(), true).data();
+  const auto p = plain.to_vector<float>(), vr = r.to_vector<float>(), var = ar.to_vector<float>(), vz = z.to_vector<float>();
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    EXPECT_FLOAT_EQ(vr[i], std::max(p[i], 0.f));
+    EXPECT_FLOAT_EQ(var[i], std::max(p[i] + vz[i], 0.f));
+  }
+}
+
+TEST(BatchNorm, BadInputsSayWhatWasExpected) {
+  const Variable x(Tensor::ones({2, 3, 2, 2}));
+  DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({2, 3})), Variable(), Variable(), Tensor(), Tensor(), true),
+                   HasSubstr("expected an input (N, C, H, W) with 4 dimensions, got shape (2, 3)"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(Tensor::ones({4})), Variable(Tensor::zeros({4})), Tensor(), Tensor(), true),
+                   HasSubstr("expected a weight of shape (3,) for an input with 3 channels"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor::zeros({3}, TensorOptions(kBFloat16)),
+                              Tensor::ones({3}), true),
+                   HasSubstr("expected running_mean of dtype float32"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor(), Tensor(), false),
+                   HasSubstr("evaluation mode needs running_mean and running_var"));
+  DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({1, 3, 1, 1})), Variable(), Variable(), Tensor(), Tensor(), true),
+                   HasSubstr("at least 2 values per channel"));
+  DPL_EXPECT_ERROR(nn::BatchNorm2d(0), HasSubstr("expected num_features >= 1"));
+}
+
+TEST(PoolingModules, ApplyTheirWindows) {
+  Generator gen(17);
+  const Variable x(randn({2, 3, 8, 8}, gen));
+  EXPECT_EQ(nn::MaxPool2d(2)(x).shape(), (Shape{2, 3, 4, 4}));
+  EXPECT_EQ(nn::AvgPool2d(3, 2, 1)(x).shape(), (Shape{2, 3, 4, 4}));
+  EXPECT_EQ(nn::GlobalAvgPool2d()(x).shape(), (Shape{2, 3}));
+}
+
+}  // namespace
+}  // namespace dpl
