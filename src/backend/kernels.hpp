@@ -89,7 +89,7 @@ DPL_DECLARE_KERNEL(sum_rows, floating(), void(float alpha, const Tensor& x, floa
 DPL_DECLARE_KERNEL(sum_all, floating(), void(float alpha, const Tensor& x, Tensor& out));
 /// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
 DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
-/// y = max(x, 0), any rank.
+/// y = max(x, 0), any rank; NaN stays NaN (as PyTorch's relu).
 DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * (y > 0), any rank.
 DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor& gy, float beta, Tensor& gx));

@@ -330,5 +330,18 @@ TEST(HalfOps, NdOpsForwardAndBackwardAgreeWithFloat32) {
                    AllOf(HasSubstr("add"), HasSubstr("one dtype"), HasSubstr("bfloat16"), HasSubstr("float32")));
 }
 
+TEST(Kernels, ReluPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+    const Tensor x = Tensor::from_vector<float>({nan, -nan, -1.f, 0.5f}, {4}).to(t);
+    Tensor y = Tensor::empty({4}, t);
+    backend::relu(x, y);
+    const std::vector<float> v = y.to(kFloat32).to_vector<float>();
+    EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[1])) << t;
+    EXPECT_EQ(v[2], 0.f) << t;
+    EXPECT_EQ(v[3], 0.5f) << t;
+  }
+}
+
 }  // namespace
 }  // namespace dpl

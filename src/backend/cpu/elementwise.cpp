@@ -108,10 +108,11 @@ void fill_scaled_cpu(float alpha, const Tensor& s, float beta, Tensor& out) {
   else for_each_index(out.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v; });
 }
 
+// `!(x <= 0)` lets NaN through, as PyTorch's relu does.
 void relu_cpu(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  for_each_index(x.numel(), [&](std::int64_t i) { py[i] = px[i] > 0.f ? px[i] : 0.f; });
+  for_each_index(x.numel(), [&](std::int64_t i) { py[i] = !(px[i] <= 0.f) ? px[i] : 0.f; });
 }
 
 void relu_backward_cpu(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {
