@@ -140,6 +140,7 @@ TEST(BadInput, DropoutProbabilityOutOfRange) {
   Generator gen(1);
   for (float p : {-0.1f, 1.f, 1.5f}) {
     DPL_EXPECT_ERROR(dropout(var({2}), p, gen), AllOf(HasSubstr("dropout"), HasSubstr("[0, 1)")));
+    DPL_EXPECT_ERROR(nn::Dropout(p, gen), AllOf(HasSubstr("Dropout"), HasSubstr("[0, 1)")));
   }
   DPL_EXPECT_ERROR(dropout(var({2}), 1.f, gen), HasSubstr("got 1"));
 }
