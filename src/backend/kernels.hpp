@@ -131,6 +131,7 @@ enum class Activation {
 /// True when `activation_backward` reads the activation's output y; false when it reads its input x.
 constexpr bool backward_reads_output(Activation a) { return a == Activation::kSigmoid || a == Activation::kTanh; }
 
+// Marks the helpers below callable from CUDA kernels too, where nvcc compiles this header.
 #if defined(__CUDACC__)
 #define DPL_HOST_DEVICE __host__ __device__
 #else

@@ -77,9 +77,9 @@ Variable mse_loss(const Variable& x, const Variable& target);
 /// a * x + b elementwise with scalars a and b, any rank; a float input. A 16-bit result is rounded
 /// after the scaling and, when b != 0, again after the shift (by b rounded to x's dtype).
 Variable affine(const Variable& x, float a, float b);
+/// Scalar operators, all through affine: x * s, s * x, x / s, x + s, s + x, x - s, s - x and -x.
 inline Variable operator*(const Variable& x, float s) { return affine(x, s, 0.f); }
 inline Variable operator*(float s, const Variable& x) { return affine(x, s, 0.f); }
-/// x / s as x * (1 / s).
 inline Variable operator/(const Variable& x, float s) { return affine(x, 1.f / s, 0.f); }
 inline Variable operator+(const Variable& x, float s) { return affine(x, 1.f, s); }
 inline Variable operator+(float s, const Variable& x) { return affine(x, 1.f, s); }

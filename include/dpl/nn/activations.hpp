@@ -13,6 +13,7 @@ class LeakyReLU : public Module {
   explicit LeakyReLU(float slope = 0.01f) : slope_(slope) {}
   /// Any rank, float input; returns x's shape.
   Variable forward(const Variable& x) override;
+  /// The negative slope given at construction.
   float slope() const { return slope_; }
 
  private:
@@ -48,6 +49,7 @@ class Dropout : public Module {
   explicit Dropout(float p = 0.5f, Generator& gen = default_generator());
   /// Any rank, float input; returns x's shape.
   Variable forward(const Variable& x) override;
+  /// The drop probability given at construction.
   float p() const { return p_; }
 
  private:

@@ -8,12 +8,6 @@ namespace dpl::backend::cpu {
 
 namespace {
 
-template <typename F>
-void for_each_index(std::int64_t n, F&& f) {
-#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
-
 // Writes o[i] = beta*o[i] + v(i), reading no old value when beta is 0 (it may be NaN).
 template <typename V>
 void write_beta(std::int64_t n, float beta, float* o, V&& v) {
@@ -33,7 +27,9 @@ void activation_cpu(Activation f, float slope, const Tensor& x, Tensor& y) {
     case Activation::kLeakyRelu:
       for_each_index(n, [&](std::int64_t i) { py[i] = px[i] > 0.f || px[i] != px[i] ? px[i] : slope * px[i]; });
       break;
-    case Activation::kSigmoid: for_each_index(n, [&](std::int64_t i) { py[i] = 1.f / (1.f + std::exp(-px[i])); }); break;
+    case Activation::kSigmoid:
+      for_each_index(n, [&](std::int64_t i) { py[i] = 1.f / (1.f + std::exp(-px[i])); });
+      break;
     case Activation::kTanh: for_each_index(n, [&](std::int64_t i) { py[i] = std::tanh(px[i]); }); break;
     case Activation::kGelu:
       for_each_index(n, [&](std::int64_t i) { py[i] = 0.5f * px[i] * (1.f + std::erf(px[i] * kInvSqrt2)); });
@@ -48,8 +44,12 @@ void activation_backward_cpu(Activation f, float slope, const Tensor& saved, con
   float* o = gx.data<float>();
   const std::int64_t n = saved.numel();
   switch (f) {
-    case Activation::kLeakyRelu: write_beta(n, beta, o, [&](std::int64_t i) { return s[i] > 0.f ? g[i] : slope * g[i]; }); break;
-    case Activation::kSigmoid: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * s[i] * (1.f - s[i]); }); break;
+    case Activation::kLeakyRelu:
+      write_beta(n, beta, o, [&](std::int64_t i) { return s[i] > 0.f ? g[i] : slope * g[i]; });
+      break;
+    case Activation::kSigmoid:
+      write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * s[i] * (1.f - s[i]); });
+      break;
     case Activation::kTanh: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * (1.f - s[i] * s[i]); }); break;
     case Activation::kGelu:
       write_beta(n, beta, o, [&](std::int64_t i) {

@@ -7,12 +7,6 @@ namespace dpl::backend::cpu {
 
 namespace {
 
-template <typename F>
-void for_each_index(std::int64_t n, F&& f) {
-#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
-
 template <BinaryOp op>
 inline float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;

@@ -40,7 +40,8 @@ __device__ __forceinline__ float derivative(float s, float slope) {
 
 template <Activation f, typename T>
 __global__ void activation_kernel(float slope, const T* x, T* y, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = from_float<T>(activate<f>(to_float(x[i]), slope));
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    y[i] = from_float<T>(activate<f>(to_float(x[i]), slope));
 }
 
 template <Activation f, bool acc, typename T>
@@ -64,7 +65,9 @@ __global__ void dropout_kernel(float p, std::uint64_t seed, const T* x, T* y, st
 __device__ __forceinline__ std::int64_t first_warp_row() {
   return static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
 }
-__device__ __forceinline__ std::int64_t warp_row_stride() { return static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock; }
+__device__ __forceinline__ std::int64_t warp_row_stride() {
+  return static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
+}
 
 template <bool log, typename T>
 __global__ void softmax_kernel(const T* x, T* y, std::int64_t rows, std::int64_t cols) {
@@ -92,7 +95,8 @@ __global__ void softmax_backward_kernel(const T* y, const T* gy, T* gx, std::int
   for (std::int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
     const std::int64_t off = r * cols;
     float dot = 0.f;
-    for (std::int64_t j = lane; j < cols; j += 32) dot += log ? to_float(gy[off + j]) : to_float(gy[off + j]) * to_float(y[off + j]);
+    for (std::int64_t j = lane; j < cols; j += 32)
+      dot += log ? to_float(gy[off + j]) : to_float(gy[off + j]) * to_float(y[off + j]);
     dot = warp_sum(dot);
     for (std::int64_t j = lane; j < cols; j += 32) {
       const float yj = to_float(y[off + j]), gj = to_float(gy[off + j]);
@@ -117,24 +121,10 @@ template <typename T>
 __global__ void argmax_kernel(const T* x, std::int64_t* out, std::int64_t rows, std::int64_t cols) {
   const int lane = threadIdx.x & 31;
   for (std::int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
-    float best = 0.f;
-    std::int64_t arg = cols;  // none yet
-    for (std::int64_t j = lane; j < cols; j += 32) {
-      const float v = to_float(x[r * cols + j]);
-      if (argmax_beats(v, j, best, arg, cols)) {
-        best = v;
-        arg = j;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
-      if (argmax_beats(ob, oa, best, arg, cols)) {
-        best = ob;
-        arg = oa;
-      }
-    }
+    const auto beats = [cols](float av, std::int64_t ai, float bv, std::int64_t bi) {
+      return argmax_beats(av, ai, bv, bi, cols);
+    };
+    const std::int64_t arg = warp_argmax(x + r * cols, cols, beats);
     if (lane == 0) out[r] = arg == cols ? 0 : arg;
   }
 }
@@ -204,8 +194,12 @@ void launch_activation_backward(Activation f, float slope, const T* s, const T* 
     case Activation::kSigmoid:
       launch_activation_backward_as<Activation::kSigmoid>(slope, s, gy, acc, gx, n, device, stream);
       break;
-    case Activation::kTanh: launch_activation_backward_as<Activation::kTanh>(slope, s, gy, acc, gx, n, device, stream); break;
-    case Activation::kGelu: launch_activation_backward_as<Activation::kGelu>(slope, s, gy, acc, gx, n, device, stream); break;
+    case Activation::kTanh:
+      launch_activation_backward_as<Activation::kTanh>(slope, s, gy, acc, gx, n, device, stream);
+      break;
+    case Activation::kGelu:
+      launch_activation_backward_as<Activation::kGelu>(slope, s, gy, acc, gx, n, device, stream);
+      break;
   }
   DPL_CUDA_CHECK(cudaGetLastError());
 }

@@ -94,24 +94,9 @@ __global__ void accuracy_kernel(const T* logits, const std::int32_t* labels, T* 
   for (std::int64_t r = first; r < rows; r += step) {
     const T* x = logits + r * cols;
     // The first index of the largest value wins, as on the CPU.
-    float best = -INFINITY;
-    std::int64_t arg = cols;  // "none yet"
-    for (std::int64_t j = lane; j < cols; j += 32) {
-      const float xj = to_float(x[j]);
-      if (arg == cols || xj > best) {
-        best = xj;
-        arg = j;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
-      if (oa != cols && (arg == cols || ob > best || (ob == best && oa < arg))) {
-        best = ob;
-        arg = oa;
-      }
-    }
+    const std::int64_t arg = warp_argmax(x, cols, [cols](float av, std::int64_t ai, float bv, std::int64_t bi) {
+      return ai != cols && (bi == cols || av > bv || (av == bv && ai < bi));
+    });
     if (lane == 0) correct += arg == labels[r] ? 1.0 : 0.0;
   }
   const double block = block_sum(correct);
