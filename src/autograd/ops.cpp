@@ -207,9 +207,10 @@ void check_logits_labels(const char* op, const Tensor& logits, const Tensor& lab
 class SoftmaxXentNode final : public Node {
  public:
   Tensor probs, labels;
+  float smoothing = 0.f;
   const char* name() const override { return "softmax_cross_entropy"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::softmax_xent_backward(probs, labels, gy, t[0].beta, *t[0].tensor);
+    if (t[0].needed()) backend::softmax_xent_backward(probs, labels, smoothing, gy, t[0].beta, *t[0].tensor);
   }
   void release() override { probs = labels = Tensor(); }
 };
@@ -307,20 +308,23 @@ Variable flatten(const Variable& x, std::int64_t start_dim) {
 Variable sum(const Variable& x) { return reduce_all("sum", x, false); }
 Variable mean(const Variable& x) { return reduce_all("mean", x, true); }
 
-Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels) {
+Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing) {
   const char* op = "softmax_cross_entropy";
   check_defined(op, logits, "logits");
+  DPL_CHECK(label_smoothing >= 0.f && label_smoothing < 1.f, op, ": expected label_smoothing in [0, 1), got ",
+            label_smoothing);
   check_logits_labels(op, logits.data(), labels);
   DPL_CHECK(logits.data().size(0) > 0, op, ": expected at least one row of logits, got shape ",
             shape_str(logits.shape()));
   const Tensor tl = dense(logits.data()), ty = dense(labels);
   Tensor probs = empty_like(tl);
   Tensor loss = empty_on({}, tl);
-  backend::softmax_xent(tl, ty, probs, loss);
+  backend::softmax_xent(tl, ty, label_smoothing, probs, loss);
   if (!any_requires_grad({&logits})) return Variable(loss);
   auto node = std::make_shared<SoftmaxXentNode>();
   node->probs = probs;
   node->labels = ty;
+  node->smoothing = label_smoothing;
   node->set_inputs({logits});
   return Variable::make_result(loss, node);
 }
@@ -748,6 +752,174 @@ Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variabl
                              double eps) {
   return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
                         eps);
+}
+
+// --- activations, dropout, softmax, argmax, mean squared error, scalar arithmetic ---------------
+
+namespace {
+using backend::Activation;
+
+// Checks a float input of a single-input op and returns it as a dense tensor.
+Tensor float_input(const char* op, const Variable& x) {
+  check_defined(op, x, "input");
+  check_float(op, x.data(), "an input");
+  return dense(x.data());
+}
+
+class ActivationNode final : public Node {
+ public:
+  const char* op = "";
+  Activation f = Activation::kSigmoid;
+  float slope = 0.f;
+  Tensor saved;  // the input or the output, as backend::backward_reads_output(f) says
+  const char* name() const override { return op; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) backend::activation_backward(f, slope, saved, gy, t[0].beta, *t[0].tensor);
+  }
+  void release() override { saved = Tensor(); }
+};
+
+Variable activation(const char* op, Activation f, float slope, const Variable& x) {
+  const Tensor tx = float_input(op, x);
+  Tensor out = empty_like(tx);
+  backend::activation(f, slope, tx, out);
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<ActivationNode>();
+  node->op = op;
+  node->f = f;
+  node->slope = slope;
+  node->saved = backend::backward_reads_output(f) ? out : tx;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
+
+// The gradient of dropout is dropout of the gradient with the same seed: the mask is recomputed.
+class DropoutNode final : public Node {
+ public:
+  float p = 0.f;
+  std::uint64_t seed = 0;
+  const char* name() const override { return "dropout"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) backend::dropout(p, seed, dense(gy), t[0].beta, *t[0].tensor);
+  }
+};
+
+class SoftmaxNode final : public Node {
+ public:
+  bool log = false;
+  Tensor y;
+  const char* name() const override { return log ? "log_softmax" : "softmax"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) backend::softmax_backward(log, y, dense(gy), t[0].beta, *t[0].tensor);
+  }
+  void release() override { y = Tensor(); }
+};
+
+Variable softmax_over_rows(const char* op, bool log, const Variable& x) {
+  const Tensor tx = float_input(op, x);
+  DPL_CHECK(tx.dim() >= 1, op, ": expected an input with at least 1 dimension, got shape ", shape_str(tx.shape()));
+  Tensor out = empty_like(tx);
+  backend::softmax(log, tx, out);
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<SoftmaxNode>();
+  node->log = log;
+  node->y = out;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
+
+class MseNode final : public Node {
+ public:
+  Tensor x, target;
+  const char* name() const override { return "mse_loss"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) backend::mse_backward(x, target, gy, 1.f, t[0].beta, *t[0].tensor);
+    if (t[1].needed()) backend::mse_backward(x, target, gy, -1.f, t[1].beta, *t[1].tensor);
+  }
+  void release() override { x = target = Tensor(); }
+};
+
+class AffineNode final : public Node {
+ public:
+  float a = 1.f;
+  const char* name() const override { return "affine"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) backend::axpby(a, dense(gy), t[0].beta, *t[0].tensor);
+  }
+};
+}  // namespace
+
+Variable leaky_relu(const Variable& x, float slope) { return activation("leaky_relu", Activation::kLeakyRelu, slope, x); }
+Variable sigmoid(const Variable& x) { return activation("sigmoid", Activation::kSigmoid, 0.f, x); }
+Variable tanh(const Variable& x) { return activation("tanh", Activation::kTanh, 0.f, x); }
+Variable gelu(const Variable& x) { return activation("gelu", Activation::kGelu, 0.f, x); }
+
+Variable dropout(const Variable& x, float p, Generator& gen, bool training) {
+  const char* op = "dropout";
+  DPL_CHECK(p >= 0.f && p < 1.f, op, ": expected a drop probability p in [0, 1), got ", p);
+  const Tensor tx = float_input(op, x);
+  if (!training || p == 0.f) return x;
+  const std::uint64_t seed = gen.next_u64();
+  Tensor out = empty_like(tx);
+  backend::dropout(p, seed, tx, 0.f, out);
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<DropoutNode>();
+  node->p = p;
+  node->seed = seed;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
+
+Variable softmax(const Variable& x) { return softmax_over_rows("softmax", false, x); }
+Variable log_softmax(const Variable& x) { return softmax_over_rows("log_softmax", true, x); }
+
+Tensor argmax(const Variable& x) {
+  const char* op = "argmax";
+  const Tensor tx = float_input(op, x);
+  DPL_CHECK(tx.dim() >= 1 && tx.size(-1) > 0, op,
+            ": expected an input with at least 1 dimension and a non-empty last one, got shape ", shape_str(tx.shape()));
+  Shape rows = tx.shape();
+  rows.pop_back();
+  Tensor out = Tensor::empty(rows, TensorOptions(kInt64, tx.device()));
+  backend::argmax(tx, out);
+  return out;
+}
+
+Variable mse_loss(const Variable& x, const Variable& target) {
+  const char* op = "mse_loss";
+  check_defined(op, x, "input");
+  check_defined(op, target, "target");
+  check_float(op, x.data(), "an input");
+  check_float(op, target.data(), "a target");
+  check_same_dtype(op, x.data(), target.data());
+  check_same_device(op, x.data(), target.data());
+  DPL_CHECK(x.shape() == target.shape(), op, ": expected a target of the input's shape ", shape_str(x.shape()),
+            ", got ", shape_str(target.shape()));
+  DPL_CHECK(x.numel() > 0, op, ": expected a non-empty input, got shape ", shape_str(x.shape()));
+  const Tensor tx = dense(x.data()), tt = dense(target.data());
+  Tensor loss = empty_on({}, tx);
+  backend::mse(tx, tt, loss);
+  if (!any_requires_grad({&x, &target})) return Variable(loss);
+  auto node = std::make_shared<MseNode>();
+  node->x = tx;
+  node->target = tt;
+  node->set_inputs({x, target});
+  return Variable::make_result(loss, node);
+}
+
+Variable affine(const Variable& x, float a, float b) {
+  const Tensor tx = float_input("affine", x);
+  Tensor out = empty_like(tx);
+  backend::axpby(a, tx, 0.f, out);
+  if (b != 0.f) {
+    const Tensor shift = Tensor::full({1}, b, TensorOptions(tx.dtype(), tx.device()));
+    backend::binary(BinaryOp::kAdd, Broadcast::kScalar, out, shift, 0.f, out);
+  }
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<AffineNode>();
+  node->a = a;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
 }
 
 }  // namespace dpl

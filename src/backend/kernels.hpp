@@ -89,18 +89,20 @@ DPL_DECLARE_KERNEL(sum_rows, floating(), void(float alpha, const Tensor& x, floa
 DPL_DECLARE_KERNEL(sum_all, floating(), void(float alpha, const Tensor& x, Tensor& out));
 /// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
 DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
-/// y = max(x, 0), any rank.
+/// y = max(x, 0), any rank; NaN stays NaN (as PyTorch's relu).
 DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * (y > 0), any rank.
 DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor& gy, float beta, Tensor& gx));
-/// probs (N, C) = softmax(logits) row-wise; loss (1 element) = mean over rows of -log probs[label].
-/// Labels are int32; host labels are range-checked by the caller, and on the GPU an out-of-range
-/// label makes the loss NaN.
+/// probs (N, C) = softmax(logits) row-wise; loss (1 element) = mean over rows of the cross-entropy
+/// against the target distribution (1 - smoothing) * onehot(label) + smoothing / C, smoothing in
+/// [0, 1). Labels are int32; host labels are range-checked by the caller, and on the GPU an
+/// out-of-range label makes the loss NaN.
 DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1),
-                   void(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss));
-/// glogits = beta*glogits + gloss[0] / N * (probs - onehot(labels)).
+                   void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& probs, Tensor& loss));
+/// glogits = beta*glogits + gloss[0] / N * (probs - (1 - smoothing) * onehot(labels) - smoothing / C).
 DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1),
-                   void(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta, Tensor& glogits));
+                   void(const Tensor& probs, const Tensor& labels, float smoothing, const Tensor& gloss, float beta,
+                        Tensor& glogits));
 /// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.
 DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, const Tensor& labels, Tensor& out));
 
@@ -211,6 +213,62 @@ DPL_DECLARE_KERNEL(pool2d, floating(), Tensor(PoolKind kind, const Pool2dParams&
 DPL_DECLARE_KERNEL(pool2d_backward, any(),
                    void(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
                         float beta, Tensor& gx));
+
+// --- activations, dropout, softmax over the last dimension, mean squared error ----------------
+
+/// The pointwise activations of `activation` and `activation_backward`.
+enum class Activation {
+  kLeakyRelu,  // x > 0 ? x : slope * x (NaN stays NaN)
+  kSigmoid,    // 1 / (1 + exp(-x))
+  kTanh,       // tanh(x)
+  kGelu,       // x * Phi(x) with Phi the standard normal CDF (the exact erf form)
+};
+
+/// True when `activation_backward` reads the activation's output y; false when it reads its input x.
+constexpr bool backward_reads_output(Activation a) { return a == Activation::kSigmoid || a == Activation::kTanh; }
+
+// Marks the helpers below callable from CUDA kernels too, where nvcc compiles this header.
+#if defined(__CUDACC__)
+#define DPL_HOST_DEVICE __host__ __device__
+#else
+#define DPL_HOST_DEVICE
+#endif
+
+/// Whether dropout with probability p in [0, 1) and `seed` keeps flat index i: splitmix64 of
+/// (seed, i) compared with p in 32-bit fixed point. Integer-only, so host and device agree bit for bit.
+DPL_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t i, float p) {
+  std::uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const auto threshold = static_cast<std::uint64_t>(static_cast<double>(p) * 4294967296.0);
+  return (z >> 32) >= threshold;
+}
+
+/// y = f(x) elementwise, any rank; `slope` is leaky ReLU's negative slope (ignored by the others).
+DPL_DECLARE_KERNEL(activation, floating(), void(Activation f, float slope, const Tensor& x, Tensor& y));
+/// gx = beta*gx + gy * f'(x), any rank. `saved` is f's output y when backward_reads_output(f), its
+/// input x otherwise (the cheaper form of each derivative).
+DPL_DECLARE_KERNEL(activation_backward, floating(),
+                   void(Activation f, float slope, const Tensor& saved, const Tensor& gy, float beta, Tensor& gx));
+/// y = beta*y + x * keep(i) / (1 - p), any rank, where keep(i) is 1 with probability 1 - p for flat
+/// index i: a counter-based hash of (seed, i), identical on every device, so that backward
+/// (the same call on the gradient) and the CPU and GPU draw the same mask. Requires p in [0, 1).
+DPL_DECLARE_KERNEL(dropout, floating(), void(float p, std::uint64_t seed, const Tensor& x, float beta, Tensor& y));
+/// y = softmax (log_softmax when `log`) of every row of x's last dimension; x any rank >= 1.
+DPL_DECLARE_KERNEL(softmax, floating(), void(bool log, const Tensor& x, Tensor& y));
+/// gx = beta*gx + the gradient of softmax (log: log_softmax) through its output y, row-wise:
+/// y * (gy - sum(gy * y)), or for log, gy - exp(y) * sum(gy).
+DPL_DECLARE_KERNEL(softmax_backward, floating(), void(bool log, const Tensor& y, const Tensor& gy, float beta, Tensor& gx));
+/// out (int64, x's shape without the last dimension) = index of the largest value of each row of
+/// x's last dimension, the first on ties; NaN counts as larger than every number. x float, rank >= 1.
+DPL_DECLARE_KERNEL(argmax, any(), void(const Tensor& x, Tensor& out));
+/// loss (1 element) = mean of (x - target)^2 over all elements (accumulated in double).
+DPL_DECLARE_KERNEL(mse, floating(), void(const Tensor& x, const Tensor& target, Tensor& loss));
+/// g = beta*g + alpha * gloss[0] * 2 (x - target) / numel: the gradient for x (alpha 1) or for the
+/// target (alpha -1).
+DPL_DECLARE_KERNEL(mse_backward, floating(),
+                   void(const Tensor& x, const Tensor& target, const Tensor& gloss, float alpha, float beta, Tensor& g));
 
 // --- between devices ---------------------------------------------------------------------------
 

@@ -165,5 +165,46 @@ TEST_F(AutogradTest, MlpForwardBackward) {
   expect_close(mg.arena().grads(), mc.arena().grads(), 1e-4f, 1e-6f, "MLP gradient arena");
 }
 
+// --- activations, dropout, softmax, mean squared error, scalar arithmetic -----------------------------
+
+TEST_F(AutogradTest, Activations) {
+  for (const Shape& s : {Shape{7, 9}, Shape{2, 3, 4, 5}}) {
+    check("leaky_relu", {s}, [](const auto& x) { return leaky_relu(x[0], 0.2f); });
+    check("sigmoid", {s}, [](const auto& x) { return sigmoid(x[0]); });
+    check("tanh", {s}, [](const auto& x) { return tanh(x[0]); });
+    check("gelu", {s}, [](const auto& x) { return gelu(x[0]); });
+  }
+}
+
+TEST_F(AutogradTest, DropoutDrawsTheSameMaskOnBothDevices) {
+  check("dropout", {{3, 4, 50}}, [](const auto& x) {
+    Generator g(11);  // one state per call: both devices see the same seed
+    return dropout(x[0], 0.4f, g);
+  });
+}
+
+TEST_F(AutogradTest, SoftmaxAndLogSoftmax) {
+  for (const Shape& s : {Shape{9}, Shape{6, 10}, Shape{2, 3, 300}}) {
+    check("softmax", {s}, [](const auto& x) { return softmax(x[0]); });
+    check("log_softmax", {s}, [](const auto& x) { return log_softmax(x[0]); });
+  }
+  const Tensor logits = rand({4, 3, 17});
+  EXPECT_EQ(argmax(Variable(on_gpu(logits))).to(Device::cpu()).to_vector<std::int64_t>(),
+            argmax(Variable(logits)).to_vector<std::int64_t>());
+}
+
+TEST_F(AutogradTest, MseLossAndSmoothedCrossEntropy) {
+  check("mse_loss", {{5, 6}, {5, 6}}, [](const auto& x) { return mse_loss(x[0], x[1]); });
+  const Tensor y = labels(12, 10);
+  const Tensor yg = on_gpu(y);
+  check("softmax_cross_entropy smoothed", {{12, 10}}, [&](const auto& x) {
+    return softmax_cross_entropy(x[0], x[0].device().is_cpu() ? y : yg, 0.1f);
+  });
+}
+
+TEST_F(AutogradTest, ScalarArithmetic) {
+  check("scalar arithmetic", {{4, 6}}, [](const auto& x) { return 1.f - (x[0] * 3.f + 2.f) / 4.f; });
+}
+
 }  // namespace
 }  // namespace dpl::test

@@ -185,9 +185,9 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyForwardAndBackward) {
     for (float scale : {1.f, 30.f}) {  // large logits test the max subtraction
       const Tensor logits = rand(s, -scale, scale), y = labels(s[0], s[1]);
       Tensor wp = Tensor::empty(s), wl = Tensor::empty({});
-      backend::softmax_xent(logits, y, wp, wl);
+      backend::softmax_xent(logits, y, 0.f, wp, wl);
       Tensor gp = poisoned(s), gl = poisoned({});
-      backend::softmax_xent(on_gpu(logits), on_gpu(y), gp, gl);
+      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, gp, gl);
       const std::string what = " shape=" + shape_str(s) + " scale=" + std::to_string(scale);
       expect_close(gp, wp, 1e-5f, 1e-7f, "softmax_xent probs" + what);
       expect_close(gl, wl, 1e-5f, 1e-6f, "softmax_xent loss" + what);
@@ -195,9 +195,9 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyForwardAndBackward) {
       for (float beta : {0.f, 1.f}) {
         const Tensor gloss = rand({}, 0.5f, 2.f), g0 = rand(s);
         Tensor want = g0.clone();
-        backend::softmax_xent_backward(wp, y, gloss, beta, want);
+        backend::softmax_xent_backward(wp, y, 0.f, gloss, beta, want);
         Tensor got = beta == 0.f ? poisoned(s) : on_gpu(g0);
-        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), on_gpu(gloss), beta, got);
+        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.f, on_gpu(gloss), beta, got);
         expect_close(got, want, 1e-6f, 1e-7f, "softmax_xent_backward beta=" + std::to_string(beta) + what);
       }
     }
@@ -427,17 +427,17 @@ TEST_F(KernelsTest, HalfSoftmaxCrossEntropyAndAccuracy) {
       const std::string what = " shape=" + shape_str(s);
       const Tensor logits = rand_as(*this, dt, s, -8.f, 8.f), y = labels(s[0], s[1]);
       Tensor wp = Tensor::empty(s, dt), wl = Tensor::empty({}, dt);
-      backend::softmax_xent(logits, y, wp, wl);
+      backend::softmax_xent(logits, y, 0.f, wp, wl);
       Tensor gp = poisoned_as(dt, s), gl = poisoned_as(dt, {});
-      backend::softmax_xent(on_gpu(logits), on_gpu(y), gp, gl);
+      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, gp, gl);
       expect_close_half(gp, wp, 1e-6f, "softmax_xent probs" + what);
       expect_close_half(gl, wl, 1e-5f, "softmax_xent loss" + what);
 
       for (float beta : {0.f, 1.f}) {
         const Tensor gloss = rand_as(*this, dt, {}, 0.5f, 2.f), g0 = rand_as(*this, dt, s);
         Tensor want = g0.clone(), got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
-        backend::softmax_xent_backward(wp, y, gloss, beta, want);
-        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), on_gpu(gloss), beta, got);
+        backend::softmax_xent_backward(wp, y, 0.f, gloss, beta, want);
+        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.f, on_gpu(gloss), beta, got);
         expect_close_half(got, want, 1e-6f, "softmax_xent_backward" + what);
       }
 
@@ -542,6 +542,111 @@ TEST_F(KernelsTest, OptimizerUpdatesOverSeveralSteps) {
       expect_close(mg, mc, 1e-5f, 1e-7f, "adam m" + what);
       expect_close(sg, sc, 1e-5f, 1e-8f, "adam v" + what);
     }
+  }
+}
+
+// --- activations, dropout, softmax, argmax, mean squared error (every dtype) ------------------------
+
+TEST_F(KernelsTest, ReluPropagatesNaN) {
+  Tensor x = rand({3, 5});
+  x.set<float>({0, 0}, std::nan(""));
+  x.set<float>({1, 2}, -std::nan(""));
+  Tensor want = Tensor::empty({3, 5}), got = poisoned({3, 5});
+  backend::relu(x, want);
+  backend::relu(on_gpu(x), got);
+  const Tensor back = got.to(Device::cpu());
+  EXPECT_TRUE(std::isnan(back.at<float>({0, 0})) && std::isnan(back.at<float>({1, 2})));
+  EXPECT_TRUE(std::isnan(want.at<float>({0, 0})) && std::isnan(want.at<float>({1, 2})));
+}
+
+TEST_F(KernelsTest, ActivationsDropoutSoftmaxArgmaxAndMseEveryDtype) {
+  using backend::Activation;
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    const auto close = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+      if (dt == kFloat32) expect_close(got, want, 1e-5f, 1e-6f, what);
+      else expect_close_half(got, want, 1e-5f, what);
+    };
+    for (const Shape& s : {Shape{7, 13}, Shape{2, 3, 64}, Shape{3, 1000}}) {
+      const std::string where = std::string(" ") + dtype_name(dt) + " shape=" + shape_str(s);
+      const Tensor x = rand_as(*this, dt, s, -4.f, 4.f), gy = rand_as(*this, dt, s), g0 = rand_as(*this, dt, s);
+      for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
+        const std::string what = "activation " + std::to_string(static_cast<int>(f)) + where;
+        Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
+        backend::activation(f, 0.1f, x, want);
+        backend::activation(f, 0.1f, on_gpu(x), got);
+        close(got, want, what);
+        const Tensor saved = backend::backward_reads_output(f) ? want : x;
+        for (float beta : {0.f, 1.f}) {
+          Tensor wg = g0.clone(), gg = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
+          backend::activation_backward(f, 0.1f, saved, gy, beta, wg);
+          backend::activation_backward(f, 0.1f, on_gpu(saved), on_gpu(gy), beta, gg);
+          close(gg, wg, what + " backward");
+        }
+      }
+      for (float beta : {0.f, 1.f}) {
+        // The mask is a hash of (seed, index): the same on both devices, element for element.
+        Tensor want = g0.clone(), got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
+        backend::dropout(0.3f, 99, x, beta, want);
+        backend::dropout(0.3f, 99, on_gpu(x), beta, got);
+        close(got, want, "dropout" + where);
+      }
+      for (bool log : {false, true}) {
+        const std::string what = (log ? "log_softmax" : "softmax") + where;
+        Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
+        backend::softmax(log, x, want);
+        backend::softmax(log, on_gpu(x), got);
+        close(got, want, what);
+        for (float beta : {0.f, 1.f}) {
+          Tensor wg = g0.clone(), gg = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
+          backend::softmax_backward(log, want, gy, beta, wg);
+          backend::softmax_backward(log, on_gpu(want), on_gpu(gy), beta, gg);
+          close(gg, wg, what + " backward");
+        }
+      }
+      Shape rows = s;
+      rows.pop_back();
+      Tensor wa = Tensor::empty(rows, kInt64), ga = Tensor::empty(rows, TensorOptions(kInt64, gpu()));
+      backend::argmax(x, wa);
+      backend::argmax(on_gpu(x), ga);
+      EXPECT_EQ(ga.to(Device::cpu()).to_vector<std::int64_t>(), wa.to_vector<std::int64_t>()) << "argmax" << where;
+
+      const Tensor t = rand_as(*this, dt, s), gloss = rand_as(*this, dt, {}, 0.5f, 2.f);
+      Tensor wl = Tensor::empty({}, dt), gl = poisoned_as(dt, {});
+      backend::mse(x, t, wl);
+      backend::mse(on_gpu(x), on_gpu(t), gl);
+      close(gl, wl, "mse" + where);
+      for (float alpha : {1.f, -1.f}) {
+        Tensor wg = Tensor::empty(s, dt), gg = poisoned_as(dt, s);
+        backend::mse_backward(x, t, gloss, alpha, 0.f, wg);
+        backend::mse_backward(on_gpu(x), on_gpu(t), on_gpu(gloss), alpha, 0.f, gg);
+        close(gg, wg, "mse_backward" + where);
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, ArgmaxTiesAndNaN) {
+  const float nan = std::nan("");
+  const Tensor x = Tensor::from_vector<float>({1.f, 3.f, 3.f, 0.f, nan, 5.f, nan, 2.f, nan}, {3, 3});
+  Tensor got = Tensor::empty({3}, TensorOptions(kInt64, gpu()));
+  backend::argmax(on_gpu(x), got);
+  EXPECT_EQ(got.to(Device::cpu()).to_vector<std::int64_t>(), (std::vector<std::int64_t>{1, 1, 0}));
+}
+
+TEST_F(KernelsTest, SoftmaxCrossEntropyWithLabelSmoothing) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    const Shape s{37, 11};
+    const Tensor logits = rand_as(*this, dt, s, -5.f, 5.f), y = labels(s[0], s[1]);
+    Tensor wp = Tensor::empty(s, dt), wl = Tensor::empty({}, dt);
+    backend::softmax_xent(logits, y, 0.1f, wp, wl);
+    Tensor gp = poisoned_as(dt, s), gl = poisoned_as(dt, {});
+    backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.1f, gp, gl);
+    expect_close_half(gl, wl, 1e-5f, std::string("smoothed loss ") + dtype_name(dt));
+    const Tensor gloss = rand_as(*this, dt, {}, 0.5f, 2.f);
+    Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
+    backend::softmax_xent_backward(wp, y, 0.1f, gloss, 0.f, want);
+    backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.1f, on_gpu(gloss), 0.f, got);
+    expect_close_half(got, want, 1e-6f, std::string("smoothed backward ") + dtype_name(dt));
   }
 }
 

@@ -3,6 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
 
@@ -113,6 +117,47 @@ TEST(BadInput, SetThreadsRejectsZero) {
   const int before = num_threads();
   DPL_EXPECT_ERROR(set_num_threads(0), AllOf(HasSubstr("set_num_threads"), HasSubstr("got 0")));
   EXPECT_EQ(num_threads(), before);
+}
+
+// --- activations, dropout, softmax, argmax, mean squared error -----------------------------------
+
+TEST(BadInput, ActivationsRejectNonFloatInput) {
+  const Variable ints(Tensor::zeros({2, 3}, kInt32));
+  for (const auto& [name, f] : std::vector<std::pair<std::string, Variable (*)(const Variable&)>>{
+           {"sigmoid", sigmoid}, {"tanh", tanh}, {"gelu", gelu}, {"softmax", softmax}, {"log_softmax", log_softmax}})
+    DPL_EXPECT_ERROR(f(ints), AllOf(HasSubstr(name), HasSubstr("float32, bfloat16 or float16"), HasSubstr("int32")));
+  DPL_EXPECT_ERROR(leaky_relu(ints), AllOf(HasSubstr("leaky_relu"), HasSubstr("int32")));
+  DPL_EXPECT_ERROR(argmax(ints), AllOf(HasSubstr("argmax"), HasSubstr("int32")));
+  DPL_EXPECT_ERROR(sigmoid(Variable()), AllOf(HasSubstr("sigmoid"), HasSubstr("undefined")));
+}
+
+TEST(BadInput, SoftmaxAndArgmaxNeedALastDimension) {
+  DPL_EXPECT_ERROR(softmax(var({})), AllOf(HasSubstr("softmax"), HasSubstr("at least 1 dimension"), HasSubstr("()")));
+  DPL_EXPECT_ERROR(argmax(var({3, 0})), AllOf(HasSubstr("argmax"), HasSubstr("non-empty"), HasSubstr("(3, 0)")));
+}
+
+TEST(BadInput, DropoutProbabilityOutOfRange) {
+  Generator gen(1);
+  for (float p : {-0.1f, 1.f, 1.5f}) {
+    DPL_EXPECT_ERROR(dropout(var({2}), p, gen), AllOf(HasSubstr("dropout"), HasSubstr("[0, 1)")));
+    DPL_EXPECT_ERROR(nn::Dropout(p, gen), AllOf(HasSubstr("Dropout"), HasSubstr("[0, 1)")));
+  }
+  DPL_EXPECT_ERROR(dropout(var({2}), 1.f, gen), HasSubstr("got 1"));
+}
+
+TEST(BadInput, MseLossShapesAndDtypes) {
+  DPL_EXPECT_ERROR(mse_loss(var({2, 3}), var({3, 2})),
+                   AllOf(HasSubstr("mse_loss"), HasSubstr("(2, 3)"), HasSubstr("(3, 2)")));
+  DPL_EXPECT_ERROR(mse_loss(var({2}), var({2}, kBFloat16)),
+                   AllOf(HasSubstr("mse_loss"), HasSubstr("float32"), HasSubstr("bfloat16")));
+  DPL_EXPECT_ERROR(mse_loss(var({0}), var({0})), AllOf(HasSubstr("mse_loss"), HasSubstr("non-empty")));
+}
+
+TEST(BadInput, LabelSmoothingOutOfRange) {
+  const Tensor labels = Tensor::zeros({2}, kInt32);
+  for (float e : {-0.5f, 1.f})
+    DPL_EXPECT_ERROR(softmax_cross_entropy(var({2, 3}), labels, e),
+                     AllOf(HasSubstr("softmax_cross_entropy"), HasSubstr("label_smoothing in [0, 1)")));
 }
 
 }  // namespace

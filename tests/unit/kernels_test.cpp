@@ -173,9 +173,9 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   const Tensor labels = Tensor::from_vector(lv, {rows});
 
   Tensor wp = Tensor::empty({rows, classes}), wl = Tensor::empty({});
-  backend::softmax_xent(logits, labels, wp, wl);
+  backend::softmax_xent(logits, labels, 0.f, wp, wl);
   Tensor gp = Tensor::empty({rows, classes}, dt()), gl = Tensor::empty({}, dt());
-  backend::softmax_xent(half(logits), labels, gp, gl);
+  backend::softmax_xent(half(logits), labels, 0.f, gp, gl);
   expect_rounded(gp, wp, 1e-6f, "softmax_xent probs");
   expect_rounded(gl, wl, 1e-6f, "softmax_xent loss");
 
@@ -183,8 +183,8 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   const Tensor probs = wp.to(dt()).to(kFloat32);  // the 16-bit probabilities, exactly
   for (float beta : {0.f, 1.f}) {
     Tensor want = g0.clone(), got = half(g0);
-    backend::softmax_xent_backward(probs, labels, gloss, beta, want);
-    backend::softmax_xent_backward(half(probs), labels, half(gloss), beta, got);
+    backend::softmax_xent_backward(probs, labels, 0.f, gloss, beta, want);
+    backend::softmax_xent_backward(half(probs), labels, 0.f, half(gloss), beta, got);
     expect_rounded(got, want, 1e-6f, "softmax_xent_backward");
   }
 
@@ -277,7 +277,7 @@ TEST(Dispatch, ChecksDtypesAndNamesTheArguments) {
   DPL_EXPECT_ERROR(backend::relu(Tensor::zeros({4}, kInt32), yi),
                    AllOf(HasSubstr("relu"), HasSubstr("x of dtype float32, bfloat16 or float16"), HasSubstr("int32")));
   Tensor probs = Tensor::empty({2, 3}), loss = Tensor::empty({});
-  DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), probs, loss),
+  DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), 0.f, probs, loss),
                    AllOf(HasSubstr("softmax_xent"), HasSubstr("labels of dtype int32"), HasSubstr("int64")));
   Tensor p = Tensor::zeros({4}, kBFloat16);
   const backend::SgdHyper h{0.1f, 0.f};
@@ -328,6 +328,105 @@ TEST(HalfOps, NdOpsForwardAndBackwardAgreeWithFloat32) {
   }
   DPL_EXPECT_ERROR(add(Variable(Tensor::zeros({2}, kBFloat16)), Variable(Tensor::zeros({2}))),
                    AllOf(HasSubstr("add"), HasSubstr("one dtype"), HasSubstr("bfloat16"), HasSubstr("float32")));
+}
+
+// --- activations, dropout, softmax, argmax, mean squared error ------------------------------------
+
+TEST(Kernels, ReluPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+    const Tensor x = Tensor::from_vector<float>({nan, -nan, -1.f, 0.5f}, {4}).to(t);
+    Tensor y = Tensor::empty({4}, t);
+    backend::relu(x, y);
+    const std::vector<float> v = y.to(kFloat32).to_vector<float>();
+    EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[1])) << t;
+    EXPECT_EQ(v[2], 0.f) << t;
+    EXPECT_EQ(v[3], 0.5f) << t;
+  }
+}
+
+TEST_P(HalfKernels, ActivationsNd) {
+  using backend::Activation;
+  const Shape s{3, 2, 5, 4};
+  const Tensor x = exact_in(dt(), s, gen_, -3.f, 3.f), g0 = exact_in(dt(), s, gen_), gy = exact_in(dt(), s, gen_);
+  for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
+    const std::string what = "activation " + std::to_string(static_cast<int>(f));
+    Tensor want = Tensor::empty(s), got = Tensor::empty(s, dt());
+    backend::activation(f, 0.125f, x, want);
+    backend::activation(f, 0.125f, half(x), got);
+    expect_rounded(got, want, 1e-6f, what);
+    // The saved tensor as the op saves it: the 16-bit output, or the input.
+    const Tensor saved = backend::backward_reads_output(f) ? got.to(kFloat32) : x;
+    for (float beta : {0.f, 1.f}) {
+      Tensor wg = g0.clone(), gg = half(g0);
+      backend::activation_backward(f, 0.125f, saved, gy, beta, wg);
+      backend::activation_backward(f, 0.125f, half(saved), half(gy), beta, gg);
+      expect_rounded(gg, wg, 1e-6f, what + " backward");
+    }
+  }
+}
+
+TEST_P(HalfKernels, DropoutKeepsTheSameMaskInEveryDtype) {
+  const Shape s{4, 3, 33};
+  const Tensor x = exact_in(dt(), s, gen_), y0 = exact_in(dt(), s, gen_);
+  for (float beta : {0.f, 1.f}) {
+    Tensor want = y0.clone(), got = half(y0);
+    backend::dropout(0.5f, 1234, x, beta, want);  // 1 / (1 - 0.5) = 2: exact in every dtype
+    backend::dropout(0.5f, 1234, half(x), beta, got);
+    expect_rounded(got, want, 0.f, "dropout");
+  }
+}
+
+TEST_P(HalfKernels, SoftmaxArgmaxAndMseNd) {
+  const Shape s{2, 3, 7};
+  const Tensor x = exact_in(dt(), s, gen_, -4.f, 4.f), g0 = exact_in(dt(), s, gen_), gy = exact_in(dt(), s, gen_);
+  for (bool log : {false, true}) {
+    Tensor want = Tensor::empty(s), got = Tensor::empty(s, dt());
+    backend::softmax(log, x, want);
+    backend::softmax(log, half(x), got);
+    expect_rounded(got, want, 1e-6f, log ? "log_softmax" : "softmax");
+    const Tensor y = got.to(kFloat32);
+    for (float beta : {0.f, 1.f}) {
+      Tensor wg = g0.clone(), gg = half(g0);
+      backend::softmax_backward(log, y, gy, beta, wg);
+      backend::softmax_backward(log, half(y), half(gy), beta, gg);
+      expect_rounded(gg, wg, 1e-5f, log ? "log_softmax backward" : "softmax backward");
+    }
+  }
+  Tensor wa = Tensor::empty({2, 3}, kInt64), ga = Tensor::empty({2, 3}, kInt64);
+  backend::argmax(x, wa);
+  backend::argmax(half(x), ga);
+  EXPECT_EQ(ga.to_vector<std::int64_t>(), wa.to_vector<std::int64_t>());
+
+  const Tensor t = exact_in(dt(), s, gen_), gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f);
+  Tensor wl = Tensor::empty({}), gl = Tensor::empty({}, dt());
+  backend::mse(x, t, wl);
+  backend::mse(half(x), half(t), gl);
+  expect_rounded(gl, wl, 1e-6f, "mse");
+  for (float alpha : {1.f, -1.f}) {
+    for (float beta : {0.f, 1.f}) {
+      Tensor wg = g0.clone(), gg = half(g0);
+      backend::mse_backward(x, t, gloss, alpha, beta, wg);
+      backend::mse_backward(half(x), half(t), half(gloss), alpha, beta, gg);
+      expect_rounded(gg, wg, 1e-6f, "mse_backward");
+    }
+  }
+}
+
+TEST_P(HalfKernels, SoftmaxCrossEntropyWithSmoothing) {
+  const std::int64_t rows = 6, classes = 5;
+  const Tensor logits = exact_in(dt(), {rows, classes}, gen_, -4.f, 4.f);
+  const Tensor labels = Tensor::from_vector<std::int32_t>({0, 4, 1, 1, 3, 2}, {rows});
+  Tensor wp = Tensor::empty({rows, classes}), wl = Tensor::empty({});
+  Tensor gp = Tensor::empty({rows, classes}, dt()), gl = Tensor::empty({}, dt());
+  backend::softmax_xent(logits, labels, 0.1f, wp, wl);
+  backend::softmax_xent(half(logits), labels, 0.1f, gp, gl);
+  expect_rounded(gl, wl, 1e-6f, "smoothed softmax_xent loss");
+  const Tensor probs = gp.to(kFloat32), gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f);
+  Tensor want = Tensor::empty({rows, classes}), got = Tensor::empty({rows, classes}, dt());
+  backend::softmax_xent_backward(probs, labels, 0.1f, gloss, 0.f, want);
+  backend::softmax_xent_backward(half(probs), labels, 0.1f, half(gloss), 0.f, got);
+  expect_rounded(got, want, 1e-6f, "smoothed softmax_xent_backward");
 }
 
 }  // namespace

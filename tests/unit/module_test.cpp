@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -266,6 +267,50 @@ TEST(Module, SharedSubModuleIsListedOnceAndPacksOnce) {
   seq.arena(&repacked);
   EXPECT_FALSE(repacked);
   EXPECT_EQ(seq.arena().id(), id);
+}
+
+// --- activation layers, Sequential from modules, summary ------------------------------------------
+
+TEST(Sequential, TakesSharedPtrsAndModulesByValue) {
+  Generator gen(3);
+  auto first = std::make_shared<nn::Linear>(4, 3, true, gen);
+  nn::Sequential seq(first, nn::ReLU(), nn::Linear(3, 2, true, gen), nn::LeakyReLU(0.2f), nn::Dropout(0.5f),
+                     nn::Sigmoid(), nn::Tanh(), nn::GELU());
+  ASSERT_EQ(seq.size(), 8u);
+  EXPECT_EQ(seq.children()[0].second, first);
+  EXPECT_EQ(names_of(seq), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_FLOAT_EQ(dynamic_cast<nn::LeakyReLU&>(*seq.children()[3].second).slope(), 0.2f);
+  seq.eval();  // dropout off
+  const Variable x(Tensor::normal({5, 4}, 0.f, 1.f, gen));
+  const Variable want = gelu(tanh(sigmoid(leaky_relu(
+      linear(relu(linear(x, first->weight(), first->bias())), seq.parameters()[2], seq.parameters()[3]), 0.2f))));
+  EXPECT_EQ(seq(x).data().to_vector<float>(), want.data().to_vector<float>());
+  // The initializer-list form still works.
+  nn::Sequential listed{std::make_shared<nn::ReLU>(), std::make_shared<nn::Softmax>()};
+  EXPECT_EQ(listed.size(), 2u);
+}
+
+TEST(Layers, DropoutFollowsTheTrainingFlag) {
+  Generator gen(4);
+  nn::Dropout drop(0.5f, gen);
+  const Variable x(Tensor::ones({100}));
+  const std::vector<float> on = drop(x).data().to_vector<float>();
+  EXPECT_NE(std::count(on.begin(), on.end(), 0.f), 0);
+  drop.eval();
+  EXPECT_EQ(drop(x).data().to_vector<float>(), x.data().to_vector<float>());
+}
+
+TEST(Summary, ListsLayersShapesAndParameterCounts) {
+  nn::Sequential seq(nn::Linear(4, 3), nn::ReLU(), nn::Dropout(0.5f), nn::Linear(3, 2), nn::LogSoftmax());
+  const std::string text = nn::summary(seq, {8, 4});
+  EXPECT_THAT(text, AllOf(HasSubstr("Linear"), HasSubstr("ReLU"), HasSubstr("Dropout"), HasSubstr("LogSoftmax"),
+                          HasSubstr("(8, 3)"), HasSubstr("(8, 2)"), HasSubstr("15"), HasSubstr("8\n"),
+                          HasSubstr("Total params: 23"), HasSubstr("Trainable params: 23")));
+  EXPECT_TRUE(seq.is_training());  // restored after the evaluation-mode forward
+  nn::MLP mlp(5, 6, 2);
+  EXPECT_THAT(nn::summary(mlp, {1, 6}), AllOf(HasSubstr("l1"), HasSubstr("l3"), HasSubstr("MLP"), HasSubstr("(1, 2)"),
+                                             HasSubstr("Total params: " + std::to_string(mlp.num_parameters()))));
+  DPL_EXPECT_ERROR(nn::summary(seq, {8, 5}), HasSubstr("linear"));
 }
 
 }  // namespace

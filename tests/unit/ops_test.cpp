@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -280,6 +281,161 @@ TEST(OpsGradient, SoftmaxCrossEntropyHasTheClosedForm) {
     }
   }
   EXPECT_THAT(logits.grad().to_vector<float>(), Pointwise(FloatNear(1e-6f), std::vector<float>(expected.begin(), expected.end())));
+}
+
+// --- activations, dropout, softmax, argmax, mean squared error, scalar arithmetic -----------------
+
+TEST(OpsForward, ReluPropagatesNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> y = relu(Variable(Tensor::from_vector<float>({nan, -1.f, 2.f}, {3}))).data().to_vector<float>();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.f);
+  EXPECT_EQ(y[2], 2.f);
+  EXPECT_TRUE(std::isnan(leaky_relu(Variable(Tensor::from_vector<float>({nan}, {1})), 0.1f).item()));
+}
+
+TEST(OpsForward, Activations) {
+  const Variable x(Tensor::from_vector<float>({-2.f, 0.f, 1.5f}, {3}));
+  EXPECT_THAT(leaky_relu(x, 0.1f).data().to_vector<float>(), Pointwise(FloatNear(1e-7f), {-0.2f, 0.f, 1.5f}));
+  std::vector<float> sig, th, ge;
+  for (double v : {-2.0, 0.0, 1.5}) {
+    sig.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-v))));
+    th.push_back(static_cast<float>(std::tanh(v)));
+    ge.push_back(static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))));  // the exact erf form
+  }
+  EXPECT_THAT(sigmoid(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), sig));
+  EXPECT_THAT(tanh(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), th));
+  EXPECT_THAT(gelu(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), ge));
+}
+
+TEST(OpsForward, SoftmaxLogSoftmaxAndArgmaxOverTheLastDimension) {
+  Generator gen(30);
+  const Variable x(randn({2, 3, 5}, gen));
+  const std::vector<float> p = softmax(x).data().to_vector<float>(), lp = log_softmax(x).data().to_vector<float>();
+  const std::vector<float> xv = x.data().to_vector<float>();
+  const std::vector<std::int64_t> am = argmax(x).to_vector<std::int64_t>();
+  ASSERT_EQ(argmax(x).shape(), (Shape{2, 3}));
+  for (int r = 0; r < 6; ++r) {
+    double z = 0;
+    int best = 0;
+    for (int j = 0; j < 5; ++j) {
+      z += std::exp(static_cast<double>(xv[r * 5 + j]));
+      if (xv[r * 5 + j] > xv[r * 5 + best]) best = j;
+    }
+    for (int j = 0; j < 5; ++j) {
+      EXPECT_NEAR(p[r * 5 + j], std::exp(xv[r * 5 + j]) / z, 1e-6);
+      EXPECT_NEAR(lp[r * 5 + j], xv[r * 5 + j] - std::log(z), 1e-5);
+    }
+    EXPECT_EQ(am[r], best);
+  }
+  // Ties go to the first index; a NaN wins; log_softmax stays finite where softmax underflows.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Variable t(Tensor::from_vector<float>({1.f, 3.f, 3.f, 0.f, nan, 5.f, 1000.f, 0.f, -1000.f}, {3, 3}));
+  EXPECT_THAT(argmax(t).to_vector<std::int64_t>(), ElementsAre(1, 1, 0));
+  EXPECT_FLOAT_EQ(log_softmax(Variable(Tensor::from_vector<float>({1000.f, 0.f}, {2}))).data().to_vector<float>()[1],
+                  -1000.f);
+}
+
+TEST(OpsForward, DropoutIsInvertedSeededAndOffOutsideTraining) {
+  const Variable x(Tensor::ones({64, 64}));
+  Generator g1(5), g2(5);
+  const std::vector<float> a = dropout(x, 0.25f, g1).data().to_vector<float>();
+  EXPECT_EQ(dropout(x, 0.25f, g2).data().to_vector<float>(), a);  // same generator state, same mask
+  std::int64_t kept = 0;
+  for (float v : a) {
+    ASSERT_TRUE(v == 0.f || std::fabs(v - 1.f / 0.75f) < 1e-6f) << v;
+    kept += v != 0.f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / 4096.0, 0.75, 0.03);
+  EXPECT_NE(dropout(x, 0.25f, g1).data().to_vector<float>(), a);  // the generator moved on
+  EXPECT_EQ(dropout(x, 0.5f, g1, false).id(), x.id());
+  EXPECT_EQ(dropout(x, 0.f, g1).id(), x.id());
+}
+
+TEST(OpsForward, MseAndLabelSmoothing) {
+  const Variable x(Tensor::from_vector<float>({1.f, 2.f, 3.f, 4.f}, {2, 2}));
+  const Variable t(Tensor::from_vector<float>({0.f, 2.f, 5.f, 4.f}, {2, 2}));
+  EXPECT_FLOAT_EQ(mse_loss(x, t).item(), (1.f + 4.f) / 4.f);
+  // PyTorch's definition: the target is (1 - e) onehot + e / C, so the loss is
+  // (1 - e) * nll + e * mean over classes of -log p.
+  Generator gen(31);
+  const Variable logits(randn({4, 5}, gen));
+  const Tensor labels = Tensor::from_vector<std::int32_t>({0, 4, 2, 2}, {4});
+  const float e = 0.2f;
+  const std::vector<float> lp = log_softmax(logits).data().to_vector<float>();
+  double want = 0;
+  for (int r = 0; r < 4; ++r) {
+    double uniform = 0;
+    for (int j = 0; j < 5; ++j) uniform -= lp[r * 5 + j] / 5.0;
+    want += ((1 - e) * -lp[r * 5 + labels.at<std::int32_t>({r})] + e * uniform) / 4.0;
+  }
+  EXPECT_NEAR(softmax_cross_entropy(logits, labels, e).item(), want, 1e-5);
+}
+
+TEST(OpsForward, ScalarArithmetic) {
+  const Variable x(Tensor::from_vector<float>({1.f, -2.f}, {2}));
+  const auto v = [](const Variable& y) { return y.data().to_vector<float>(); };
+  EXPECT_THAT(v(x * 2.f), ElementsAre(2.f, -4.f));
+  EXPECT_THAT(v(2.f * x), ElementsAre(2.f, -4.f));
+  EXPECT_THAT(v(x + 1.f), ElementsAre(2.f, -1.f));
+  EXPECT_THAT(v(1.f + x), ElementsAre(2.f, -1.f));
+  EXPECT_THAT(v(x - 1.f), ElementsAre(0.f, -3.f));
+  EXPECT_THAT(v(1.f - x), ElementsAre(0.f, 3.f));
+  EXPECT_THAT(v(x / 4.f), ElementsAre(0.25f, -0.5f));
+  EXPECT_THAT(v(-x), ElementsAre(-1.f, 2.f));
+  EXPECT_THAT(v(x + x - x * x), ElementsAre(1.f, -8.f));
+}
+
+TEST(OpsGradient, Activations) {
+  Generator gen(32);
+  for (const Shape& s : {Shape{7}, Shape{3, 4}, Shape{2, 3, 2, 2}}) {
+    // Away from zero: leaky_relu's kink must stay outside the finite-difference step.
+    const Tensor x = away_from_zero(s, gen, 0.1f, 2.f);
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return leaky_relu(v[0], 0.2f); }, {x}));
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return sigmoid(v[0]); }, {x}));
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return tanh(v[0]); }, {x}));
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return gelu(v[0]); }, {x}));
+  }
+}
+
+TEST(OpsGradient, Dropout) {
+  Generator data(33);
+  for (const Shape& s : {Shape{40}, Shape{4, 3, 5}}) {
+    // A fresh generator per call: gradcheck evaluates f many times and needs the same mask each time.
+    EXPECT_TRUE(gradcheck(
+        [](const Vars& v) {
+          Generator g(7);
+          return dropout(v[0], 0.3f, g);
+        },
+        {randn(s, data)}));
+  }
+}
+
+TEST(OpsGradient, SoftmaxAndLogSoftmax) {
+  Generator gen(34);
+  for (const Shape& s : {Shape{6}, Shape{3, 4}, Shape{2, 3, 5}}) {
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return softmax(v[0]); }, {randn(s, gen)}));
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return log_softmax(v[0]); }, {randn(s, gen)}));
+  }
+}
+
+TEST(OpsGradient, MseLoss) {
+  Generator gen(35);
+  for (const Shape& s : {Shape{5}, Shape{3, 4}, Shape{2, 2, 3}})
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return mse_loss(v[0], v[1]); }, {randn(s, gen), randn(s, gen)}));
+}
+
+TEST(OpsGradient, SoftmaxCrossEntropyWithLabelSmoothing) {
+  Generator gen(36);
+  const Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 3, 2}, {5});
+  EXPECT_TRUE(gradcheck([&](const Vars& v) { return softmax_cross_entropy(v[0], labels, 0.1f); },
+                        {randn({5, 4}, gen, 2.f)}));
+}
+
+TEST(OpsGradient, ScalarArithmetic) {
+  Generator gen(37);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return 3.f - v[0] * 2.f / 5.f + 1.f; }, {randn({2, 3, 2}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return -(0.5f * v[0] - 1.f); }, {randn({4}, gen)}));
 }
 
 }  // namespace

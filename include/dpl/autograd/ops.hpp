@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "dpl/autograd/variable.hpp"
+#include "dpl/core/random.hpp"
 
 namespace dpl {
 
@@ -32,11 +33,13 @@ Variable flatten(const Variable& x, std::int64_t start_dim = 1);
 /// Sum and mean of all elements, any rank (one-element result of shape ()).
 Variable sum(const Variable& x);
 Variable mean(const Variable& x);
-/// Mean over the batch of -log softmax(logits)[label]. logits (N,C), labels (N,) int32
-/// in [0, C). Result has shape (). Host labels outside [0, C) throw dpl::Error; labels on a GPU
+/// Mean over the batch of the cross-entropy between softmax(logits) and the target distribution
+/// (1 - label_smoothing) * onehot(label) + label_smoothing / C (PyTorch's label smoothing; 0 gives
+/// -log softmax(logits)[label]). logits (N,C), labels (N,) int32 in [0, C), label_smoothing in
+/// [0, 1). Result has shape (). Host labels outside [0, C) throw dpl::Error; labels on a GPU
 /// are not read back to be checked (that would stall every step): an out-of-range label there
 /// gives a NaN loss, so check labels when loading them.
-Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels);
+Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing = 0.f);
 /// Fraction of rows whose arg-max is the label (no gradient). Result has shape ().
 Tensor accuracy(const Variable& logits, const Tensor& labels);
 
@@ -112,5 +115,48 @@ Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variab
 Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
                              const Tensor& running_mean, const Tensor& running_var, bool training,
                              double momentum = 0.1, double eps = 1e-5);
+
+// --- activations, dropout, softmax, argmax, mean squared error, scalar arithmetic ---------------
+
+/// x if x > 0 else slope * x, elementwise, any rank; NaN stays NaN. Float input.
+Variable leaky_relu(const Variable& x, float slope = 0.01f);
+/// 1 / (1 + exp(-x)), elementwise, any rank. Float input.
+Variable sigmoid(const Variable& x);
+/// tanh(x), elementwise, any rank. Float input.
+Variable tanh(const Variable& x);
+/// x * Phi(x), Phi the standard normal CDF: the exact erf form (PyTorch's default, not its tanh
+/// approximation), elementwise, any rank. Float input.
+Variable gelu(const Variable& x);
+/// Inverted dropout, any rank: while `training` and p > 0, each element is zeroed with
+/// probability p and the rest are scaled by 1 / (1 - p); otherwise x itself is returned. Requires
+/// p in [0, 1). The mask is drawn on x's device from one 64-bit seed taken from `gen` per call
+/// (a counter-based hash of the seed and the element's index), so equal generator states give
+/// equal masks on the CPU and the GPU, and no mask is stored for backward.
+Variable dropout(const Variable& x, float p, Generator& gen, bool training = true);
+/// softmax over the last dimension, any rank >= 1 (every leading index is a row). Float input.
+Variable softmax(const Variable& x);
+/// log(softmax(x)) over the last dimension, computed as x - logsumexp(x) (finite where softmax
+/// underflows), any rank >= 1. Float input.
+Variable log_softmax(const Variable& x);
+/// Index of the largest value along the last dimension (the first on ties; a NaN counts as the
+/// largest), as an int64 tensor of x's shape without its last dimension; no gradient. Float input
+/// of rank >= 1 with a non-empty last dimension.
+Tensor argmax(const Variable& x);
+/// Mean of (x - target)^2 over all elements; result has shape (). x and target have one shape,
+/// float dtype and device; both get gradients when they require them.
+Variable mse_loss(const Variable& x, const Variable& target);
+
+/// a * x + b elementwise with scalars a and b, any rank; a float input. A 16-bit result is rounded
+/// after the scaling and, when b != 0, again after the shift (by b rounded to x's dtype).
+Variable affine(const Variable& x, float a, float b);
+/// Scalar operators, all through affine: x * s, s * x, x / s, x + s, s + x, x - s, s - x and -x.
+inline Variable operator*(const Variable& x, float s) { return affine(x, s, 0.f); }
+inline Variable operator*(float s, const Variable& x) { return affine(x, s, 0.f); }
+inline Variable operator/(const Variable& x, float s) { return affine(x, 1.f / s, 0.f); }
+inline Variable operator+(const Variable& x, float s) { return affine(x, 1.f, s); }
+inline Variable operator+(float s, const Variable& x) { return affine(x, 1.f, s); }
+inline Variable operator-(const Variable& x, float s) { return affine(x, 1.f, -s); }
+inline Variable operator-(float s, const Variable& x) { return affine(x, -1.f, s); }
+inline Variable operator-(const Variable& x) { return affine(x, -1.f, 0.f); }
 
 }  // namespace dpl

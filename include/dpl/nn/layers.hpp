@@ -3,6 +3,8 @@
 
 #include <initializer_list>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "dpl/core/random.hpp"
 #include "dpl/nn/module.hpp"
@@ -39,11 +41,41 @@ class Flatten : public Module {
   Variable forward(const Variable& x) override;
 };
 
+namespace sequential_detail {
+template <typename M>
+struct IsModulePtr : std::false_type {};
+template <typename M>
+struct IsModulePtr<std::shared_ptr<M>> : std::is_base_of<Module, M> {};
+}  // namespace sequential_detail
+
+/// True for what Sequential's variadic constructor accepts: a shared_ptr to a Module or a Module.
+template <typename M>
+inline constexpr bool is_module_arg = sequential_detail::IsModulePtr<std::decay_t<M>>::value ||
+                                      std::is_base_of_v<Module, std::decay_t<M>>;
+
+/// m itself when it is a shared_ptr, else m (an rvalue) moved into a new shared_ptr.
+template <typename M>
+std::shared_ptr<Module> as_module_ptr(M&& m) {
+  if constexpr (sequential_detail::IsModulePtr<std::decay_t<M>>::value) {
+    return std::forward<M>(m);
+  } else {
+    static_assert(std::is_move_constructible_v<std::decay_t<M>>, "Sequential: pass this module as a shared_ptr");
+    static_assert(!std::is_lvalue_reference_v<M>, "Sequential: pass a module object as a temporary or std::move it");
+    return std::make_shared<std::decay_t<M>>(std::move(m));
+  }
+}
+
 /// Applies its sub-modules in order; they are named "0", "1", ...
 class Sequential : public Module {
  public:
   Sequential() = default;
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  /// Takes each module as a std::shared_ptr to a Module, or as a Module object by value (moved
+  /// into a new shared_ptr), in the order they run, as libtorch's Sequential does.
+  template <typename... Ms, typename = std::enable_if_t<(sizeof...(Ms) > 0) && (is_module_arg<Ms> && ...)>>
+  explicit Sequential(Ms&&... modules) {
+    (append(as_module_ptr(std::forward<Ms>(modules))), ...);
+  }
   /// Appends a module (named by its position).
   Sequential& append(std::shared_ptr<Module> module);
   Variable forward(const Variable& x) override;

@@ -27,6 +27,9 @@ class Module {
   Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+  /// Moves a module that nothing refers to yet into a new object (Sequential takes modules by
+  /// value this way). Ensures: the new module has the parameters, buffers and sub-modules.
+  Module(Module&&) = default;
 
   /// The module's computation. Requires an input this module accepts (see each module).
   virtual Variable forward(const Variable& x) = 0;

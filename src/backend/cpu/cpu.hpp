@@ -1,6 +1,6 @@
 #pragma once
-// Shared pieces of the CPU backend: the parallel grain, and the adapter that runs a float32
-// kernel on 16-bit tensors. Internal header.
+// Shared pieces of the CPU backend: the parallel grain, the index loop, and the adapter that
+// runs a float32 kernel on 16-bit tensors. Internal header.
 //
 // The CPU computes in float32 only. A kernel over bfloat16 or float16 tensors is its float32
 // implementation run on widened copies: every 16-bit tensor argument is converted to a float32
@@ -18,6 +18,13 @@ namespace dpl::backend::cpu {
 
 /// Below this many elements a loop runs on one thread: waking the pool costs more than it saves.
 inline constexpr std::int64_t kParallelGrain = 1 << 15;
+
+/// Calls f(i) for every i in [0, n): one vectorisable loop, threaded above kParallelGrain.
+template <typename F>
+void for_each_index(std::int64_t n, F&& f) {
+#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) f(i);
+}
 
 /// True for bfloat16 and float16.
 inline bool is_16bit(DType t) { return t == kBFloat16 || t == kFloat16; }

@@ -7,12 +7,6 @@ namespace dpl::backend::cpu {
 
 namespace {
 
-template <typename F>
-void for_each_index(std::int64_t n, F&& f) {
-#pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
-
 template <BinaryOp op>
 inline float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
@@ -108,10 +102,11 @@ void fill_scaled_cpu(float alpha, const Tensor& s, float beta, Tensor& out) {
   else for_each_index(out.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v; });
 }
 
+// `!(x <= 0)` lets NaN through, as PyTorch's relu does.
 void relu_cpu(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
-  for_each_index(x.numel(), [&](std::int64_t i) { py[i] = px[i] > 0.f ? px[i] : 0.f; });
+  for_each_index(x.numel(), [&](std::int64_t i) { py[i] = !(px[i] <= 0.f) ? px[i] : 0.f; });
 }
 
 void relu_backward_cpu(const Tensor& y, const Tensor& gy, float beta, Tensor& gx) {

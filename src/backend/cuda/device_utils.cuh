@@ -93,6 +93,33 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// The arg-max of row x (cols elements) across one warp: each lane scans elements lane, lane + 32,
+/// ..., then the lanes combine in a fixed shuffle tree. beats(av, ai, bv, bi) says whether value
+/// av at index ai wins over bv at bi, index cols meaning "none yet". Every lane of the warp must
+/// call it; each gets the winning index (cols for an empty row).
+template <typename T, typename Beats>
+__device__ __forceinline__ std::int64_t warp_argmax(const T* x, std::int64_t cols, Beats beats) {
+  float best = 0.f;
+  std::int64_t arg = cols;
+  for (std::int64_t j = threadIdx.x & 31; j < cols; j += 32) {
+    const float v = to_float(x[j]);
+    if (beats(v, j, best, arg)) {
+      best = v;
+      arg = j;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
+    if (beats(ob, oa, best, arg)) {
+      best = ob;
+      arg = oa;
+    }
+  }
+  return arg;
+}
+
 /// Sum over the block; the result is valid in thread 0. Every thread of the block must call it.
 /// The fixed shuffle tree makes the result independent of timing.
 __device__ __forceinline__ double block_sum(double v) {

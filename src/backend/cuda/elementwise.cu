@@ -93,7 +93,7 @@ __global__ void relu_kernel(const T* x, T* y, std::int64_t n) {
     const Vec<V> xv = load<V>(x + i);
     Vec<V> r;
 #pragma unroll
-    for (int j = 0; j < V; ++j) r.v[j] = xv.v[j] > 0.f ? xv.v[j] : 0.f;
+    for (int j = 0; j < V; ++j) r.v[j] = !(xv.v[j] <= 0.f) ? xv.v[j] : 0.f;  // NaN passes, as in PyTorch
     store<V>(y + i, r);
   }
 }

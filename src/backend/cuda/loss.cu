@@ -23,8 +23,8 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // ============================================================================================
 
 template <typename T>
-__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, T* probs, T* loss, std::int64_t rows,
-                                    std::int64_t cols, double* partials, unsigned* counter) {
+__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, T* probs, T* loss,
+                                    std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter) {
   const int lane = threadIdx.x & 31;
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -35,8 +35,9 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
     float mx = -INFINITY;
     for (std::int64_t j = lane; j < cols; j += 32) mx = fmaxf(mx, to_float(x[j]));
     mx = warp_max(mx);
-    float s = 0.f;
+    float s = 0.f, row_sum = 0.f;
     for (std::int64_t j = lane; j < cols; j += 32) {
+      row_sum += to_float(x[j]);
       const float e = expf(to_float(x[j]) - mx);
       // float32 keeps e for the rescaling below; a 16-bit probability must be rounded only once,
       // so there the exponential is recomputed instead.
@@ -44,6 +45,7 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
       s += e;
     }
     s = warp_sum(s);
+    row_sum = warp_sum(row_sum);
     const float inv = 1.f / s;
     // Each lane rescales the entries it wrote itself, so no barrier is needed.
     for (std::int64_t j = lane; j < cols; j += 32) {
@@ -55,7 +57,11 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
     // out-of-range label makes the loss NaN instead of reading outside the row.
     if (lane == 0) {
       const std::int32_t t = labels[r];
-      row_losses += (t >= 0 && t < cols) ? static_cast<double>(logf(s) + mx - to_float(x[t])) : CUDART_NAN;
+      // Smoothing puts smoothing / C of the target on every class (see the CPU kernel).
+      const float smoothed = smoothing == 0.f ? 0.f : smoothing / static_cast<float>(cols) * row_sum;
+      row_losses += (t >= 0 && t < cols)
+                        ? static_cast<double>(logf(s) + mx - (1.f - smoothing) * to_float(x[t]) - smoothed)
+                        : CUDART_NAN;
     }
   }
   const double block = block_sum(row_losses);
@@ -66,13 +72,14 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
 }
 
 template <bool acc, typename T>
-__global__ void softmax_xent_backward_kernel(const T* probs, const std::int32_t* labels, const T* gloss, T* glogits,
-                                             std::int64_t rows, std::int64_t cols) {
+__global__ void softmax_xent_backward_kernel(const T* probs, const std::int32_t* labels, float smoothing, const T* gloss,
+                                             T* glogits, std::int64_t rows, std::int64_t cols) {
   const float scale = rows ? to_float(gloss[0]) / static_cast<float>(rows) : 0.f;
+  const float uniform = smoothing / static_cast<float>(cols);
   const std::int64_t n = rows * cols;
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const std::int64_t r = i / cols, j = i - r * cols;
-    const float v = scale * (to_float(probs[i]) - (j == labels[r] ? 1.f : 0.f));
+    const float v = scale * (to_float(probs[i]) - (j == labels[r] ? 1.f - smoothing : 0.f) - uniform);
     glogits[i] = from_float<T>(acc ? to_float(glogits[i]) + v : v);
   }
 }
@@ -87,24 +94,9 @@ __global__ void accuracy_kernel(const T* logits, const std::int32_t* labels, T* 
   for (std::int64_t r = first; r < rows; r += step) {
     const T* x = logits + r * cols;
     // The first index of the largest value wins, as on the CPU.
-    float best = -INFINITY;
-    std::int64_t arg = cols;  // "none yet"
-    for (std::int64_t j = lane; j < cols; j += 32) {
-      const float xj = to_float(x[j]);
-      if (arg == cols || xj > best) {
-        best = xj;
-        arg = j;
-      }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
-      if (oa != cols && (arg == cols || ob > best || (ob == best && oa < arg))) {
-        best = ob;
-        arg = oa;
-      }
-    }
+    const std::int64_t arg = warp_argmax(x, cols, [cols](float av, std::int64_t ai, float bv, std::int64_t bi) {
+      return ai != cols && (bi == cols || av > bv || (av == bv && ai < bi));
+    });
     if (lane == 0) correct += arg == labels[r] ? 1.0 : 0.0;
   }
   const double block = block_sum(correct);
@@ -124,20 +116,25 @@ unsigned row_grid(std::int64_t rows, int device) {
 }
 
 template <typename T>
-void launch_softmax_xent(const T* logits, const std::int32_t* labels, T* probs, T* loss, std::int64_t rows,
-                         std::int64_t cols, const CudaDevice::ReduceScratch& s, int device, cudaStream_t stream) {
-  softmax_xent_kernel<<<row_grid(rows, device), kThreads, 0, stream>>>(logits, labels, probs, loss, rows, cols,
-                                                                       s.partials, s.counter);
+void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, T* probs, T* loss,
+                         std::int64_t rows, std::int64_t cols, const CudaDevice::ReduceScratch& s, int device,
+                         cudaStream_t stream) {
+  softmax_xent_kernel<<<row_grid(rows, device), kThreads, 0, stream>>>(logits, labels, smoothing, probs, loss, rows,
+                                                                       cols, s.partials, s.counter);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
-void launch_softmax_xent_backward(const T* probs, const std::int32_t* labels, const T* gloss, bool acc, T* glogits,
-                                  std::int64_t rows, std::int64_t cols, int device, cudaStream_t stream) {
+void launch_softmax_xent_backward(const T* probs, const std::int32_t* labels, float smoothing, const T* gloss, bool acc,
+                                  T* glogits, std::int64_t rows, std::int64_t cols, int device, cudaStream_t stream) {
   if (rows * cols == 0) return;
   const unsigned grid = grid_for(rows * cols, kThreads, device);
-  if (acc) softmax_xent_backward_kernel<true><<<grid, kThreads, 0, stream>>>(probs, labels, gloss, glogits, rows, cols);
-  else softmax_xent_backward_kernel<false><<<grid, kThreads, 0, stream>>>(probs, labels, gloss, glogits, rows, cols);
+  if (acc)
+    softmax_xent_backward_kernel<true>
+        <<<grid, kThreads, 0, stream>>>(probs, labels, smoothing, gloss, glogits, rows, cols);
+  else
+    softmax_xent_backward_kernel<false>
+        <<<grid, kThreads, 0, stream>>>(probs, labels, smoothing, gloss, glogits, rows, cols);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -162,21 +159,21 @@ using cuda_detail::in_ptr;
 using cuda_detail::out_ptr;
 using cuda_detail::on_device_typed;
 
-void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, Tensor& probs, Tensor& loss) {
+void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& probs, Tensor& loss) {
   on_device_typed(logits, "softmax_xent", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), out_ptr<T>(probs),
+    cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<T>(probs),
                                      out_ptr<T>(loss), logits.size(0), logits.size(1), d.scratch(), d.device(),
                                      d.stream());
   });
 }
 
-void softmax_xent_backward_cuda(const Tensor& probs, const Tensor& labels, const Tensor& gloss, float beta,
-                                Tensor& glogits) {
+void softmax_xent_backward_cuda(const Tensor& probs, const Tensor& labels, float smoothing, const Tensor& gloss,
+                                float beta, Tensor& glogits) {
   on_device_typed(probs, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(probs), labels.data<std::int32_t>(), in_ptr<T>(gloss),
-                                              beta != 0.f, out_ptr<T>(glogits), probs.size(0), probs.size(1),
+    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(probs), labels.data<std::int32_t>(), smoothing,
+                                              in_ptr<T>(gloss), beta != 0.f, out_ptr<T>(glogits), probs.size(0), probs.size(1),
                                               d.device(), d.stream());
   });
 }

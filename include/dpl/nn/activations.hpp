@@ -1,0 +1,74 @@
+#pragma once
+// Activation, dropout and softmax layers: thin modules over the ops of the same names.
+
+#include "dpl/core/random.hpp"
+#include "dpl/nn/module.hpp"
+
+namespace dpl::nn {
+
+/// x if x > 0 else slope * x, elementwise; no parameters.
+class LeakyReLU : public Module {
+ public:
+  /// Any slope (PyTorch's default 0.01).
+  explicit LeakyReLU(float slope = 0.01f) : slope_(slope) {}
+  /// Any rank, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+  /// The negative slope given at construction.
+  float slope() const { return slope_; }
+
+ private:
+  float slope_;
+};
+
+/// 1 / (1 + exp(-x)), elementwise; no parameters.
+class Sigmoid : public Module {
+ public:
+  /// Any rank, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+};
+
+/// tanh(x), elementwise; no parameters.
+class Tanh : public Module {
+ public:
+  /// Any rank, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+};
+
+/// x * Phi(x), the exact erf form of GELU (PyTorch's default), elementwise; no parameters.
+class GELU : public Module {
+ public:
+  /// Any rank, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+};
+
+/// Inverted dropout (see dpl::dropout) while the module is training; the identity in eval().
+class Dropout : public Module {
+ public:
+  /// Requires p in [0, 1) (throws dpl::Error otherwise). The masks come from `gen`, which must
+  /// outlive the module.
+  explicit Dropout(float p = 0.5f, Generator& gen = default_generator());
+  /// Any rank, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+  /// The drop probability given at construction.
+  float p() const { return p_; }
+
+ private:
+  float p_;
+  Generator* gen_;
+};
+
+/// softmax over the last dimension; no parameters.
+class Softmax : public Module {
+ public:
+  /// Rank >= 1, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+};
+
+/// log_softmax over the last dimension; no parameters.
+class LogSoftmax : public Module {
+ public:
+  /// Rank >= 1, float input; returns x's shape.
+  Variable forward(const Variable& x) override;
+};
+
+}  // namespace dpl::nn

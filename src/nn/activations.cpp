@@ -1,0 +1,21 @@
+#include "dpl/nn/activations.hpp"
+
+#include "dpl/autograd/ops.hpp"
+
+namespace dpl::nn {
+
+Variable LeakyReLU::forward(const Variable& x) { return leaky_relu(x, slope_); }
+Variable Sigmoid::forward(const Variable& x) { return sigmoid(x); }
+Variable Tanh::forward(const Variable& x) { return tanh(x); }
+Variable GELU::forward(const Variable& x) { return gelu(x); }
+
+Dropout::Dropout(float p, Generator& gen) : p_(p), gen_(&gen) {
+  DPL_CHECK(p >= 0.f && p < 1.f, "Dropout: expected a drop probability p in [0, 1), got ", p);
+}
+
+Variable Dropout::forward(const Variable& x) { return dropout(x, p_, *gen_, is_training()); }
+
+Variable Softmax::forward(const Variable& x) { return softmax(x); }
+Variable LogSoftmax::forward(const Variable& x) { return log_softmax(x); }
+
+}  // namespace dpl::nn
