@@ -60,15 +60,16 @@ inline Tensor poisoned(const Shape& s, Device d = gpu()) { return Tensor::full(s
 /// A copy of t on the GPU.
 inline Tensor on_gpu(const Tensor& t) { return t.to(gpu()); }
 
-/// Expects |got - want| <= atol + rtol * |want| element by element (NaN never passes), and
-/// reports how many elements fail and the worst one.
-inline void expect_close(const Tensor& got, const Tensor& want, float rtol, float atol, const std::string& what) {
+/// Expects |got - want| <= atol + rtol * |want| + extra[i] element by element (NaN never passes;
+/// extra may be empty), and reports how many elements fail and the worst one.
+inline void expect_close_with(const Tensor& got, const Tensor& want, float rtol, float atol,
+                              const std::vector<double>& extra, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+  const std::vector<float> g = got.to(kFloat32).to_vector<float>(), w = want.to(kFloat32).to_vector<float>();
   std::size_t bad = 0, worst = 0;
   double worst_excess = -1.0;
   for (std::size_t i = 0; i < g.size(); ++i) {
-    const double tol = atol + rtol * std::fabs(static_cast<double>(w[i]));
+    const double tol = atol + rtol * std::fabs(static_cast<double>(w[i])) + (extra.empty() ? 0.0 : extra[i]);
     const double diff = std::fabs(static_cast<double>(g[i]) - static_cast<double>(w[i]));
     if (!(diff <= tol)) {
       ++bad;
@@ -82,6 +83,28 @@ inline void expect_close(const Tensor& got, const Tensor& want, float rtol, floa
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << g.size() << " elements differ beyond rtol=" << rtol
                      << " atol=" << atol << "; worst at flat index " << worst << ": cuda " << g[worst] << " vs cpu "
                      << w[worst];
+}
+
+/// Expects |got - want| <= atol + rtol * |want| element by element (NaN never passes), and
+/// reports how many elements fail and the worst one.
+inline void expect_close(const Tensor& got, const Tensor& want, float rtol, float atol, const std::string& what) {
+  expect_close_with(got, want, rtol, atol, {}, what);
+}
+
+/// As expect_close, for a 16-bit gradient accumulated onto `prior`. cuDNN rounds its own result to
+/// the 16-bit type before adding the prior; the host rounds the float32 sum once. Where the two
+/// nearly cancel, the results differ by up to two roundings at the operands' scale, not the
+/// result's, so each element also gets 2 * eps * (|prior| + |want - prior|), eps the type's
+/// machine epsilon (2^-7 for bfloat16, 2^-10 for float16; 0 for float32).
+inline void expect_close_accumulated(const Tensor& got, const Tensor& want, const Tensor& prior, float rtol,
+                                     float atol, const std::string& what) {
+  const DType dt = got.dtype();
+  const double eps = dt == kBFloat16 ? 1.0 / 128 : dt == kFloat16 ? 1.0 / 1024 : 0.0;
+  const std::vector<float> w = want.to(kFloat32).to_vector<float>(), p = prior.to(kFloat32).to_vector<float>();
+  std::vector<double> extra(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i)
+    extra[i] = 2.0 * eps * (std::fabs(static_cast<double>(p[i])) + std::fabs(static_cast<double>(w[i]) - p[i]));
+  expect_close_with(got, want, rtol, atol, extra, what);
 }
 
 /// Expects bit-for-bit equal int32 or float contents.

@@ -7,8 +7,8 @@
 // reduces in a different order on each device (rtol/atol 1e-4 for values, 1e-3 for gradients,
 // which sum products over the batch). 16-bit outputs are float32 results rounded once on each
 // device, so two results one rounding apart differ by at most two units in the last place:
-// rtol 2^-7 for bfloat16, 2^-10 for float16, on top of the float32 tolerance (and see check() for
-// gradients accumulated onto a prior one).
+// rtol 2^-7 for bfloat16, 2^-10 for float16, on top of the float32 tolerance (gradients
+// accumulated onto a prior one: see expect_close_accumulated).
 #include <functional>
 
 #include "cuda_test_util.hpp"
@@ -43,23 +43,23 @@ class NormPoolTest : public CudaTest {
     const Tensor xg = nhwc ? channels_last(on_gpu(base)) : on_gpu(base);
     for (bool accumulate : {false, true}) {
       Variable vc(xc, true), vg(xg, true);
+      Tensor prior;  // the gradient accumulated onto, kept apart from the buffers backward adds into
       if (accumulate) {
-        const Tensor g = rand(shape).to(dtype);
-        vc.set_grad(g.clone());
-        vg.set_grad(on_gpu(g));
+        prior = rand(shape).to(dtype);
+        vc.set_grad(prior.clone());
+        vg.set_grad(on_gpu(prior));
       }
       const Variable yc = op(vc), yg = op(vg);
       expect_close(yg.data().to(Device::cpu()).to(kFloat32), yc.data().to(kFloat32), rtol, atol, "forward");
       const Tensor w = rand(yc.shape()).to(dtype);
       sum(mul(yc, Variable(w))).backward();
       sum(mul(yg, Variable(on_gpu(w)))).backward();
-      // Accumulated 16-bit gradients: cuDNN adds the prior gradient (values below 1) to its result
-      // in the 16-bit type, so where the two nearly cancel the sums differ by a rounding at the
-      // prior's scale, not the result's: two units of the type's epsilon, absolute.
-      float grad_atol = atol * 10;
-      if (accumulate && dtype != kFloat32) grad_atol += dtype == kBFloat16 ? 2.f / 128 : 2.f / 1024;
-      expect_close(vg.grad().to(Device::cpu()).to(kFloat32), vc.grad().to(kFloat32), rtol * 10, grad_atol,
-                   accumulate ? "gradient (accumulated)" : "gradient");
+      const Tensor got = vg.grad().to(Device::cpu());
+      if (accumulate) {
+        expect_close_accumulated(got, vc.grad().to(got.dtype()), prior, rtol * 10, atol * 10, "gradient (accumulated)");
+      } else {
+        expect_close(got.to(kFloat32), vc.grad().to(kFloat32), rtol * 10, atol * 10, "gradient");
+      }
     }
   }
 };
