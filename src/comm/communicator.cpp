@@ -2,11 +2,16 @@
 
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "comm/checks.hpp"
 #include "comm/environment.hpp"
 #include "comm/factories.hpp"
 #include "dpl/config.hpp"
+#include "dpl/core/settings.hpp"
+#if DPL_WITH_MPI
+#include "comm/mpi/mpi_runtime.hpp"
+#endif
 
 namespace dpl::comm {
 
@@ -104,6 +109,14 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name) {
 
 std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options) {
   const DType dt = options.allreduce_dtype;
+#if DPL_WITH_MPI
+  // Before any check that could fail on some ranks only, and before the algorithm's own
+  // collectives: ranks that asked for different things would otherwise hang in them.
+  detail::ensure_mpi();
+  const auto rpn = settings().ranks_per_node;
+  detail::check_same_request("'" + name + "' allreduce_dtype " + dtype_name(dt) +
+                             " DPL_RANKS_PER_NODE=" + (rpn ? std::to_string(*rpn) : std::string("unset")));
+#endif
   DPL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, "create_communicator('", name,
             "'): expected CommOptions::allreduce_dtype float32, bfloat16 or float16, got ", dt);
   for (const auto& e : registry()) {

@@ -144,6 +144,26 @@ TEST(Errors, NamesAndUnknownName) {
   expect_error([] { comm::create_communicator("nccl_please"); }, {"'nccl_please'", "'naive'", "'hierarchical'"});
 }
 
+// Ranks that ask for different communicators (or options) are refused together before the
+// algorithms' own collectives could hang on the mismatch; every rank names what each one asked.
+TEST(Errors, RanksAskingForDifferentCommunicatorsAreRefusedTogether) {
+  const int rank = communicator("naive").rank(), size = communicator("naive").size();
+  if (size < 2) GTEST_SKIP() << "needs two ranks";
+  const std::string mine = rank == size - 1 ? "two_dimensional" : "hierarchical";
+  std::string what;
+  try {
+    comm::create_communicator(mine);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("asked for different communicators"), std::string::npos) << what;
+  EXPECT_NE(what.find("rank 0: 'hierarchical'"), std::string::npos) << what;
+  EXPECT_NE(what.find("rank " + std::to_string(size - 1) + ": 'two_dimensional'"), std::string::npos) << what;
+  // The same text on every rank, and the ranks can still talk.
+  EXPECT_TRUE(comm::ranks_differing_from_rank0(communicator("naive"), what).empty());
+  communicator("naive").barrier();
+}
+
 TEST(Errors, BadBuffersThrowBeforeCommunicating) {
   for (const auto& name : kNames) {
     auto& comm = communicator(name);

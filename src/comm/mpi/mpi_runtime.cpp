@@ -1,11 +1,14 @@
 #include "comm/mpi/mpi_runtime.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "comm/environment.hpp"
+#include "core/stable_hash.hpp"
 
 namespace dpl::comm::detail {
 
@@ -68,6 +71,39 @@ void ensure_mpi() {
 #endif
   }
   install_terminate_handler();
+}
+
+void check_same_request(const std::string& request) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) return;
+  const std::uint64_t mine = dpl::detail::stable_hash(request);
+  std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size));
+  mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
+            "create_communicator: MPI_Allgather");
+  if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
+  // They differ: gather every rank's text so that every rank can say who asked for what.
+  const int length = static_cast<int>(request.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  mpi_check(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
+            "create_communicator: MPI_Allgather");
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[static_cast<std::size_t>(r)] = total;
+    total += lengths[static_cast<std::size_t>(r)];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  mpi_check(MPI_Allgatherv(request.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                           MPI_COMM_WORLD),
+            "create_communicator: MPI_Allgatherv");
+  std::string listing;
+  for (int r = 0; r < size; ++r) {
+    listing += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
+               all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                          static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+  }
+  DPL_FAIL("create_communicator: the ranks asked for different communicators or settings (", listing,
+           "); every rank must create the same communicator with the same options and environment");
 }
 
 int job_rank() noexcept {

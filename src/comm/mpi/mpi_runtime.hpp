@@ -24,6 +24,13 @@ void mpi_check(int code, const std::string& what);
 /// Installs the terminate handler that aborts the job. Throws when MPI has been finalised.
 void ensure_mpi();
 
+/// Collective over MPI_COMM_WORLD, and the same call whatever the rank asked for: checks that
+/// every rank passed the same `request` (the communicator's name and options, as text) before
+/// any algorithm-specific collective could hang on a mismatch. One allgather of a stable hash;
+/// only when they differ, the texts are gathered too, and every rank throws the same dpl::Error
+/// naming each rank's request. Requires ensure_mpi().
+void check_same_request(const std::string& request);
+
 /// The MPI datatype that carries dtype. 16-bit types map to a 2-byte integer type: fine for
 /// moving data, never used for reductions (the checks refuse them first).
 MPI_Datatype mpi_datatype(DType dtype);
