@@ -13,7 +13,12 @@ namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-bool caching_enabled_by_env() { return settings().cuda_caching; }
+bool caching_enabled_by_env() {
+  // Read once: every allocator takes its mode at construction, and caching_enabled() must keep
+  // reporting that mode even if the program changes its environment later.
+  static const bool on = settings().cuda_caching;
+  return on;
+}
 
 CachingAllocator::CachingAllocator(int device, bool caching) : device_(device), caching_(caching) {}
 

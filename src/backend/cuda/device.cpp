@@ -92,7 +92,19 @@ namespace {
 std::array<std::atomic<CudaDevice*>, kMaxDevices> g_devices{};
 std::mutex g_devices_mutex;
 
-std::atomic<bool> g_allow_tf32{settings().cuda_tf32};
+// -1 until first asked: DPL_CUDA_TF32 is read then, not while the library loads, where a malformed
+// variable could only end the process without a message.
+std::atomic<int> g_allow_tf32{-1};
+
+bool tf32_allowed() {
+  int v = g_allow_tf32.load(std::memory_order_relaxed);
+  if (v < 0) {
+    int unset = -1;
+    const int from_env = settings().cuda_tf32 ? 1 : 0;
+    v = g_allow_tf32.compare_exchange_strong(unset, from_env) ? from_env : g_allow_tf32.load();
+  }
+  return v == 1;
+}
 
 void check_device(int device, const char* what) {
   const int n = cuda_api::device_count();
@@ -137,7 +149,7 @@ CudaDevice::CudaDevice(int device)
 
 cublasHandle_t CudaDevice::cublas() {
   std::lock_guard<std::mutex> lock(cublas_mutex_);
-  const bool tf32 = g_allow_tf32.load(std::memory_order_relaxed);
+  const bool tf32 = tf32_allowed();
   if (cublas_ == nullptr) {
     cuda_detail::DeviceGuard guard(device_);
     DPL_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -215,9 +227,9 @@ int current_device() {
 
 void synchronize(int device) { backend::synchronize(Device::cuda(device)); }
 
-void set_allow_tf32(bool on) { g_allow_tf32.store(on, std::memory_order_relaxed); }
+void set_allow_tf32(bool on) { g_allow_tf32.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-bool allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed(); }
 
 }  // namespace cuda_api
 }  // namespace backend
