@@ -13,7 +13,7 @@ namespace {
 using backend::BinaryOp;
 using backend::Broadcast;
 
-Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), TensorOptions(t.dtype(), t.device())); }
+Tensor empty_like(const Tensor& t) { return Tensor::empty_like(t); }
 Tensor empty_on(const Shape& s, const Tensor& like) {
   return Tensor::empty(s, TensorOptions(like.dtype(), like.device()));
 }
@@ -35,8 +35,55 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
 void check_rank(const char* op, const Tensor& t, std::int64_t rank, const char* what) {
   DPL_CHECK(t.dim() == rank, op, ": expected ", what, " with ", rank, " dimensions, got shape ", shape_str(t.shape()));
 }
-// Ops read their inputs as flat row-major arrays.
+// Ops that index rows (matmul, softmax, reshape) read their inputs as flat row-major arrays.
 Tensor dense(const Tensor& t) { return t.contiguous(); }
+
+// --- memory formats ---------------------------------------------------------------------------
+// A dense tensor is stored contiguous (row-major, NCHW for images) or channels-last (NHWC).
+// Elementwise ops work in memory order, so they keep their input's format: a channels-last
+// network stays channels-last without copies. Autograd gives every gradient buffer the format of
+// its variable's data (Tensor::empty_like), so a node's incoming gradient has the format of the
+// node's output. Where an op computed in another format than an input's (operands in two
+// formats, a row broadcast, reshape), that input's gradient goes through write_in.
+enum class Format { kContiguous, kChannelsLast };
+
+Format format_of(const Tensor& t) {
+  return t.is_channels_last() && !t.is_contiguous() ? Format::kChannelsLast : Format::kContiguous;
+}
+bool has_format(const Tensor& t, Format f) {
+  return f == Format::kChannelsLast ? t.is_channels_last() : t.is_contiguous();
+}
+Tensor in_format(const Tensor& t, Format f) {
+  return f == Format::kChannelsLast ? t.to_channels_last() : t.contiguous();
+}
+// t itself when it is dense in either format, else a contiguous copy.
+Tensor dense_keep(const Tensor& t) { return in_format(t, format_of(t)); }
+Tensor empty_in(const Shape& shape, Format f, const Tensor& like) {
+  const TensorOptions o(like.dtype(), like.device());
+  return f == Format::kChannelsLast ? Tensor::empty_channels_last(shape, o) : Tensor::empty(shape, o);
+}
+// A dense tensor's elements in memory order (the same bytes whatever its format).
+Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }
+
+// Runs `kernel(beta, out)`, a kernel that writes in format f, into target's buffer when the
+// buffer has that format, else into a temporary that is then copied or added into the buffer in
+// the buffer's own format.
+template <typename Kernel>
+void write_in(GradTarget& target, Format f, Kernel&& kernel) {
+  Tensor& buffer = *target.tensor;
+  if (has_format(buffer, f)) {
+    kernel(target.beta, buffer);
+    return;
+  }
+  Tensor tmp = empty_in(buffer.shape(), f, buffer);
+  kernel(0.f, tmp);
+  if (target.beta == 0.f) {
+    buffer.copy_(tmp);
+    return;
+  }
+  Tensor flat_buffer = flat(buffer);
+  backend::axpby(1.f, flat(in_format(tmp, format_of(buffer))), 1.f, flat_buffer);
+}
 
 // --- matmul -----------------------------------------------------------------------------------
 class MatMulNode final : public Node {
@@ -91,24 +138,31 @@ class BinaryNode final : public Node {
  public:
   BinaryOp op;
   Broadcast bc;
-  Tensor a, b;  // saved for mul only
+  Format format;  // of the forward's operands and output
+  Tensor a, b;    // saved for mul only
   const char* name() const override { return op == BinaryOp::kAdd ? "add" : op == BinaryOp::kSub ? "sub" : "mul"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = in_format(gy, format);
     if (op == BinaryOp::kMul) {
-      if (t[0].needed()) backend::binary(BinaryOp::kMul, bc, gy, b, t[0].beta, *t[0].tensor);
+      if (t[0].needed())
+        write_in(t[0], format, [&](float beta, Tensor& ga) { backend::binary(BinaryOp::kMul, bc, g, b, beta, ga); });
       if (t[1].needed()) {
         if (bc == Broadcast::kNone) {
-          backend::binary(BinaryOp::kMul, Broadcast::kNone, gy, a, t[1].beta, *t[1].tensor);
+          write_in(t[1], format,
+                   [&](float beta, Tensor& gb) { backend::binary(BinaryOp::kMul, Broadcast::kNone, g, a, beta, gb); });
         } else {
-          Tensor prod = empty_like(gy);
-          backend::binary(BinaryOp::kMul, Broadcast::kNone, gy, a, 0.f, prod);
+          Tensor prod = empty_like(g);
+          backend::binary(BinaryOp::kMul, Broadcast::kNone, g, a, 0.f, prod);
           reduce_into(bc, 1.f, prod, t[1]);
         }
       }
       return;
     }
-    if (t[0].needed()) backend::axpby(1.f, gy, t[0].beta, *t[0].tensor);
-    if (t[1].needed()) reduce_into(bc, op == BinaryOp::kAdd ? 1.f : -1.f, gy, t[1]);
+    if (t[0].needed()) write_in(t[0], format, [&](float beta, Tensor& ga) { backend::axpby(1.f, g, beta, ga); });
+    if (!t[1].needed()) return;
+    const float sign = op == BinaryOp::kAdd ? 1.f : -1.f;
+    if (bc == Broadcast::kNone) write_in(t[1], format, [&](float beta, Tensor& gb) { backend::axpby(sign, g, beta, gb); });
+    else reduce_into(bc, sign, g, t[1]);
   }
   void release() override { a = b = Tensor(); }
 };
@@ -120,14 +174,19 @@ Variable binary(BinaryOp op, const char* name, const Variable& a, const Variable
   check_float(name, b.data(), "the second operand");
   check_same_dtype(name, a.data(), b.data());
   check_same_device(name, a.data(), b.data());
-  const Tensor ta = dense(a.data()), tb = dense(b.data());
-  const Broadcast bc = broadcast_of(name, ta, tb);
-  Tensor out = empty_like(ta);
+  const Broadcast bc = broadcast_of(name, a.data(), b.data());
+  // Equal shapes compute in the first operand's format (the second is brought to it); a row
+  // broadcast needs the last logical extent innermost, so it computes contiguous.
+  const Format format = bc == Broadcast::kRow ? Format::kContiguous : format_of(a.data());
+  const Tensor ta = in_format(a.data(), format);
+  const Tensor tb = bc == Broadcast::kNone ? in_format(b.data(), format) : dense(b.data());
+  Tensor out = empty_in(ta.shape(), format, ta);
   backend::binary(op, bc, ta, tb, 0.f, out);
   if (!any_requires_grad({&a, &b})) return Variable(out);
   auto node = std::make_shared<BinaryNode>();
   node->op = op;
   node->bc = bc;
+  node->format = format;
   if (op == BinaryOp::kMul) {
     node->a = ta;
     node->b = tb;
@@ -142,7 +201,10 @@ class ReluNode final : public Node {
   Tensor y;
   const char* name() const override { return "relu"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::relu_backward(y, gy, t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Format f = format_of(y);
+    const Tensor g = in_format(gy, f);
+    write_in(t[0], f, [&](float beta, Tensor& gx) { backend::relu_backward(y, g, beta, gx); });
   }
   void release() override { y = Tensor(); }
 };
@@ -153,7 +215,9 @@ class ReshapeNode final : public Node {
   Shape in_shape;
   const char* name() const override { return "reshape"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::axpby(1.f, dense(gy).reshape(in_shape), t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Tensor g = dense(gy).reshape(in_shape);
+    write_in(t[0], Format::kContiguous, [&](float beta, Tensor& gx) { backend::axpby(1.f, g, beta, gx); });
   }
 };
 
@@ -171,7 +235,7 @@ class SumNode final : public Node {
 Variable reduce_all(const char* name, const Variable& x, bool average) {
   check_defined(name, x, "input");
   check_float(name, x.data(), "an input");
-  const Tensor tx = dense(x.data());
+  const Tensor tx = dense_keep(x.data());  // a sum reads memory order, whatever the format
   const float scale = average ? 1.f / static_cast<float>(std::max<std::int64_t>(tx.numel(), 1)) : 1.f;
   DPL_CHECK(!average || tx.numel() > 0, name, ": expected a non-empty input, got shape ", shape_str(tx.shape()));
   Tensor out = empty_on({}, tx);
@@ -280,7 +344,7 @@ Variable mul(const Variable& a, const Variable& b) { return binary(BinaryOp::kMu
 Variable relu(const Variable& x) {
   check_defined("relu", x, "input");
   check_float("relu", x.data(), "an input");
-  const Tensor tx = dense(x.data());
+  const Tensor tx = dense_keep(x.data());
   Tensor out = empty_like(tx);
   backend::relu(tx, out);
   if (!any_requires_grad({&x})) return Variable(out);
@@ -346,43 +410,18 @@ Tensor accuracy(const Variable& logits, const Tensor& labels) {
 // the input gradient, whose buffers autograd allocates contiguous.
 namespace {
 
-Tensor in_format(const Tensor& t, bool nhwc) { return nhwc ? t.to_channels_last() : t.contiguous(); }
-bool has_format(const Tensor& t, bool nhwc) { return nhwc ? t.is_channels_last() : t.is_contiguous(); }
-// A dense tensor's elements in memory order (the same bytes whatever its layout).
-Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }
-
-// Runs `kernel(beta, out)` into target's buffer when it has the kernel's format, else into a
-// temporary that is then copied or added into the buffer in the buffer's own layout.
-template <typename Kernel>
-void write_gradient(GradTarget& target, bool nhwc, Kernel&& kernel) {
-  Tensor& buffer = *target.tensor;
-  if (has_format(buffer, nhwc)) {
-    kernel(target.beta, buffer);
-    return;
-  }
-  Tensor tmp = nhwc ? Tensor::empty_channels_last(buffer.shape(), TensorOptions(buffer.dtype(), buffer.device()))
-                    : empty_like(buffer);
-  kernel(0.f, tmp);
-  if (target.beta == 0.f) {
-    buffer.copy_(tmp);
-    return;
-  }
-  Tensor flat_buffer = flat(buffer);
-  backend::axpby(1.f, flat(in_format(tmp, !nhwc)), 1.f, flat_buffer);
-}
-
 class Conv2dNode final : public Node {
  public:
   Tensor x, w;
   backend::Conv2dParams p;
-  bool nhwc = false;
+  Format format = Format::kContiguous;
   const char* name() const override { return "conv2d"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    const Tensor g = in_format(gy, nhwc);
+    const Tensor g = in_format(gy, format);
     if (t[0].needed())
-      write_gradient(t[0], nhwc, [&](float beta, Tensor& gx) { backend::conv2d_backward_data(g, w, p, beta, gx); });
+      write_in(t[0], format, [&](float beta, Tensor& gx) { backend::conv2d_backward_data(g, w, p, beta, gx); });
     if (t[1].needed())
-      write_gradient(t[1], nhwc, [&](float beta, Tensor& gw) { backend::conv2d_backward_weight(x, g, p, beta, gw); });
+      write_in(t[1], format, [&](float beta, Tensor& gw) { backend::conv2d_backward_weight(x, g, p, beta, gw); });
     if (t.size() > 2 && t[2].needed()) backend::conv2d_backward_bias(g, t[2].beta, *t[2].tensor);
   }
   void release() override { x = w = Tensor(); }
@@ -443,11 +482,11 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
     p.dilation[i] = dilation[i];
   }
   p.groups = groups;
-  const bool nhwc = x.data().is_channels_last() && !x.data().is_contiguous();
-  const Tensor tx = in_format(x.data(), nhwc), tw = in_format(weight.data(), nhwc);
+  const Format format = format_of(x.data());
+  const Tensor tx = in_format(x.data(), format), tw = in_format(weight.data(), format);
   const Tensor tb = bias.defined() ? dense(bias.data()) : Tensor();
   const TensorOptions options(tx.dtype(), tx.device());
-  Tensor out = nhwc ? Tensor::empty_channels_last(ys, options) : Tensor::empty(ys, options);
+  Tensor out = format == Format::kChannelsLast ? Tensor::empty_channels_last(ys, options) : Tensor::empty(ys, options);
   backend::conv2d_forward(tx, tw, bias.defined() ? &tb : nullptr, p, out);
   const bool record = bias.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x, &weight});
   if (!record) return Variable(out);
@@ -455,7 +494,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   node->x = tx;
   node->w = tw;
   node->p = p;
-  node->nhwc = nhwc;
+  node->format = format;
   if (bias.defined()) node->set_inputs({x, weight, bias});
   else node->set_inputs({x, weight});
   return Variable::make_result(out, node);
@@ -759,11 +798,11 @@ Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variabl
 namespace {
 using backend::Activation;
 
-// Checks a float input of a single-input op and returns it as a dense tensor.
+// Checks a float input of a single-input op and returns it as a dense tensor in its own format.
 Tensor float_input(const char* op, const Variable& x) {
   check_defined(op, x, "input");
   check_float(op, x.data(), "an input");
-  return dense(x.data());
+  return dense_keep(x.data());
 }
 
 class ActivationNode final : public Node {
@@ -774,7 +813,10 @@ class ActivationNode final : public Node {
   Tensor saved;  // the input or the output, as backend::backward_reads_output(f) says
   const char* name() const override { return op; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::activation_backward(f, slope, saved, gy, t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Format format = format_of(saved);
+    const Tensor g = in_format(gy, format);
+    write_in(t[0], format, [&](float beta, Tensor& gx) { backend::activation_backward(f, slope, saved, g, beta, gx); });
   }
   void release() override { saved = Tensor(); }
 };
@@ -798,9 +840,12 @@ class DropoutNode final : public Node {
  public:
   float p = 0.f;
   std::uint64_t seed = 0;
+  Format format = Format::kContiguous;  // the mask follows memory order, so backward keeps the forward's
   const char* name() const override { return "dropout"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::dropout(p, seed, dense(gy), t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Tensor g = in_format(gy, format);
+    write_in(t[0], format, [&](float beta, Tensor& gx) { backend::dropout(p, seed, g, beta, gx); });
   }
 };
 
@@ -810,13 +855,15 @@ class SoftmaxNode final : public Node {
   Tensor y;
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::softmax_backward(log, y, dense(gy), t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Tensor g = dense(gy);
+    write_in(t[0], Format::kContiguous, [&](float beta, Tensor& gx) { backend::softmax_backward(log, y, g, beta, gx); });
   }
   void release() override { y = Tensor(); }
 };
 
 Variable softmax_over_rows(const char* op, bool log, const Variable& x) {
-  const Tensor tx = float_input(op, x);
+  const Tensor tx = dense(float_input(op, x));  // rows: the last logical extent innermost
   DPL_CHECK(tx.dim() >= 1, op, ": expected an input with at least 1 dimension, got shape ", shape_str(tx.shape()));
   Tensor out = empty_like(tx);
   backend::softmax(log, tx, out);
@@ -833,8 +880,11 @@ class MseNode final : public Node {
   Tensor x, target;
   const char* name() const override { return "mse_loss"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::mse_backward(x, target, gy, 1.f, t[0].beta, *t[0].tensor);
-    if (t[1].needed()) backend::mse_backward(x, target, gy, -1.f, t[1].beta, *t[1].tensor);
+    const Format f = format_of(x);
+    if (t[0].needed())
+      write_in(t[0], f, [&](float beta, Tensor& gx) { backend::mse_backward(x, target, gy, 1.f, beta, gx); });
+    if (t[1].needed())
+      write_in(t[1], f, [&](float beta, Tensor& gt) { backend::mse_backward(x, target, gy, -1.f, beta, gt); });
   }
   void release() override { x = target = Tensor(); }
 };
@@ -842,9 +892,12 @@ class MseNode final : public Node {
 class AffineNode final : public Node {
  public:
   float a = 1.f;
+  Format format = Format::kContiguous;
   const char* name() const override { return "affine"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::axpby(a, dense(gy), t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    const Tensor g = in_format(gy, format);
+    write_in(t[0], format, [&](float beta, Tensor& gx) { backend::axpby(a, g, beta, gx); });
   }
 };
 }  // namespace
@@ -866,6 +919,7 @@ Variable dropout(const Variable& x, float p, Generator& gen, bool training) {
   auto node = std::make_shared<DropoutNode>();
   node->p = p;
   node->seed = seed;
+  node->format = format_of(tx);
   node->set_inputs({x});
   return Variable::make_result(out, node);
 }
@@ -896,7 +950,7 @@ Variable mse_loss(const Variable& x, const Variable& target) {
   DPL_CHECK(x.shape() == target.shape(), op, ": expected a target of the input's shape ", shape_str(x.shape()),
             ", got ", shape_str(target.shape()));
   DPL_CHECK(x.numel() > 0, op, ": expected a non-empty input, got shape ", shape_str(x.shape()));
-  const Tensor tx = dense(x.data()), tt = dense(target.data());
+  const Tensor tx = dense_keep(x.data()), tt = in_format(target.data(), format_of(tx));
   Tensor loss = empty_on({}, tx);
   backend::mse(tx, tt, loss);
   if (!any_requires_grad({&x, &target})) return Variable(loss);
@@ -918,6 +972,7 @@ Variable affine(const Variable& x, float a, float b) {
   if (!any_requires_grad({&x})) return Variable(out);
   auto node = std::make_shared<AffineNode>();
   node->a = a;
+  node->format = format_of(tx);
   node->set_inputs({x});
   return Variable::make_result(out, node);
 }

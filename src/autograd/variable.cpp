@@ -45,12 +45,14 @@ struct Backprop {
     }
     if (!seen.insert(&impl).second) {
       // Same variable twice among this node's inputs: write to scratch, add afterwards.
-      scratch = Tensor::empty(impl.data.shape(), TensorOptions(impl.data.dtype(), impl.data.device()));
+      scratch = Tensor::empty_like(impl.data);
       merge_into = buffer;
       return {&scratch, 0.f};
     }
+    // A gradient buffer takes the memory format of its variable's data, so that a channels-last
+    // network's gradients stay channels-last and its ops need no conversions in backward.
     if (!buffer->defined()) {
-      *buffer = Tensor::empty(impl.data.shape(), TensorOptions(impl.data.dtype(), impl.data.device()));
+      *buffer = Tensor::empty_like(impl.data);
       return {buffer, 0.f};
     }
     return {buffer, 1.f};

@@ -51,6 +51,11 @@ Tensor Tensor::empty_channels_last(const Shape& shape, TensorOptions o) {
   return Tensor(Storage::allocate(bytes, o.device), 0, shape, {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}, o.dtype);
 }
 
+Tensor Tensor::empty_like(const Tensor& t) {
+  const TensorOptions o(t.dtype(), t.device());
+  return t.is_channels_last() && !t.is_contiguous() ? empty_channels_last(t.shape(), o) : empty(t.shape(), o);
+}
+
 Tensor Tensor::zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
 Tensor Tensor::ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
 

@@ -9,7 +9,10 @@
 // device, so two results one rounding apart differ by at most two units in the last place:
 // rtol 2^-7 for bfloat16, 2^-10 for float16, on top of the float32 tolerance (gradients
 // accumulated onto a prior one: see expect_close_accumulated).
+#include <algorithm>
 #include <functional>
+#include <numeric>
+#include <vector>
 
 #include "cuda_test_util.hpp"
 #include "dpl/tensor/storage.hpp"
@@ -25,6 +28,24 @@ Tensor channels_last(const Tensor& t) {
   return out;
 }
 
+// Max pooling's gradient goes to the largest element of each window; when two elements of a
+// window tie (likely once random values are rounded to 16 bits), the devices may pick different
+// ones. This input has no ties at all: distinct magnitudes m/128 * 2^-e (m in [128, 256), e in
+// [0, 6)), exact in bfloat16 and float16, in a random order with random signs.
+Tensor distinct_values(const Shape& shape, const Tensor& keys) {
+  std::vector<float> magnitudes;
+  for (int e = 0; e < 6; ++e)
+    for (int m = 128; m < 256; ++m) magnitudes.push_back(static_cast<float>(m) / 128.f / static_cast<float>(1 << e));
+  const std::vector<float> k = keys.to_vector<float>();
+  DPL_CHECK(k.size() <= magnitudes.size(), "distinct_values: at most ", magnitudes.size(), " elements");
+  std::vector<std::size_t> order(k.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return k[a] < k[b]; });
+  std::vector<float> v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) v[order[i]] = (k[i] < 0.f ? -1.f : 1.f) * magnitudes[i];
+  return Tensor::from_vector(v, shape);
+}
+
 float rtol_of(DType t, float base) {
   return t == kBFloat16 ? base + 1.f / 128 : t == kFloat16 ? base + 1.f / 1024 : base;
 }
@@ -36,9 +57,9 @@ class NormPoolTest : public CudaTest {
   // Runs op on the same input on both devices (rounded to dtype first, in the given format),
   // compares the outputs and the input gradients of sum(y * w), fresh and accumulated.
   void check(const std::string& name, const Shape& shape, DType dtype, bool nhwc, const Op& op, float rtol,
-             float atol) {
+             float atol, bool without_ties = false) {
     SCOPED_TRACE(name + " " + dtype_name(dtype) + (nhwc ? " channels-last" : " NCHW"));
-    const Tensor base = rand(shape, -2.f, 2.f).to(dtype);
+    const Tensor base = (without_ties ? distinct_values(shape, rand(shape)) : rand(shape, -2.f, 2.f)).to(dtype);
     const Tensor xc = nhwc ? channels_last(base) : base;
     const Tensor xg = nhwc ? channels_last(on_gpu(base)) : on_gpu(base);
     for (bool accumulate : {false, true}) {
@@ -68,7 +89,7 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
   for (DType t : {kFloat32, kBFloat16, kFloat16})
     for (bool nhwc : {false, true}) {
       check("max_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
-            rtol_of(t, 1e-6f), 1e-6f);
+            rtol_of(t, 1e-6f), 1e-6f, /*without_ties=*/true);
       check("avg_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return avg_pool2d(x, 3, 2, 1); },
             rtol_of(t, 1e-6f), 1e-6f);
       check("avg_pool2d exclude pad", {2, 5, 9, 8}, t, nhwc,

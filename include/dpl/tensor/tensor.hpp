@@ -55,6 +55,9 @@ class Tensor {
   /// Uninitialised 4-D tensor of logical shape (N, C, H, W) laid out channels-last: its strides
   /// are NHWC's (C has stride 1), the layout convolutions read fastest. Requires a 4-D shape.
   static Tensor empty_channels_last(const Shape& shape, TensorOptions options = {});
+  /// Uninitialised tensor of t's shape, dtype and device in t's memory format: channels-last when
+  /// t is channels-last (and not also contiguous), contiguous otherwise.
+  static Tensor empty_like(const Tensor& t);
   /// A tensor holding a copy of values; values.size() must equal the shape's element count.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());

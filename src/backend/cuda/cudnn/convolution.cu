@@ -1,21 +1,28 @@
-// 2-D convolution on the GPU through cuDNN's convolution API, plus two small kernels of our own
-// for the bias (its add and its gradient), which cuDNN's bias calls do not cover for bfloat16.
+// 2-D convolution on the GPU through cuDNN's graph (backend) API, plus two small kernels of our
+// own for the bias (its add and its gradient), which cuDNN's bias calls do not cover for bfloat16.
 //
-// Descriptors carry the tensors' layout (CUDNN_TENSOR_NCHW or CUDNN_TENSOR_NHWC for images and
-// filters) and float32 compute for every dtype, so 16-bit convolutions accumulate in float32.
-// Math: tensor cores for 16-bit; for float32, FMA only unless dpl::cuda::allow_tf32() is on.
+// Why the graph API: on cuDNN 9 the legacy convolution calls (cudnnConvolutionForward and
+// friends) no longer reach the Hopper tensor-core kernels for channels-last 16-bit data; they fall
+// back to generic kernels several times slower. The graph API describes each tensor by its
+// extents and strides (so NCHW and NHWC need no format flags) and lets cuDNN's heuristics offer
+// every engine, the same route PyTorch takes.
 //
-// The algorithm is chosen once per problem (device, kind, dtype, layout, extents, geometry, math)
-// and kept. With DPL_CUDNN_BENCHMARK=1 (the default) the first call of a problem times cuDNN's
-// candidates on scratch buffers (a one-time host wait); with 0 it takes the first deterministic
-// algorithm of cuDNN's heuristics, so results repeat bit for bit. Workspaces come from the
-// device's caching allocator and every call is queued on the compute stream: after the first
-// call of a shape, nothing waits on the host.
+// One execution plan per problem (device, kind, dtype, extents, strides, pointer alignment,
+// geometry, beta, math, search mode), built on the problem's first call and kept. With
+// DPL_CUDNN_BENCHMARK=1 (the default) that first call times the candidate plans on scratch
+// buffers (a one-time host wait) and keeps the fastest; with 0 it takes the first deterministic
+// plan of cuDNN's heuristics, so results repeat bit for bit. float32 data uses TF32 tensor cores
+// only when dpl::cuda::allow_tf32() is on; every dtype accumulates in float32. Workspaces come
+// from the device's caching allocator and every call is queued on the compute stream: after the
+// first call of a problem, nothing waits on the host.
 #include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -46,236 +53,390 @@ cudnnDataType_t cudnn_type(DType t) {
   }
 }
 
-int as_int(std::int64_t v, const char* what) {
-  DPL_CHECK(v <= 2147483647, "conv2d: cuDNN takes 32-bit extents, got ", what, " = ", v);
-  return static_cast<int>(v);
+// --- backend descriptors ----------------------------------------------------------------------
+// One owned cuDNN backend descriptor; attributes are set, then the descriptor is finalized.
+class Descriptor {
+ public:
+  explicit Descriptor(cudnnBackendDescriptorType_t type) {
+    DPL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
+  }
+  ~Descriptor() {
+    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
+  }
+  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor& operator=(Descriptor&& o) noexcept {
+    std::swap(d_, o.d_);
+    return *this;
+  }
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  template <typename T>
+  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values,
+                  std::int64_t count = 1) {
+    DPL_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
+    return *this;
+  }
+  Descriptor& set_descriptor(cudnnBackendAttributeName_t name, const Descriptor& other) {
+    cudnnBackendDescriptor_t o = other.get();
+    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &o);
+  }
+  void finalize() { DPL_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
+  // Finalizing a plan fails for engines that do not support the problem; that is an answer, not
+  // an error.
+  bool try_finalize() { return cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS; }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+// The unique ids that tie a graph's tensors to the pointers of a call.
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+
+// The largest power of two, up to 16, that divides the address: a plan is only valid for pointers
+// aligned at least as well as the ones it was built for, so the alignment is part of the problem.
+std::int64_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::int64_t align = 16;
+  while (align > 1 && a % static_cast<std::uintptr_t>(align) != 0) align /= 2;
+  return align;
 }
 
-// --- descriptors (owned, destroyed with the call) ---------------------------------------------
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const Shape& s, DType t, bool nhwc) {
-    DPL_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d));
-    DPL_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, cudnn_type(t),
-                                               as_int(s[0], "N"), as_int(s[1], "C"), as_int(s[2], "H"),
-                                               as_int(s[3], "W")));
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
+// One operand: extents, strides and alignment. (The dtype is the problem's.)
+struct Operand {
+  Shape shape, strides;
+  std::int64_t alignment = 16;
 };
 
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(const Shape& s, DType t, bool nhwc) {
-    DPL_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d));
-    DPL_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(t), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                               as_int(s[0], "out channels"), as_int(s[1], "in channels"),
-                                               as_int(s[2], "kh"), as_int(s[3], "kw")));
-  }
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-};
+Operand operand_of(const Tensor& t) { return {t.shape(), t.strides(), alignment_of(t.raw_data())}; }
 
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const Conv2dParams& p, cudnnMathType_t math) {
-    DPL_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    DPL_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-        d, as_int(p.padding[0], "padding"), as_int(p.padding[1], "padding"), as_int(p.stride[0], "stride"),
-        as_int(p.stride[1], "stride"), as_int(p.dilation[0], "dilation"), as_int(p.dilation[1], "dilation"),
-        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DPL_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, as_int(p.groups, "groups")));
-    DPL_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
-  }
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
-};
-
-// Everything one cuDNN convolution call needs, for one problem.
+// Everything that decides which plan runs a call.
 struct Problem {
   ConvKind kind;
   int device;
-  cudnnHandle_t handle;
-  bool nhwc;
   DType dtype;
-  cudnnMathType_t math;
-  Shape x, w, y;
+  Operand x, w, y;  // the image, the filter and the convolution's output, whatever the kind
   Conv2dParams p;
+  float beta;
+  bool tf32;
+  bool benchmark;
 };
 
-cudnnMathType_t math_for(DType t) {
-  if (t != kFloat32) return CUDNN_TENSOR_OP_MATH;
-  return cuda_api::allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-}
-
-// A result of cuDNN's search is usable when it ran and respects the math we asked for: a float32
-// problem without TF32 must not come back with a tensor-op variant.
-template <typename Perf>
-bool usable(const Perf& r, const Problem& pr, bool deterministic) {
-  if (r.status != CUDNN_STATUS_SUCCESS) return false;
-  if (deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
-  return !(pr.dtype == kFloat32 && pr.math == CUDNN_FMA_MATH && r.mathType != CUDNN_FMA_MATH);
-}
-
-struct Algo {
-  int algo = 0;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-};
-
-std::string problem_key(const Problem& pr, bool benchmark) {
+std::string key_of(const Problem& pr) {
   std::ostringstream k;
-  k << pr.device << ',' << static_cast<int>(pr.kind) << ',' << static_cast<int>(pr.dtype) << ',' << pr.nhwc << ','
-    << static_cast<int>(pr.math) << ',' << benchmark;
-  for (const Shape* s : {&pr.x, &pr.w, &pr.y})
-    for (auto e : *s) k << ',' << e;
+  k << pr.device << ',' << static_cast<int>(pr.kind) << ',' << static_cast<int>(pr.dtype) << ',' << pr.beta << ','
+    << pr.tf32 << ',' << pr.benchmark;
+  for (const Operand* o : {&pr.x, &pr.w, &pr.y}) {
+    k << '|' << o->alignment;
+    for (auto e : o->shape) k << ',' << e;
+    k << ':';
+    for (auto e : o->strides) k << ',' << e;
+  }
   for (int i = 0; i < 2; ++i) k << ';' << pr.p.stride[i] << ',' << pr.p.padding[i] << ',' << pr.p.dilation[i];
   k << ';' << pr.p.groups;
   return k.str();
 }
 
-std::size_t workspace_size(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c,
-                           const TensorDesc& y, int algo) {
-  std::size_t n = 0;
-  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
-  switch (pr.kind) {
+Descriptor tensor_descriptor(std::int64_t uid, const Operand& o, DType dtype) {
+  Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const cudnnDataType_t type = cudnn_type(dtype);
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
+      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, o.shape.data(), static_cast<std::int64_t>(o.shape.size()))
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, o.strides.data(), static_cast<std::int64_t>(o.strides.size()))
+      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid)
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &o.alignment);
+  d.finalize();
+  return d;
+}
+
+Descriptor convolution_descriptor(const Conv2dParams& p) {
+  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::int64_t dims = 2;
+  const std::int64_t dilation[2] = {p.dilation[0], p.dilation[1]};
+  const std::int64_t stride[2] = {p.stride[0], p.stride[1]};
+  const std::int64_t padding[2] = {p.padding[0], p.padding[1]};
+  d.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &compute)
+      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, &mode)
+      .set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, &dims)
+      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dilation, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, stride, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, padding, 2)
+      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, padding, 2);
+  d.finalize();
+  return d;
+}
+
+// The attribute names of one kind's operation: (descriptor type, x, w, y, conv, alpha, beta).
+struct OperationNames {
+  cudnnBackendDescriptorType_t type;
+  cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
+};
+
+OperationNames names_of(ConvKind kind) {
+  switch (kind) {
     case ConvKind::kForward:
-      s = cudnnGetConvolutionForwardWorkspaceSize(pr.handle, x.d, w.d, c.d, y.d,
-                                                  static_cast<cudnnConvolutionFwdAlgo_t>(algo), &n);
-      break;
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA};
     case ConvKind::kBackwardData:
-      s = cudnnGetConvolutionBackwardDataWorkspaceSize(pr.handle, w.d, y.d, c.d, x.d,
-                                                       static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &n);
-      break;
-    case ConvKind::kBackwardWeight:
-      s = cudnnGetConvolutionBackwardFilterWorkspaceSize(pr.handle, x.d, y.d, c.d, w.d,
-                                                         static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &n);
-      break;
+      return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+              CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA};
+    case ConvKind::kBackwardWeight: break;
   }
-  return s == CUDNN_STATUS_SUCCESS ? n : 0;
+  return {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+          CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
 }
 
-// When no result is usable: implicit GEMM forward, and ALGO_1 backward (ALGO_0 of the backward
-// kinds accumulates with atomics, so it is not deterministic), with the asked math.
-Algo fallback_algo(const Problem& pr) { return {pr.kind == ConvKind::kForward ? 0 : 1, pr.math}; }
+// A finalized plan and the descriptors it was built from (kept alive beside it).
+struct Plan {
+  std::vector<Descriptor> parts;
+  std::unique_ptr<Descriptor> plan;
+  std::int64_t workspace = 0;
+};
 
-// Picks from a list of results (best first) the first usable one, else fallback_algo.
-template <typename Perf>
-Algo first_usable(const Perf* results, int n, const Problem& pr, bool deterministic) {
-  for (int i = 0; i < n; ++i)
-    if (usable(results[i], pr, deterministic)) return {static_cast<int>(results[i].algo), results[i].mathType};
-  return fallback_algo(pr);
-}
+// The operation graph of one problem: its three tensors, the convolution and the operation.
+struct Graph {
+  std::vector<Descriptor> parts;
+  cudnnBackendDescriptor_t graph = nullptr;
+};
 
-// Times cuDNN's candidates on scratch buffers, so the real output (beta 1 may need its contents)
-// is never written by the search. The workspace offered is the largest any algorithm asks for,
-// up to 1 GiB.
-Algo benchmark_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c,
-                    const TensorDesc& y, const void* a, const void* b) {
-  constexpr std::size_t kMaxWorkspace = std::size_t{1} << 30;
-  std::size_t ws = 0;
-  for (int algo = 0; algo < 8; ++algo) {
-    const std::size_t n = workspace_size(pr, x, w, c, y, algo);
-    if (n <= kMaxWorkspace) ws = std::max(ws, n);
-  }
-  Workspace scratch(pr.device, ws);
-  const Shape& out_shape = pr.kind == ConvKind::kForward ? pr.y : pr.kind == ConvKind::kBackwardData ? pr.x : pr.w;
-  Workspace out(pr.device, static_cast<std::size_t>(shape_numel(out_shape)) * dtype_size(pr.dtype));
-  constexpr int kCount = 8;
-  int returned = 0;
-  if (pr.kind == ConvKind::kForward) {
-    cudnnConvolutionFwdAlgoPerf_t r[kCount];
-    DPL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(pr.handle, x.d, a, w.d, b, c.d, y.d, out.data(), kCount,
-                                                           &returned, r, scratch.data(), scratch.size()));
-    return first_usable(r, returned, pr, false);
-  }
-  if (pr.kind == ConvKind::kBackwardData) {
-    cudnnConvolutionBwdDataAlgoPerf_t r[kCount];
-    DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(pr.handle, w.d, b, y.d, a, c.d, x.d, out.data(), kCount,
-                                                                &returned, r, scratch.data(), scratch.size()));
-    return first_usable(r, returned, pr, false);
-  }
-  cudnnConvolutionBwdFilterAlgoPerf_t r[kCount];
-  DPL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(pr.handle, x.d, a, y.d, b, c.d, w.d, out.data(), kCount,
-                                                                &returned, r, scratch.data(), scratch.size()));
-  return first_usable(r, returned, pr, false);
-}
-
-Algo heuristic_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c,
-                    const TensorDesc& y) {
-  constexpr int kCount = 8;
-  int returned = 0;
-  switch (pr.kind) {
-    case ConvKind::kForward: {
-      cudnnConvolutionFwdAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(pr.handle, x.d, w.d, c.d, y.d, kCount, &returned, r));
-      return first_usable(r, returned, pr, true);
-    }
-    case ConvKind::kBackwardData: {
-      cudnnConvolutionBwdDataAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(
-          cudnnGetConvolutionBackwardDataAlgorithm_v7(pr.handle, w.d, y.d, c.d, x.d, kCount, &returned, r));
-      return first_usable(r, returned, pr, true);
-    }
-    case ConvKind::kBackwardWeight: {
-      cudnnConvolutionBwdFilterAlgoPerf_t r[kCount];
-      DPL_CUDNN_CHECK(
-          cudnnGetConvolutionBackwardFilterAlgorithm_v7(pr.handle, x.d, y.d, c.d, w.d, kCount, &returned, r));
-      return first_usable(r, returned, pr, true);
-    }
-  }
-  return fallback_algo(pr);
-}
-
-Algo cached_algo(const Problem& pr, const TensorDesc& x, const FilterDesc& w, const ConvDesc& c, const TensorDesc& y,
-                 const void* a, const void* b) {
-  static const bool benchmark = settings().cudnn_benchmark;
-  static std::mutex mutex;
-  static std::unordered_map<std::string, Algo> cache;
-  const std::string key = problem_key(pr, benchmark);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-  }
-  const Algo chosen = benchmark ? benchmark_algo(pr, x, w, c, y, a, b) : heuristic_algo(pr, x, w, c, y);
-  std::lock_guard<std::mutex> lock(mutex);
-  return cache.emplace(key, chosen).first->second;
-}
-
-// out = alpha*conv + beta*out, for (a, b) = (x, w) forward, (gy, w) backward data, (x, gy)
-// backward weights; out is y, gx or gw.
-void run(Problem pr, const Tensor& a, const Tensor& b, float beta, Tensor& out) {
-  if (out.numel() == 0) return;
-  DeviceGuard guard(pr.device);
-  pr.handle = cudnn_handle(pr.device);
-  pr.math = math_for(pr.dtype);
-  const TensorDesc x(pr.x, pr.dtype, pr.nhwc), y(pr.y, pr.dtype, pr.nhwc);
-  const FilterDesc w(pr.w, pr.dtype, pr.nhwc);
-  const ConvDesc c(pr.p, pr.math);
-  const Algo algo = cached_algo(pr, x, w, c, y, a.raw_data(), b.raw_data());
-  DPL_CUDNN_CHECK(cudnnSetConvolutionMathType(c.d, algo.math));
-  Workspace ws(pr.device, workspace_size(pr, x, w, c, y, algo.algo));
+Graph build_graph(const Problem& pr, cudnnHandle_t handle) {
+  Graph g;
+  g.parts.push_back(tensor_descriptor(kUidX, pr.x, pr.dtype));
+  g.parts.push_back(tensor_descriptor(kUidW, pr.w, pr.dtype));
+  g.parts.push_back(tensor_descriptor(kUidY, pr.y, pr.dtype));
+  g.parts.push_back(convolution_descriptor(pr.p));
+  const OperationNames n = names_of(pr.kind);
+  Descriptor op(n.type);
   const float alpha = 1.f;
-  switch (pr.kind) {
+  op.set_descriptor(n.x, g.parts[0])
+      .set_descriptor(n.w, g.parts[1])
+      .set_descriptor(n.y, g.parts[2])
+      .set_descriptor(n.conv, g.parts[3])
+      .set(n.alpha, CUDNN_TYPE_FLOAT, &alpha)
+      .set(n.beta, CUDNN_TYPE_FLOAT, &pr.beta);
+  op.finalize();
+  g.parts.push_back(std::move(op));
+  Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set_descriptor(CUDNN_ATTR_OPERATIONGRAPH_OPS, g.parts.back()).set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                                                                           CUDNN_TYPE_HANDLE, &handle);
+  graph.finalize();
+  g.parts.push_back(std::move(graph));
+  g.graph = g.parts.back().get();
+  return g;
+}
+
+// The engine configurations cuDNN's heuristics of `mode` offer for the graph, best first.
+std::vector<Descriptor> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
+  if (!heur.try_finalize()) return {};
+  std::int64_t count = 0;
+  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                               nullptr) != CUDNN_STATUS_SUCCESS)
+    return {};
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (std::int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(configs.back().get());
+  }
+  std::int64_t returned = 0;
+  if (count == 0 || cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                             count, &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  configs.erase(configs.begin() + std::min(returned, count), configs.end());
+  return configs;
+}
+
+// Whether an engine's numerical notes fit the problem: float32 data without TF32 must not run on
+// tensor cores (nor down-convert its inputs), and the deterministic mode refuses engines that are
+// not deterministic.
+bool acceptable(const Descriptor& config, const Problem& pr) {
+  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+  cudnnBackendDescriptor_t e = engine.get();
+  std::int64_t got = 0;
+  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                               &e) != CUDNN_STATUS_SUCCESS)
+    return false;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  std::int64_t n = 0;
+  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) != CUDNN_STATUS_SUCCESS)
+    return false;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (pr.dtype == kFloat32 && !pr.tf32 &&
+        (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
+      return false;
+    if (!pr.benchmark && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
+  }
+  return true;
+}
+
+// A finalized execution plan for one engine configuration, or null when the engine cannot run it.
+std::unique_ptr<Descriptor> finalize_plan(const Descriptor& config, cudnnHandle_t handle, std::int64_t* workspace) {
+  auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  cudnnBackendDescriptor_t c = config.get();
+  plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
+      .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &c);
+  if (!plan->try_finalize()) return nullptr;
+  std::int64_t got = 0;
+  if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
+                               workspace) != CUDNN_STATUS_SUCCESS)
+    return nullptr;
+  return plan;
+}
+
+// Runs a plan on (x, w, y) pointers; false when cuDNN refuses to execute it.
+bool execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, void* y, void* workspace) {
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  void* pointers[3] = {x, w, y};
+  const std::int64_t uids[3] = {kUidX, kUidW, kUidY};
+  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers, 3)
+      .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids, 3)
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
+  if (!pack.try_finalize()) return false;
+  return cudnnBackendExecute(handle, plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS;
+}
+
+std::string describe(const Problem& pr) {
+  std::ostringstream s;
+  s << (pr.kind == ConvKind::kForward ? "forward" : pr.kind == ConvKind::kBackwardData ? "input gradient" : "weight gradient")
+    << " of a " << dtype_name(pr.dtype) << " convolution, input " << shape_str(pr.x.shape) << " strides "
+    << shape_str(pr.x.strides) << ", weight " << shape_str(pr.w.shape) << " strides " << shape_str(pr.w.strides)
+    << ", output " << shape_str(pr.y.shape) << " strides " << shape_str(pr.y.strides);
+  return s.str();
+}
+
+// The fastest of the candidate plans, each timed on scratch buffers (so an output that is
+// accumulated into is never touched by the search). Candidates that need more than 1 GiB of
+// workspace or fail to run are left out.
+std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<Plan>& plans, const void* a,
+                     const void* b, std::size_t out_bytes) {
+  constexpr std::int64_t kMaxWorkspace = std::int64_t{1} << 30;
+  std::int64_t ws = 0;
+  for (const Plan& p : plans)
+    if (p.workspace <= kMaxWorkspace) ws = std::max(ws, p.workspace);
+  Workspace scratch(pr.device, static_cast<std::size_t>(ws));
+  Workspace out(pr.device, out_bytes);
+  cudaStream_t stream = CudaDevice::get(pr.device).stream();
+  cudaEvent_t start = nullptr, stop = nullptr;
+  DPL_CUDA_CHECK(cudaEventCreate(&start));
+  DPL_CUDA_CHECK(cudaEventCreate(&stop));
+  std::size_t best = plans.size();
+  float best_ms = 0.f;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (plans[i].workspace > kMaxWorkspace) continue;
+    void* x = const_cast<void*>(a);
+    void* w = const_cast<void*>(b);
+    void* y = out.data();
+    if (pr.kind == ConvKind::kBackwardData) std::swap(x, y);  // (a, b, out) = (gy, w, gx)
+    if (pr.kind == ConvKind::kBackwardWeight) std::swap(w, y);  // (a, b, out) = (x, gy, gw)
+    if (!execute(handle, *plans[i].plan, x, w, y, scratch.data())) continue;  // warm-up
+    constexpr int kRuns = 3;
+    DPL_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ok = true;
+    for (int r = 0; r < kRuns && ok; ++r) ok = execute(handle, *plans[i].plan, x, w, y, scratch.data());
+    DPL_CUDA_CHECK(cudaEventRecord(stop, stream));
+    DPL_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ok && (best == plans.size() || ms < best_ms)) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  // A failed launch in the search leaves an error behind; clear it so that it is not blamed on
+  // the next kernel.
+  cudaGetLastError();
+  return best;
+}
+
+// Builds the plan of a problem: the first acceptable one of cuDNN's heuristics, or with the search
+// on, the fastest of up to kCandidates acceptable ones.
+Plan build_plan(const Problem& pr, cudnnHandle_t handle, const void* a, const void* b, std::size_t out_bytes) {
+  constexpr std::size_t kCandidates = 12;
+  Graph graph = build_graph(pr, handle);
+  std::vector<Plan> plans;
+  for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    for (Descriptor& config : engine_configs(graph.graph, mode)) {
+      if (plans.size() >= (pr.benchmark ? kCandidates : 1)) break;
+      if (!acceptable(config, pr)) continue;
+      std::int64_t workspace = 0;
+      std::unique_ptr<Descriptor> plan = finalize_plan(config, handle, &workspace);
+      if (!plan) continue;
+      Plan p;
+      p.parts.push_back(std::move(config));
+      p.plan = std::move(plan);
+      p.workspace = workspace;
+      plans.push_back(std::move(p));
+    }
+  }
+  DPL_CHECK(!plans.empty(), "conv2d: cuDNN offers no engine for the ", describe(pr),
+            "; expected one for 4-D tensors in NCHW or NHWC strides");
+  std::size_t chosen = 0;
+  if (pr.benchmark && plans.size() > 1) {
+    chosen = fastest(pr, handle, plans, a, b, out_bytes);
+    DPL_CHECK(chosen < plans.size(), "conv2d: none of cuDNN's ", plans.size(), " plans ran for the ", describe(pr));
+  }
+  Plan result = std::move(plans[chosen]);
+  for (Descriptor& d : graph.parts) result.parts.push_back(std::move(d));
+  return result;
+}
+
+const Plan& cached_plan(const Problem& pr, cudnnHandle_t handle, const void* a, const void* b,
+                        std::size_t out_bytes) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::unique_ptr<Plan>> cache;
+  const std::string key = key_of(pr);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, std::make_unique<Plan>(build_plan(pr, handle, a, b, out_bytes))).first;
+  return *it->second;
+}
+
+// out = conv(...) + beta*out, for (a, b) = (x, w) forward, (gy, w) backward data, (x, gy)
+// backward weights; out is y, gx or gw.
+void run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, float beta, Tensor& out) {
+  if (out.numel() == 0) return;
+  static const bool benchmark = settings().cudnn_benchmark;
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  cudnnHandle_t handle = cudnn_handle(device);
+  Problem pr{kind, device, out.dtype(), {}, {}, {}, p, beta, cuda_api::allow_tf32(), benchmark};
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+  switch (kind) {
     case ConvKind::kForward:
-      DPL_CUDNN_CHECK(cudnnConvolutionForward(pr.handle, &alpha, x.d, a.raw_data(), w.d, b.raw_data(), c.d,
-                                              static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo), ws.data(),
-                                              ws.size(), &beta, y.d, out.raw_data()));
+      pr.x = operand_of(a), pr.w = operand_of(b), pr.y = operand_of(out);
+      x = const_cast<void*>(a.raw_data()), w = const_cast<void*>(b.raw_data()), y = out.raw_data();
       break;
     case ConvKind::kBackwardData:
-      DPL_CUDNN_CHECK(cudnnConvolutionBackwardData(pr.handle, &alpha, w.d, b.raw_data(), y.d, a.raw_data(), c.d,
-                                                   static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), ws.data(),
-                                                   ws.size(), &beta, x.d, out.raw_data()));
+      pr.x = operand_of(out), pr.w = operand_of(b), pr.y = operand_of(a);
+      x = out.raw_data(), w = const_cast<void*>(b.raw_data()), y = const_cast<void*>(a.raw_data());
       break;
     case ConvKind::kBackwardWeight:
-      DPL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(pr.handle, &alpha, x.d, a.raw_data(), y.d, b.raw_data(), c.d,
-                                                     static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo),
-                                                     ws.data(), ws.size(), &beta, w.d, out.raw_data()));
+      pr.x = operand_of(a), pr.w = operand_of(out), pr.y = operand_of(b);
+      x = const_cast<void*>(a.raw_data()), w = out.raw_data(), y = const_cast<void*>(b.raw_data());
       break;
   }
+  const std::size_t out_bytes = static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype());
+  const Plan& plan = cached_plan(pr, handle, a.raw_data(), b.raw_data(), out_bytes);
+  Workspace ws(device, static_cast<std::size_t>(plan.workspace));
+  DPL_CHECK(execute(handle, *plan.plan, x, w, y, ws.data()), "conv2d: cuDNN failed to run the plan chosen for the ",
+            describe(pr));
 }
 
 // --- bias -------------------------------------------------------------------------------------
@@ -326,23 +487,16 @@ void add_bias(const Tensor& bias, Tensor& y, bool nhwc) {
 }
 
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
-  const bool nhwc = channels_last(x);
-  run({ConvKind::kForward, x.device().index, nullptr, nhwc, x.dtype(), CUDNN_DEFAULT_MATH, x.shape(), w.shape(),
-       y.shape(), p},
-      x, w, 0.f, y);
-  if (bias != nullptr && y.numel() > 0) add_bias(*bias, y, nhwc);
+  run(ConvKind::kForward, x, w, p, 0.f, y);
+  if (bias != nullptr && y.numel() > 0) add_bias(*bias, y, channels_last(y));
 }
 
 void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dParams& p, float beta, Tensor& gx) {
-  run({ConvKind::kBackwardData, gx.device().index, nullptr, channels_last(gx), gx.dtype(), CUDNN_DEFAULT_MATH,
-       gx.shape(), w.shape(), gy.shape(), p},
-      gy, w, beta, gx);
+  run(ConvKind::kBackwardData, gy, w, p, beta, gx);
 }
 
 void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta, Tensor& gw) {
-  run({ConvKind::kBackwardWeight, x.device().index, nullptr, channels_last(x), x.dtype(), CUDNN_DEFAULT_MATH,
-       x.shape(), gw.shape(), gy.shape(), p},
-      x, gy, beta, gw);
+  run(ConvKind::kBackwardWeight, x, gy, p, beta, gw);
 }
 
 void conv2d_backward_bias_cuda(const Tensor& gy, float beta, Tensor& gb) {
