@@ -168,11 +168,13 @@ int main(int argc, char** argv) {
     o.seed = parse_whole("--seed", seed, 0, kMax);
     o.snapshot_every = static_cast<std::int64_t>(parse_whole("--snapshot-every", snapshot_every, 0, 1000000));
     o.keep = static_cast<std::int64_t>(parse_whole("--keep", keep, 1, 1000000));
+    if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
   } catch (const BadFlag& e) {
     std::cerr << "train_mnist: " << e.message << "\n";
     return 2;
   }
   try {
+    train::prepare_output_folder(o.out);  // before any data or MPI work: a bad -o fails at once
     return run(o);
   } catch (const std::exception& e) {
     comm::abort_all(e.what());

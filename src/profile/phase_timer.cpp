@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "dpl/comm/agreement.hpp"
 #include "dpl/comm/communicator.hpp"
 #include "dpl/core/error.hpp"
@@ -47,10 +47,8 @@ void PhaseTimer::write_chrome_trace(const std::string& path, int rank) const {
                         {"ts", x.start * 1e6}, {"dur", x.seconds * 1e6}, {"args", {{"iteration", x.iteration}}}});
     }
   }
-  std::ofstream f(path);
-  DPL_CHECK(f.good(), "write_chrome_trace: cannot open '", path, "' for writing");
-  f << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
-  DPL_CHECK(f.good(), "write_chrome_trace: writing '", path, "' failed");
+  detail::write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(),
+                                "write_chrome_trace");
 }
 
 namespace {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::serialize {
@@ -50,7 +50,7 @@ bool parse_dtype(const std::string& s, DType* out) {
   return false;
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+using detail::errno_text;
 
 // Closes a descriptor when the scope ends, whatever way it ends.
 struct Fd {
@@ -101,66 +101,6 @@ Prepared prepare(const std::string& path, const std::vector<std::pair<std::strin
   }
   out.header.append((8 - out.header.size() % 8) % 8, ' ');
   return out;
-}
-
-// Writes all n bytes or returns the errno of the call that failed.
-int write_all(int fd, const void* data, std::size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, std::min(n, kMaxChunk));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (w == 0) return EIO;  // no progress and no error: treat as an I/O failure, never spin
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return 0;
-}
-
-// The temporary file: removed on destruction unless committed (renamed over the target).
-struct TempFile {
-  std::string path;
-  Fd file;
-  bool committed = false;
-  ~TempFile() {
-    if (file.fd >= 0) {
-      ::close(file.fd);
-      file.fd = -1;
-    }
-    if (!committed && !path.empty()) ::unlink(path.c_str());
-  }
-};
-
-// A name in the target's folder that no other writer uses: the pid separates processes, the
-// counter separates threads and calls; O_EXCL makes a clash an error instead of a shared file.
-void open_temp(const std::string& target, TempFile& tmp) {
-  static std::atomic<std::uint64_t> counter{0};
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    std::ostringstream name;
-    name << target << ".tmp." << ::getpid() << '.' << counter.fetch_add(1);
-    const std::string candidate = name.str();
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      tmp.path = candidate;
-      tmp.file.fd = fd;
-      return;
-    }
-    if (errno != EEXIST)
-      DPL_FAIL("save_safetensors: cannot create the temporary file ", candidate, " to write ", target, ": ",
-               errno_text(errno));
-  }
-  DPL_FAIL("save_safetensors: cannot find an unused temporary file name beside ", target);
-}
-
-// Makes the rename itself durable. Best effort: some file systems cannot fsync a folder, and by now
-// the new file is complete and in place.
-void sync_folder(const std::string& target) {
-  std::string folder = std::filesystem::path(target).parent_path().string();
-  if (folder.empty()) folder = ".";
-  Fd dir{::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (dir.fd >= 0) ::fsync(dir.fd);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -290,36 +230,15 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   DPL_CHECK(!path.empty(), "save_safetensors: expected a file path, got an empty string");
   const Prepared prepared = prepare(path, tensors, metadata);
 
-  TempFile tmp;
-  open_temp(path, tmp);
-  std::uint64_t written = 0;
-  auto put = [&](const void* data, std::size_t n) {
-    if (const int err = write_all(tmp.file.fd, data, n))
-      DPL_FAIL("save_safetensors: writing ", path, " failed at byte offset ", written, " of the temporary file ",
-               tmp.path, ": ", errno_text(err), "; any previous ", path, " is unchanged");
-    written += n;
-  };
+  detail::AtomicFile file(path, "save_safetensors");
   unsigned char length[kHeaderLengthBytes];
   const std::uint64_t n = prepared.header.size();
   for (std::size_t i = 0; i < kHeaderLengthBytes; ++i) length[i] = static_cast<unsigned char>(n >> (8 * i));
-  put(length, sizeof length);
-  put(prepared.header.data(), prepared.header.size());
+  file.write(length, sizeof length);
+  file.write(prepared.header.data(), prepared.header.size());
   for (const Tensor& t : prepared.host)
-    if (t.nbytes() > 0) put(t.raw_data(), t.nbytes());
-
-  if (::fsync(tmp.file.fd) != 0)
-    DPL_FAIL("save_safetensors: flushing ", tmp.path, " to disk failed: ", errno_text(errno), "; any previous ",
-             path, " is unchanged");
-  const int fd = tmp.file.fd;
-  tmp.file.fd = -1;
-  // close() can report a deferred write error (NFS); such a file must not replace the target.
-  if (::close(fd) != 0)
-    DPL_FAIL("save_safetensors: closing ", tmp.path, " failed: ", errno_text(errno), "; any previous ", path,
-             " is unchanged");
-  if (::rename(tmp.path.c_str(), path.c_str()) != 0)
-    DPL_FAIL("save_safetensors: cannot move ", tmp.path, " to ", path, ": ", errno_text(errno));
-  tmp.committed = true;
-  sync_folder(path);
+    if (t.nbytes() > 0) file.write(t.raw_data(), t.nbytes());
+  file.commit();
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/atomic_file.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::train {
@@ -95,21 +95,10 @@ std::string LogReport::to_json() const {
 
 void LogReport::write() const {
   if (out_dir_.empty()) return;
-  namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(out_dir_, ec);
+  std::filesystem::create_directories(out_dir_, ec);
   DPL_CHECK(!ec, "LogReport: cannot create the output folder ", out_dir_, ": ", ec.message());
-  const fs::path target = fs::path(out_dir_) / filename_;
-  const fs::path tmp = fs::path(out_dir_) / (filename_ + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DPL_CHECK(f.good(), "LogReport: cannot open ", tmp.string(), " for writing");
-    f << to_json() << '\n';
-    f.flush();
-    DPL_CHECK(f.good(), "LogReport: writing ", tmp.string(), " failed");
-  }
-  fs::rename(tmp, target, ec);
-  DPL_CHECK(!ec, "LogReport: cannot move ", tmp.string(), " to ", target.string(), ": ", ec.message());
+  detail::write_file_atomically((std::filesystem::path(out_dir_) / filename_).string(), to_json() + "\n", "LogReport");
 }
 
 }  // namespace dpl::train

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "core/atomic_file.hpp"
 #include "dpl/autograd/ops.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/error.hpp"
@@ -125,10 +125,15 @@ void StandardUpdater::update(Observation& observation) {
 
 // --- Trainer -------------------------------------------------------------------------------------
 
+void prepare_output_folder(const std::string& folder) { detail::prepare_output_folder(folder, "output folder"); }
+
 Trainer::Trainer(StandardUpdater& updater, std::int64_t length, LengthUnit unit, comm::Communicator* comm,
                  std::string out)
     : updater_(updater), length_(length), unit_(unit), comm_(comm), out_(std::move(out)) {
   DPL_CHECK(length >= 1, "Trainer: expected a training length >= 1, got ", length);
+  // Before any training: an output folder that cannot be written would otherwise fail at the
+  // first log write, an epoch in. Every rank checks, since every rank may write (traces).
+  if (!out_.empty()) detail::prepare_output_folder(out_, "Trainer");
   observation_.reserve("main/loss");  // the first column of the log, as in Chainer's
 }
 
@@ -342,7 +347,9 @@ void PhaseSummary::operator()(Trainer& trainer) {
   if (parallel != nullptr) {
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
-    std::ofstream(std::filesystem::path(trainer.out()) / "phase_summary.json") << profile::to_json(summary) << "\n";
+    DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());
+    detail::write_file_atomically((std::filesystem::path(trainer.out()) / "phase_summary.json").string(),
+                                  profile::to_json(summary) + "\n", "PhaseSummary");
   }
 }
 

@@ -146,11 +146,19 @@ class Extension {
 /// Chainer's Trainer: runs the updater until the training length is reached, and the extensions
 /// on their triggers. Every rank runs the same trainer with the same extensions (extensions that
 /// print or write files do so on rank 0 only; evaluation and snapshots are collective).
+/// Creates folder (and its parents) if needed and checks that files can be written in it, with a
+/// probe file that is removed again; the Trainer does this for its output folder. A program can
+/// call it first thing, before loading data. Throws dpl::Error naming the folder and the system's
+/// reason (an empty path, a file in the way, no permission, a read-only file system).
+void prepare_output_folder(const std::string& folder);
+
 class Trainer {
  public:
   /// Trains for length epochs or iterations (unit). comm is the job's communicator (nullptr: one
-  /// process); out is the folder for logs and summaries. Requires length >= 1; updater and comm
-  /// outlive the trainer.
+  /// process); out is the folder for logs and summaries, created here and probed with a test
+  /// file so that a folder that cannot be written fails now, not after the first epoch (an empty
+  /// out: no files). Requires length >= 1; updater and comm outlive the trainer. Throws
+  /// dpl::Error naming the folder and the system's reason.
   Trainer(StandardUpdater& updater, std::int64_t length, LengthUnit unit, comm::Communicator* comm = nullptr,
           std::string out = "result");
 
