@@ -8,45 +8,28 @@
 
 #include <CLI/CLI.hpp>
 
-#include "dpl/core/cuda.hpp"
-#include "dpl/dpl.hpp"
+#include "device_flags.hpp"
 
-namespace {
-
-// Waits for the device's queued work, so that the clock reads the time the work took, not the
-// time it took to queue it.
-void sync(dpl::Device d) {
-  if (d.is_cuda()) dpl::cuda::synchronize(d.index);
-}
-
-}  // namespace
+using dpl::bench::sync;
 
 int main(int argc, char** argv) {
   CLI::App app{"dpl MNIST-MLP training step throughput"};
-  std::string device_name = "cuda";
-  int gpu = 0;
+  dpl::bench::DeviceFlags flags;
   std::int64_t batch = 100, units = 1000;
-  int iters = 0, warmup = 50, threads = 0;
-  app.add_option("--device", device_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("-g,--gpu", gpu, "GPU index for --device cuda")->check(CLI::NonNegativeNumber);
+  int iters = 0, warmup = 50;
+  flags.add_to(app);
   app.add_option("-b,--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--units", units, "hidden units")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed iterations (default 2000 on cuda, 50 on cpu)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", warmup, "untimed iterations first")->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", threads, "host threads for --device cpu (default: dpl's default)")
-      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const bool cuda = device_name == "cuda";
-    if (cuda && !dpl::cuda_is_available()) {
-      std::fprintf(stderr, "bench_mlp_step: --device cuda was requested but no GPU is available\n");
-      return 2;
-    }
+    dpl::Device device;
+    if (!flags.resolve("bench_mlp_step", device)) return 2;
+    const bool cuda = device.is_cuda();
     if (iters == 0) iters = cuda ? 2000 : 50;
-    if (threads > 0) dpl::set_num_threads(threads);
-    const dpl::Device device = cuda ? dpl::Device::cuda(gpu) : dpl::Device::cpu();
 
     dpl::Generator gen(0);
     dpl::nn::MLP model(units, 784, 10, gen);

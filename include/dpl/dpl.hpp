@@ -4,6 +4,7 @@
 #include "dpl/comm.hpp"
 #include "dpl/core.hpp"
 #include "dpl/data.hpp"
+#include "dpl/models.hpp"
 #include "dpl/nn.hpp"
 #include "dpl/optim.hpp"
 #include "dpl/parallel.hpp"

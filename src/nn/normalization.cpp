@@ -21,11 +21,28 @@ BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum,
 
 Variable BatchNorm2d::forward(const Variable& x) {
   Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
-  if (is_training()) {
-    Tensor count = num_batches_tracked_.data();
-    backend::increment_count(count);
-  }
+  count_batch();
   return y;
+}
+
+Variable BatchNorm2d::forward_relu(const Variable& x) {
+  Variable y =
+      batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
+  count_batch();
+  return y;
+}
+
+Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual) {
+  Variable y = batch_norm_add_relu(x, residual, weight_, bias_, running_mean_.data(), running_var_.data(),
+                                   is_training(), momentum_, eps_);
+  count_batch();
+  return y;
+}
+
+void BatchNorm2d::count_batch() {
+  if (!is_training()) return;
+  Tensor count = num_batches_tracked_.data();
+  backend::increment_count(count);
 }
 
 }  // namespace dpl::nn

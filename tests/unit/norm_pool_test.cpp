@@ -277,6 +277,28 @@ TEST(BatchNorm, FusedVariantsComposeOnTheCpu) {
   }
 }
 
+// The module's fused forwards are its forward followed by the ReLU (and the residual), and count
+// the batch like forward does, in training and in evaluation mode.
+TEST(BatchNorm, ModuleFusedForwardsMatchForwardAndCountBatches) {
+  Generator gen(18);
+  const Variable x(randn({2, 3, 3, 3}, gen)), z(randn({2, 3, 3, 3}, gen));
+  nn::BatchNorm2d bn(3);
+  for (bool training : {true, false}) {
+    bn.train(training);
+    const auto plain = bn(x).data().to_vector<float>();
+    const auto r = bn.forward_relu(x).data().to_vector<float>();
+    const auto ar = bn.forward_add_relu(x, z).data().to_vector<float>();
+    const auto vz = z.data().to_vector<float>();
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      // Evaluation normalises with running statistics that the training calls just moved, the
+      // same for all three calls; training normalises with the batch's own.
+      EXPECT_FLOAT_EQ(r[i], std::max(plain[i], 0.f));
+      EXPECT_FLOAT_EQ(ar[i], std::max(plain[i] + vz[i], 0.f));
+    }
+  }
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{3}));
+}
+
 TEST(BatchNorm, BadInputsSayWhatWasExpected) {
   const Variable x(Tensor::ones({2, 3, 2, 2}));
   DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({2, 3})), Variable(), Variable(), Tensor(), Tensor(), true),

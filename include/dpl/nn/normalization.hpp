@@ -20,6 +20,13 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
   /// Requires x (N, num_features, H, W) of a float dtype; returns x's shape, dtype and format.
   Variable forward(const Variable& x) override;
+  /// relu(forward(x)) through dpl::batch_norm_relu, one pass where the device's library fuses it.
+  /// Same requirements and effects on the running statistics as forward().
+  Variable forward_relu(const Variable& x);
+  /// relu(forward(x) + residual) through dpl::batch_norm_add_relu (the end of a residual block),
+  /// one pass where the device's library fuses it. Requires residual of x's shape and dtype;
+  /// otherwise as forward().
+  Variable forward_add_relu(const Variable& x, const Variable& residual);
   /// The affine parameters (undefined without affine).
   const Variable& weight() const { return weight_; }
   const Variable& bias() const { return bias_; }
@@ -31,6 +38,9 @@ class BatchNorm2d : public Module {
   std::int64_t num_features() const { return num_features_; }
 
  private:
+  // Counts a training batch in num_batches_tracked (every forward variant does).
+  void count_batch();
+
   std::int64_t num_features_;
   double eps_, momentum_;
   Variable weight_, bias_;
