@@ -6,6 +6,7 @@
 #include "dpl/data/idx.hpp"
 #include "dpl/data/image/jpeg.hpp"
 #include "dpl/data/image/labeled_image_dataset.hpp"
+#include "dpl/data/image/loader.hpp"
 #include "dpl/data/image/transforms.hpp"
 #include "dpl/data/random_access_dataset.hpp"
 #include "dpl/data/scatter.hpp"
