@@ -1,0 +1,132 @@
+#pragma once
+// A multi-threaded batch loader for image data sets: worker threads decode and transform
+// examples into 8-bit NHWC batches held in pinned host memory, several batches ahead of the
+// training loop.
+//
+// Layout: a batch's images are packed (N, H, W, C) uint8, C = 3 for RGB. The device side views
+// the copied batch as a channels-last (N, C, H, W) tensor (Tensor::empty_channels_last has the
+// same element order), so the copy is one contiguous transfer and normalisation
+// (normalize_to_float is its CPU reference) needs no transpose.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dpl/data/image/transforms.hpp"
+#include "dpl/data/random_access_dataset.hpp"
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl::data {
+
+/// One batch from an ImageLoader. A handle: copies share the batch, and its buffers are not
+/// rewritten by the loader until every copy is gone (or release() was called on each), so an
+/// asynchronous device copy from images() stays valid for as long as the caller keeps the batch.
+/// The buffers may outlive the loader.
+class ImageBatch {
+ public:
+  /// An empty batch (size() == 0, images() null).
+  ImageBatch() = default;
+
+  /// Number of images N (0 for an empty batch). A batch may be shorter than the loader's batch
+  /// size: the last batch of an epoch (without drop_last) and batches from which skip_bad removed
+  /// samples.
+  std::int64_t size() const { return size_; }
+  int height() const { return height_; }
+  int width() const { return width_; }
+  int channels() const { return channels_; }
+  /// size() * height() * width() * channels() bytes of packed NHWC images. Page-locked (pinned)
+  /// when pinned() is true, so a device copy from it can run asynchronously.
+  const std::uint8_t* images() const { return images_; }
+  /// Bytes behind images().
+  std::size_t image_bytes() const {
+    return static_cast<std::size_t>(size_) * static_cast<std::size_t>(height_) * static_cast<std::size_t>(width_) *
+           static_cast<std::size_t>(channels_);
+  }
+  /// Labels, (N,) int32 on the host (in pinned memory when pinned()).
+  const Tensor& labels() const { return labels_; }
+  /// Whether images() and labels() are page-locked.
+  bool pinned() const { return pinned_; }
+  /// The epoch this batch belongs to (0-based) and its position in that epoch.
+  std::int64_t epoch() const { return epoch_; }
+  std::int64_t index_in_epoch() const { return index_in_epoch_; }
+  /// The images as float32 (N, C, H, W) channels-last, (x - mean[c]) / std[c]: normalize_to_float.
+  Tensor to_float(const std::vector<float>& mean, const std::vector<float>& std) const;
+  /// Gives the buffers back to the loader now; the batch becomes empty.
+  void release() { *this = ImageBatch(); }
+
+ private:
+  friend class ImageLoader;
+  std::shared_ptr<void> lease_;  // returns the buffers to the loader when the last copy goes
+  const std::uint8_t* images_ = nullptr;
+  Tensor labels_;
+  std::int64_t size_ = 0;
+  int height_ = 0, width_ = 0, channels_ = 0;
+  bool pinned_ = false;
+  std::int64_t epoch_ = 0, index_in_epoch_ = 0;
+};
+
+/// How an ImageLoader draws and prepares batches.
+struct ImageLoaderOptions {
+  std::int64_t batch_size = 32;  ///< images per batch, >= 1
+  int workers = 1;               ///< threads that decode and transform (-j), >= 1
+  int prefetch = 2;              ///< batch buffers: batches prepared ahead of the caller, >= 1
+  bool shuffle = true;           ///< a fresh permutation of the indices every epoch
+  std::uint64_t seed = 0;        ///< seeds the shuffles and every sample's crop and flip
+  bool drop_last = false;        ///< leave out an epoch's final short batch
+  bool skip_bad = false;         ///< leave out examples that fail to load (counted) instead of failing
+  bool pin_memory = true;        ///< page-locked buffers when a GPU is available
+};
+
+/// Serves batches of transformed images from a data set, for ever, epoch after epoch.
+///
+/// An epoch visits each of the given indices (a rank's shard) exactly once, in a new order each
+/// epoch when shuffle is on: the permutation is drawn from a generator seeded by (seed, epoch).
+/// Every sample's crop and flip come from sample_generator(seed, epoch, index), so the batches are
+/// the same whatever the number of workers. Workers fill up to `prefetch` batches ahead; they
+/// stop when every buffer is full or held by the caller.
+///
+/// Errors: an example that fails to load fails the batch it belongs to; next() rethrows that
+/// error (the data set's dpl::Error, e.g. "train.txt:12: cannot open a.jpg: No such file or
+/// directory") when the caller reaches that batch, and every later call rethrows it again. With
+/// skip_bad, failed examples are left out of their batch and counted in skipped() instead.
+class ImageLoader {
+ public:
+  /// Loads the examples at `indices` of dataset (each in [0, dataset->size())).
+  /// Requires: a dataset, a non-empty index list, options in range, and with drop_last at least
+  /// one full batch; throws dpl::Error naming the option or the first bad index otherwise.
+  /// Starts the worker threads, which begin filling the first batches at once.
+  ImageLoader(std::shared_ptr<const RandomAccessDataset> dataset, std::vector<std::int64_t> indices,
+              ImageTransform transform, ImageLoaderOptions options);
+  /// Loads every example of dataset (indices 0..size()-1).
+  ImageLoader(std::shared_ptr<const RandomAccessDataset> dataset, ImageTransform transform, ImageLoaderOptions options);
+  /// Stops the workers (each finishes the example it is preparing) and joins them. Batches the
+  /// caller still holds stay valid.
+  ~ImageLoader();
+  ImageLoader(const ImageLoader&) = delete;
+  ImageLoader& operator=(const ImageLoader&) = delete;
+
+  /// The next batch, waiting for it if it is not ready. Throws the error of an example of this
+  /// batch that failed to load (see the class comment), and dpl::Error when the caller still holds
+  /// the batch whose buffer this one needs (more than `prefetch` batches held at once).
+  ImageBatch next();
+
+  /// Batches in one epoch: ceil(n / batch_size), or floor with drop_last, for n indices.
+  std::int64_t batches_per_epoch() const;
+  /// Batches returned so far.
+  std::int64_t iteration() const;
+  /// The epoch of the last batch returned (0 before the first).
+  std::int64_t epoch() const;
+  /// True when the last batch returned was its epoch's last.
+  bool is_new_epoch() const;
+  /// Examples left out so far because they failed to load (skip_bad only).
+  std::int64_t skipped() const;
+  /// Whether the batch buffers are page-locked.
+  bool pinned() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dpl::data
