@@ -21,7 +21,8 @@ using GradientHook = std::function<void(nn::ParameterArena& arena)>;
 /// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
 ///
 /// Usage: setup(model) once, then per step either update(loss_fn) — which clears the gradients,
-/// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), loss.backward(),
+/// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), backward(loss)
+/// (loss.backward() is the same except under float16 MixedPrecision, which scales the loss),
 /// update(). Each update reads the model's gradient arena and writes its parameter arena in one
 /// pass; the state (moments, velocities) lives in arenas of the same layout.
 class Optimizer {
