@@ -1,5 +1,6 @@
 #pragma once
-// Umbrella header: optimizers, gradient clipping and learning-rate schedules.
+// Umbrella header: optimizers, gradient clipping, learning-rate schedules and mixed precision.
 #include "dpl/optim/clipping.hpp"
+#include "dpl/optim/mixed_precision.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/optim/schedule.hpp"

@@ -573,16 +573,35 @@ Variable pool2d(const char* op, backend::PoolKind kind, const Variable& x, Size2
   return Variable::make_result(out, node);
 }
 
-// weight, bias, running statistics: float32 (C,) on x's device, or undefined.
-void check_channel_vector(const char* op, const Tensor& t, const Tensor& x, const char* what) {
+// weight, bias, running statistics: (C,) on x's device, or undefined. Statistics are float32;
+// the affine parameters may also be 16-bit (a model cast by optim::MixedPrecision, whose arena
+// has one dtype), and are then widened to float32 for the kernels.
+void check_channel_vector(const char* op, const Tensor& t, const Tensor& x, const char* what,
+                          bool any_float = false) {
   if (!t.defined()) return;
-  DPL_CHECK(t.dtype() == kFloat32, op, ": expected ", what, " of dtype float32 (statistics and affine parameters are",
-            " float32 for every input dtype), got ", t.dtype());
+  if (any_float) {
+    DPL_CHECK(is_float_dtype(t.dtype()), op, ": expected ", what, " of dtype float32, bfloat16 or float16, got ",
+              t.dtype());
+  } else {
+    DPL_CHECK(t.dtype() == kFloat32, op, ": expected ", what, " of dtype float32 (statistics are float32 for every",
+              " input dtype), got ", t.dtype());
+  }
   DPL_CHECK(t.dim() == 1 && t.size(0) == x.size(1), op, ": expected ", what, " of shape (", x.size(1),
             ",) for an input with ", x.size(1), " channels (shape ", shape_str(x.shape()), "), got ",
             shape_str(t.shape()));
   check_same_device(op, x, t);
   DPL_CHECK(t.is_contiguous(), op, ": expected a contiguous ", what);
+}
+
+// t itself when float32, else a float32 copy (C elements: the kernels take float32 affine
+// parameters whatever the image dtype).
+Tensor as_float32(const Tensor& t) { return t.dtype() == kFloat32 ? t : t.to(kFloat32); }
+
+// target = beta*target + g for a float32 per-channel gradient g and a target of the parameter's
+// dtype (16-bit under mixed precision: rounded once, here).
+void accumulate_channel(const Tensor& g, GradTarget& target) {
+  const Tensor& dst = *target.tensor;
+  backend::axpby(1.f, dst.dtype() == g.dtype() ? g : g.to(dst.dtype()), target.beta, *target.tensor);
 }
 
 // The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
@@ -597,8 +616,10 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
                               double eps) {
   DPL_CHECK(!training || tx.size(0) * tx.size(2) * tx.size(3) >= 2, op,
             ": training mode needs at least 2 values per channel (N*H*W), got shape ", shape_str(tx.shape()));
-  check_channel_vector(op, weight.defined() ? weight.data() : Tensor(), tx, "a weight");
-  check_channel_vector(op, bias.defined() ? bias.data() : Tensor(), tx, "a bias");
+  check_channel_vector(op, weight.defined() ? weight.data() : Tensor(), tx, "a weight", true);
+  check_channel_vector(op, bias.defined() ? bias.data() : Tensor(), tx, "a bias", true);
+  DPL_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(), op,
+            ": expected weight and bias of one dtype, got ", weight.dtype(), " and ", bias.dtype());
   check_channel_vector(op, running_mean, tx, "running_mean");
   check_channel_vector(op, running_var, tx, "running_var");
   DPL_CHECK(weight.defined() == bias.defined(), op, ": expected weight and bias both defined or both undefined");
@@ -608,8 +629,8 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
   DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, op, ": expected momentum in [0, 1], got ", momentum);
   const std::int64_t c = tx.size(1);
   const TensorOptions stats(kFloat32, tx.device());
-  return {weight.defined() ? weight.data() : Tensor::ones({c}, stats),
-          bias.defined() ? bias.data() : Tensor::zeros({c}, stats),
+  return {weight.defined() ? as_float32(weight.data()) : Tensor::ones({c}, stats),
+          bias.defined() ? as_float32(bias.data()) : Tensor::zeros({c}, stats),
           running_mean.defined() ? running_mean : Tensor::zeros({c}, stats),
           running_var.defined() ? running_var : Tensor::ones({c}, stats),
           running_mean.defined() ? static_cast<float>(momentum) : 0.f};
@@ -628,8 +649,8 @@ class BatchNormNode final : public Node {
     if (gx == nullptr) gx = &(scratch = empty_image(x.shape(), x));
     backend::batch_norm_backward(x, gy, weight, save_mean, save_invstd, eps, t[0].needed() ? t[0].beta : 0.f, *gx, gw,
                                  gb);
-    if (affine && t[1].needed()) backend::axpby(1.f, gw, t[1].beta, *t[1].tensor);
-    if (affine && t[2].needed()) backend::axpby(1.f, gb, t[2].beta, *t[2].tensor);
+    if (affine && t[1].needed()) accumulate_channel(gw, t[1]);
+    if (affine && t[2].needed()) accumulate_channel(gb, t[2]);
   }
   void release() override { x = weight = save_mean = save_invstd = Tensor(); }
 };
@@ -719,9 +740,8 @@ class BatchNormActNode final : public Node {
     const std::size_t params = add ? 2 : 1;
     if (t[0].needed()) accumulate_image(gx, t[0]);
     if (add && t[1].needed()) accumulate_image(gz, t[1]);
-    if (t.size() > params && t[params].needed()) backend::axpby(1.f, gw, t[params].beta, *t[params].tensor);
-    if (t.size() > params + 1 && t[params + 1].needed())
-      backend::axpby(1.f, gb, t[params + 1].beta, *t[params + 1].tensor);
+    if (t.size() > params && t[params].needed()) accumulate_channel(gw, t[params]);
+    if (t.size() > params + 1 && t[params + 1].needed()) accumulate_channel(gb, t[params + 1]);
   }
   void release() override { x = y = reserve = weight = bias = save_mean = save_invstd = Tensor(); }
 };

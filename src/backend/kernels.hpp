@@ -118,6 +118,14 @@ DPL_DECLARE_KERNEL(momentum_update, float32(),
 DPL_DECLARE_KERNEL(adam_update, float32(),
                    void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h));
 
+/// Mixed precision's one pass over a 16-bit gradient arena: master = grad * inv_scale in float32
+/// (grad of any float dtype, master float32 with as many elements, both contiguous), and
+/// found_inf[0] = 1 (float32, one element) when any element of master came out Inf or NaN;
+/// otherwise found_inf is left as it was, so the caller zeroes it first. Nothing is read back to
+/// the host.
+DPL_DECLARE_KERNEL(unscale_grads, floating_each(),
+                   void(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf));
+
 // --- convolution -------------------------------------------------------------------------------
 //
 // 2-D convolution of x (N, C, H, W) with weights w (O, C/groups, KH, KW) into y (N, O, OH, OW),

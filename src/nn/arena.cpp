@@ -9,21 +9,28 @@ ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Var
   ParameterArena a;
   a.id_ = next_id++;
   Device device = Device::cpu();
+  DType dtype = DType::kFloat32;
   std::int64_t total = 0;
   for (std::size_t i = 0; i < named.size(); ++i) {
     const auto& [name, var] = named[i];
     DPL_CHECK(var.defined(), "ParameterArena::pack: parameter '", name, "' is undefined");
-    DPL_CHECK(var.dtype() == DType::kFloat32, "ParameterArena::pack: expected parameter '", name,
-              "' of dtype float32, got ", var.dtype());
-    if (i == 0) device = var.device();
+    if (i == 0) {
+      device = var.device();
+      dtype = var.dtype();
+    }
+    DPL_CHECK(is_float_dtype(dtype), "ParameterArena::pack: expected parameters of dtype float32, bfloat16 or ",
+              "float16, got parameter '", name, "' of dtype ", var.dtype());
+    // One dtype per arena, so that an update or a cast is one pass over one buffer.
+    DPL_CHECK(var.dtype() == dtype, "ParameterArena::pack: expected every parameter of dtype ", dtype,
+              " (the first parameter's), got parameter '", name, "' of dtype ", var.dtype());
     DPL_CHECK(var.device() == device, "ParameterArena::pack: expected every parameter on ", device,
               ", got parameter '", name, "' on ", var.device());
     ArenaEntry e{name, var.shape(), total, var.numel()};
     total += (e.numel + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
     a.entries_.push_back(std::move(e));
   }
-  a.params_ = Tensor::zeros({total}, TensorOptions(DType::kFloat32, device));
-  a.grads_ = Tensor::zeros({total}, TensorOptions(DType::kFloat32, device));
+  a.params_ = Tensor::zeros({total}, TensorOptions(dtype, device));
+  a.grads_ = Tensor::zeros({total}, TensorOptions(dtype, device));
   for (std::size_t i = 0; i < named.size(); ++i) {
     const ArenaEntry& e = a.entries_[i];
     Variable var = named[i].second;

@@ -47,10 +47,14 @@ void Optimizer::add_gradient_hook(GradientHook hook) {
 Variable Optimizer::update(const std::function<Variable()>& loss_fn) {
   zero_grad();
   Variable loss = loss_fn();
-  loss.backward();
+  backward(loss);
   update();
   return loss;
 }
+
+void Optimizer::backward(const Variable& loss) { loss.backward(); }
+
+std::vector<Tensor> Optimizer::prepare_gradients() { return {target().arena().grads()}; }
 
 void Optimizer::zero_grad() { target().zero_grad(); }
 

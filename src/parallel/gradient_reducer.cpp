@@ -52,10 +52,31 @@ void GradientReducer::broadcast_parameters() {
 
 void GradientReducer::allreduce_gradients() {
   nn::ParameterArena& arena = model_.arena();
+  DPL_CHECK(arena.dtype() == kFloat32, "GradientReducer.allreduce_gradients: expected a float32 gradient arena, got ",
+            arena.dtype(), "; a model cast to 16 bits is reduced through the float32 master gradients of its ",
+            "optim::MixedPrecision optimizer (MultiNodeOptimizer does this)");
+  allreduce_gradients({arena.grads()});
+}
+
+void GradientReducer::allreduce_gradients(const std::vector<Tensor>& buffers) {
+  const char* who = "GradientReducer.allreduce_gradients";
+  DPL_CHECK(!buffers.empty(), who, ": expected at least the gradient buffer, got none");
+  nn::ParameterArena& arena = model_.arena();
+  DPL_CHECK(buffers.front().defined() && buffers.front().numel() == arena.numel(), who,
+            ": expected a gradient buffer of the arena's ", arena.numel(), " elements, got ",
+            buffers.front().defined() ? buffers.front().numel() : 0);
+  for (const Tensor& b : buffers)
+    DPL_CHECK(b.defined() && b.dtype() == kFloat32 && b.device() == arena.device(), who,
+              ": expected float32 buffers on ", arena.device(), ", got ",
+              b.defined() ? detail::concat(b.dtype(), " on ", b.device()) : std::string("an undefined one"));
   // The mean over one rank is the gradient itself: no copy, no pass over the arena.
   communicated_ = arena.numel() > 0 && comm_.size() > 1;
   if (!communicated_) return;
-  Tensor grads = arena.grads();
+  for (std::size_t i = 1; i < buffers.size(); ++i) {
+    Tensor small = buffers[i];
+    comm_.allreduce(small, comm::ReduceOp::kMean);
+  }
+  Tensor grads = buffers.front();
   comm_.allreduce(grads, comm::ReduceOp::kMean, comm_.options().allreduce_dtype);
 }
 

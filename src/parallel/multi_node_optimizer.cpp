@@ -30,11 +30,18 @@ void MultiNodeOptimizer::setup(nn::Module& model) {
   reducer_ = std::make_unique<GradientReducer>(model, *comm_);
   broadcast_parameters();
   actual_->setup(model);
+  // The wrapped optimizer may have recast the model (MixedPrecision builds its float32 masters
+  // from the weights just broadcast, then casts them): check and align the ranks on the arena
+  // that training will use, now rather than at the first update.
+  if (reducer_->needs_broadcast()) broadcast_parameters();
 }
 
 void MultiNodeOptimizer::broadcast_parameters() {
   reducer_->broadcast_parameters();
-  timer_.set_allreduce_size(reducer_->model().arena().nbytes(), comm_->size());
+  // Gradients travel as float32 buffers of the arena's length (a 16-bit model's through its
+  // float32 master gradients), whatever the dtype of the parameters.
+  timer_.set_allreduce_size(static_cast<std::size_t>(reducer_->model().arena().numel()) * dtype_size(kFloat32),
+                            comm_->size());
 }
 
 void MultiNodeOptimizer::sync_point() {
@@ -46,10 +53,13 @@ void MultiNodeOptimizer::sync_point() {
 void MultiNodeOptimizer::allreduce_and_step() {
   nn::Module& model = target();
   if (reducer_->needs_broadcast()) broadcast_parameters();
+  // What is averaged is what the wrapped optimizer will read: the arena's gradients, or a mixed
+  // precision optimizer's float32 master gradients and overflow flag.
+  const std::vector<Tensor> buffers = actual_->prepare_gradients();
   sync_point();
   {
     profile::ScopedPhase phase(timer_, "allreduce", iteration_);
-    reducer_->allreduce_gradients();
+    reducer_->allreduce_gradients(buffers);
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(model.device());
   }
   for (const auto& sub : reducer_->last_phases())
@@ -76,7 +86,7 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
     profile::ScopedPhase phase(timer_, "compute", iteration_);
     zero_grad();
     loss = loss_fn();
-    loss.backward();
+    actual_->backward(loss);
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
   allreduce_and_step();

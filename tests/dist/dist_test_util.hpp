@@ -16,6 +16,8 @@
 
 #include "dpl/comm.hpp"
 #include "dpl/config.hpp"
+#include "dpl/core/random.hpp"
+#include "dpl/tensor/tensor.hpp"
 
 namespace dpl::test {
 
@@ -35,6 +37,24 @@ inline std::vector<std::string> host_communicator_names() {
   std::vector<std::string> names = {"naive", "hierarchical", "two_dimensional", "flat"};
   if (DPL_WITH_NCCL) names.emplace_back("pure_nccl");
   return names;
+}
+
+/// One rank's rows of a batch that every rank generates alike.
+struct Shard {
+  Tensor x, y;
+};
+
+/// The batch of `batch` rows (x normal (batch, features), y int32 labels below `classes`) drawn
+/// from `seed`, and this rank's contiguous share of it. Requires batch divisible by comm.size().
+inline Shard batch_shard(const comm::Communicator& comm, std::uint64_t seed, std::int64_t batch,
+                         std::int64_t features, std::int64_t classes) {
+  Generator gen(seed);
+  const Tensor x = Tensor::normal({batch, features}, 0.f, 1.f, gen);
+  Tensor y = Tensor::empty({batch}, kInt32);
+  for (std::int64_t i = 0; i < batch; ++i)
+    y.set<std::int32_t>({i}, static_cast<std::int32_t>(gen.below(static_cast<std::uint64_t>(classes))));
+  const std::int64_t local = batch / comm.size();
+  return {x.narrow(0, comm.rank() * local, local).contiguous(), y.narrow(0, comm.rank() * local, local).contiguous()};
 }
 
 /// Sets (or with nullopt, unsets) an environment variable for the lifetime of this object, then

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
 #include "support/temp_dir.hpp"
@@ -20,18 +21,9 @@ constexpr std::int64_t kIn = 6, kUnits = 8, kOut = 3;
 
 const optim::LinearWarmup kSchedule = optim::with_warmup(optim::CosineAnnealing(0.01, 0.001, 4), 0.001, 2);
 
-struct Shard {
-  Tensor x, y;
-};
+using test::Shard;
 
-Shard my_shard(const comm::Communicator& comm) {
-  Generator gen(21);
-  const Tensor x = Tensor::normal({kBatch, kIn}, 0.f, 1.f, gen);
-  Tensor y = Tensor::empty({kBatch}, kInt32);
-  for (std::int64_t i = 0; i < kBatch; ++i) y.set<std::int32_t>({i}, static_cast<std::int32_t>(gen.below(kOut)));
-  const std::int64_t local = kBatch / comm.size();
-  return {x.narrow(0, comm.rank() * local, local).contiguous(), y.narrow(0, comm.rank() * local, local).contiguous()};
-}
+Shard my_shard(const comm::Communicator& comm) { return test::batch_shard(comm, 21, kBatch, kIn, kOut); }
 
 void train(nn::Module& model, optim::Optimizer& opt, const Shard& s, int steps) {
   for (int i = 0; i < steps; ++i) {

@@ -186,6 +186,30 @@ TEST(Arena, PackRejectsMixedDtypes) {
   DPL_EXPECT_ERROR(nn::ParameterArena::pack(named), AllOf(HasSubstr("pack"), HasSubstr("'b'"), HasSubstr("int32")));
 }
 
+// A model cast to 16 bits packs into 16-bit arenas with the float32 layout: offsets count
+// elements, so a float32 copy of the same parameters lines up element for element.
+TEST(Arena, SixteenBitParametersPackIntoSixteenBitArenasOfTheSameLayout) {
+  std::vector<std::pair<std::string, Variable>> f32 = {{"a", Variable(Tensor::ones({3}), true)},
+                                                       {"b", Variable(Tensor::ones({20}), true)}};
+  std::vector<std::pair<std::string, Variable>> b16 = {{"a", Variable(Tensor::ones({3}, kBFloat16), true)},
+                                                       {"b", Variable(Tensor::ones({20}, kBFloat16), true)}};
+  const nn::ParameterArena wide = nn::ParameterArena::pack(f32), narrow = nn::ParameterArena::pack(b16);
+  EXPECT_EQ(narrow.dtype(), kBFloat16);
+  EXPECT_EQ(narrow.grads().dtype(), kBFloat16);
+  EXPECT_EQ(b16[1].second.grad().dtype(), kBFloat16);
+  EXPECT_EQ(narrow.numel(), wide.numel());
+  EXPECT_EQ(narrow.entries()[1].offset, wide.entries()[1].offset);
+  EXPECT_EQ(narrow.nbytes() * 2, wide.nbytes());
+}
+
+TEST(Arena, PackRejectsTwoFloatDtypes) {
+  std::vector<std::pair<std::string, Variable>> named = {{"a", Variable(Tensor::ones({2}), true)},
+                                                         {"b", Variable(Tensor::ones({2}, kFloat16), true)}};
+  DPL_EXPECT_ERROR(nn::ParameterArena::pack(named),
+                   HasSubstr("expected every parameter of dtype float32 (the first parameter's), got parameter 'b' "
+                             "of dtype float16"));
+}
+
 TEST(Arena, EmptyModuleHasAnEmptyArena) {
   Bag bag;
   const nn::ParameterArena& a = bag.arena();

@@ -264,6 +264,29 @@ TEST(BatchNorm, SixteenBitMatchesFloat32WithinOneRounding) {
   }
 }
 
+// 16-bit scale and shift (a model cast for mixed precision) are widened for the arithmetic: the
+// output is the float32-parameter one, and each parameter's gradient is the float32 gradient
+// rounded once to the parameter's dtype.
+TEST(BatchNorm, SixteenBitAffineParametersActAsTheirFloat32Values) {
+  Generator gen(18);
+  for (DType t : {kBFloat16, kFloat16}) {
+    const Tensor x = randn({4, 3, 2, 2}, gen).to(t);
+    const Tensor w = randn({3}, gen).to(t).to(kFloat32), b = randn({3}, gen).to(t).to(kFloat32);
+    const Variable w16(w.to(t), true), b16(b.to(t), true), w32(w, true), b32(b, true);
+    const Variable y16 = batch_norm(Variable(x), w16, b16, Tensor(), Tensor(), true);
+    const Variable y32 = batch_norm(Variable(x), w32, b32, Tensor(), Tensor(), true);
+    EXPECT_EQ(y16.dtype(), t);
+    EXPECT_EQ(y16.data().to(kFloat32).to_vector<float>(), y32.data().to(kFloat32).to_vector<float>()) << t;
+    const Tensor weights = randn({4, 3, 2, 2}, gen).to(t);
+    sum(mul(y16, Variable(weights))).backward();
+    sum(mul(y32, Variable(weights))).backward();
+    ASSERT_EQ(w16.grad().dtype(), t);
+    ASSERT_EQ(b16.grad().dtype(), t);
+    EXPECT_EQ(w16.grad().to(kFloat32).to_vector<float>(), w32.grad().to(t).to(kFloat32).to_vector<float>()) << t;
+    EXPECT_EQ(b16.grad().to(kFloat32).to_vector<float>(), b32.grad().to(t).to(kFloat32).to_vector<float>()) << t;
+  }
+}
+
 TEST(BatchNorm, FusedVariantsComposeOnTheCpu) {
   Generator gen(16);
   const Tensor x = randn({2, 3, 3, 3}, gen), z = randn({2, 3, 3, 3}, gen);
@@ -308,6 +331,9 @@ TEST(BatchNorm, BadInputsSayWhatWasExpected) {
   DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor::zeros({3}, TensorOptions(kBFloat16)),
                               Tensor::ones({3}), true),
                    HasSubstr("expected running_mean of dtype float32"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(Tensor::ones({3}, kBFloat16)), Variable(Tensor::zeros({3})), Tensor(),
+                              Tensor(), true),
+                   HasSubstr("expected weight and bias of one dtype, got bfloat16 and float32"));
   DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor(), Tensor(), false),
                    HasSubstr("evaluation mode needs running_mean and running_var"));
   DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({1, 3, 1, 1})), Variable(), Variable(), Tensor(), Tensor(), true),

@@ -98,8 +98,9 @@ Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0),
 Variable global_avg_pool2d(const Variable& x);
 
 /// Batch normalisation over (N, H, W) per channel of a 4-D float x with C channels.
-/// weight and bias: float32 (C,) on x's device, or undefined (scale 1, shift 0). Statistics are
-/// float32 whatever x's dtype. Training: normalises with the batch mean and biased variance
+/// weight and bias: (C,) on x's device of one float dtype (float32; or 16-bit, as in a model cast
+/// by optim::MixedPrecision, widened to float32 for the arithmetic and their gradients rounded
+/// back), or undefined (scale 1, shift 0). Statistics are float32 whatever x's dtype. Training: normalises with the batch mean and biased variance
 /// (requires N*H*W >= 2) and, when running_mean and running_var are defined (float32 (C,)),
 /// updates them in place as running = (1 - momentum) running + momentum batch, with the unbiased
 /// variance (PyTorch's convention; momentum 0.1 there). Evaluation: normalises with the running

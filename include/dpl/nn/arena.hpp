@@ -18,16 +18,19 @@ struct ArenaEntry {
   std::int64_t numel = 0;
 };
 
-/// The parameter and gradient arenas of one model, on one device, float32.
+/// The parameter and gradient arenas of one model, on one device, in one float dtype: float32, or
+/// bfloat16/float16 for a model that optim::MixedPrecision has cast (its float32 master copy then
+/// lives with the optimizer, in an arena of the same layout).
 ///
-/// Each parameter starts on a 64-byte boundary (16 floats); the gaps between parameters are zero
-/// in both arenas and stay zero under every optimizer, so whole-arena operations need no mask.
+/// Each parameter starts on a 16-element boundary (64 bytes in float32), so arenas of one model in
+/// different dtypes have the same offsets; the gaps between parameters are zero in both arenas
+/// and stay zero under every optimizer, so whole-arena operations need no mask.
 class ParameterArena {
  public:
   /// Packs the given parameters (in the given order) into fresh arenas: copies each value (and
   /// each gradient a parameter already has) in, then rebinds each Variable's data and gradient to
-  /// views of the arenas. Other gradients start at zero. All parameters must be float32 on one
-  /// device.
+  /// views of the arenas. Other gradients start at zero. All parameters must have one float dtype
+  /// (float32, bfloat16 or float16) and one device; both arenas get that dtype.
   static ParameterArena pack(const std::vector<std::pair<std::string, Variable>>& named_parameters);
 
   ParameterArena() = default;
@@ -39,9 +42,11 @@ class ParameterArena {
   const std::vector<ArenaEntry>& entries() const { return entries_; }
   /// Elements in each arena (padding included).
   std::int64_t numel() const { return params_.defined() ? params_.numel() : 0; }
-  /// Bytes of each arena (padding included) — the L of the allreduce.
+  /// Bytes of each arena (padding included); the L of the allreduce for a float32 arena.
   std::size_t nbytes() const { return params_.defined() ? params_.nbytes() : 0; }
   Device device() const { return params_.device(); }
+  /// The dtype of both arenas (float32 for an empty arena).
+  DType dtype() const { return params_.defined() ? params_.dtype() : DType::kFloat32; }
   /// A number unique to each pack() in this process: equal ids mean the same layout and buffers.
   std::uint64_t id() const { return id_; }
   /// Sets every gradient to zero (one fill over the gradient arena).

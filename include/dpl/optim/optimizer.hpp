@@ -21,7 +21,8 @@ using GradientHook = std::function<void(nn::ParameterArena& arena)>;
 /// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
 ///
 /// Usage: setup(model) once, then per step either update(loss_fn) — which clears the gradients,
-/// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), loss.backward(),
+/// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), backward(loss)
+/// (loss.backward() is the same except under float16 MixedPrecision, which scales the loss),
 /// update(). Each update reads the model's gradient arena and writes its parameter arena in one
 /// pass; the state (moments, velocities) lives in arenas of the same layout.
 class Optimizer {
@@ -32,8 +33,18 @@ class Optimizer {
   virtual void setup(nn::Module& model);
   /// One step from the gradients now in the arena. Requires setup().
   virtual void update();
-  /// zero_grad(); loss = loss_fn(); loss.backward(); update(). Returns the loss.
+  /// zero_grad(); loss = loss_fn(); backward(loss); update(). Returns the loss (unscaled).
   virtual Variable update(const std::function<Variable()>& loss_fn);
+  /// Runs backward from loss as this optimizer's update needs it: loss.backward() here;
+  /// MixedPrecision with float16 scales the loss first. Requires a one-element loss.
+  virtual void backward(const Variable& loss);
+  /// Makes this step's gradients ready for update() and returns the float32 buffers that a
+  /// data-parallel wrapper must average (kMean) over the ranks in between, the gradients first;
+  /// update() then reads them as averaged. Call once per step, after backward and before
+  /// update(). Here: the model's gradient arena, as it is. MixedPrecision: its float32 master
+  /// gradients (and, with float16, a one-element overflow flag, so that every rank skips the same
+  /// steps). Requires setup().
+  virtual std::vector<Tensor> prepare_gradients();
   /// Sets every gradient of the target to zero.
   virtual void zero_grad();
 

@@ -29,10 +29,20 @@ class GradientReducer {
 
   /// Every rank's gradients = their mean over all ranks: one allreduce (kMean) of the gradient
   /// arena, carried in the communicator's CommOptions::allreduce_dtype (a 16-bit type needs the
-  /// arena on a GPU and an NCCL communicator, else dpl::Error). With one rank, or no parameters,
+  /// arena on a GPU and an NCCL communicator, else dpl::Error). Requires a float32 arena: a
+  /// model cast to 16 bits is reduced through its optimizer's float32 master gradients (the
+  /// overload below, which MultiNodeOptimizer calls). With one rank, or no parameters,
   /// nothing is communicated. Requires the same model on every rank (broadcast_parameters checks
   /// it). The padding between parameters is zero on every rank, so it stays zero.
   void allreduce_gradients();
+
+  /// As allreduce_gradients(), over the buffers an optimizer's prepare_gradients() returned
+  /// instead of the arena's gradients: buffers[0] holds the gradients (float32, the arena's
+  /// element count: MixedPrecision's master gradients of a 16-bit model) and is carried in
+  /// CommOptions::allreduce_dtype; the others (a one-element overflow flag) are averaged in
+  /// float32, before the gradients, so that last_phases() describes the gradients' allreduce.
+  /// Requires at least one buffer, each float32 and contiguous on the arena's device.
+  void allreduce_gradients(const std::vector<Tensor>& buffers);
 
   /// True until broadcast_parameters() has run on the model's current arena, and again once the
   /// model repacks it (a parameter added, or data replaced): then the ranks must be checked and

@@ -18,8 +18,10 @@ namespace dpl::parallel {
 /// dtypes (a mismatch throws the same dpl::Error on every rank, naming the ranks that differ and
 /// their first differing parameter), then broadcasts rank 0's weights. Each update then runs
 ///   compute (update(loss_fn) only: forward + backward)
-///   → allreduce (mean of the gradient arena over all ranks, one call, in the communicator's
-///     CommOptions::allreduce_dtype)
+///   → allreduce (mean over all ranks of what the wrapped optimizer's prepare_gradients() gives:
+///     the gradient arena, one call, in the communicator's CommOptions::allreduce_dtype; under
+///     optim::MixedPrecision its float32 master gradients, and with float16 its overflow flag, so
+///     that every rank skips the same steps)
 ///   → optimize (the wrapped optimizer's gradient hooks, such as clipping, then its fused update),
 /// timing each phase (and the allreduce's sub-phases) into timer(). If the parameter set changes
 /// (a parameter added, data replaced), the check and the broadcast run again before the update.
@@ -33,6 +35,8 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void update() override;
   Variable update(const std::function<Variable()>& loss_fn) override;
   void zero_grad() override;
+  /// The wrapped optimizer's backward (MixedPrecision scales a float16 loss).
+  void backward(const Variable& loss) override { actual_->backward(loss); }
 
   float lr() const override { return actual_->lr(); }
   void set_lr(float lr) override { actual_->set_lr(lr); }

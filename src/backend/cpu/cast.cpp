@@ -1,5 +1,7 @@
 // Conversions between float32, bfloat16 and float16 on the CPU (the cast kernel, and the
 // widening of 16-bit tensors that every float kernel of this backend relies on).
+#include <cmath>
+
 #include "backend/cpu/cpu.hpp"
 #include "core/half.hpp"
 #include "dpl/core/error.hpp"
@@ -43,6 +45,27 @@ void convert(const Tensor& src, Tensor& dst) {
   }
 }
 
+namespace {
+
+void unscale_grads_cpu(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf) {
+  const std::int64_t n = grad.numel();
+  const void* g = grad.raw_data();
+  const DType gt = grad.dtype();
+  float* m = master.data<float>();
+  // The product, not the input, is checked: it is what the optimizer would read.
+  bool bad = false;
+#pragma omp parallel for reduction(|| : bad) if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = load(g, gt, i) * inv_scale;
+    m[i] = v;
+    bad = bad || !std::isfinite(v);
+  }
+  if (bad) found_inf.data<float>()[0] = 1.f;
+}
+
+}  // namespace
+
 DPL_REGISTER_KERNEL(cast, kCpu, convert);
+DPL_REGISTER_KERNEL(unscale_grads, kCpu, unscale_grads_cpu);
 
 }  // namespace dpl::backend::cpu

@@ -1,4 +1,5 @@
-// Conversions between float32, bfloat16 and float16, optionally divided by a number on the way:
+// Conversions between float32, bfloat16 and float16, optionally divided by a number on the way,
+// and mixed precision's unscaling of gradients into float32 with a check for Inf and NaN: each
 // one grid-stride pass, bound by memory bandwidth.
 #include "backend/cuda/cast.hpp"
 
@@ -21,6 +22,17 @@ __global__ void cast_kernel(const S* src, D* dst, std::int64_t n, float divisor)
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float v = to_float(src[i]);
     dst[i] = from_float<D>(divide ? v / divisor : v);
+  }
+}
+
+// Every thread that meets a non-finite product writes the same 1 to the flag, so the race is
+// benign and no reduction is needed; the flag is read only after the kernel.
+template <typename S>
+__global__ void unscale_kernel(const S* grad, float inv_scale, float* master, float* found_inf, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float v = to_float(grad[i]) * inv_scale;
+    master[i] = v;
+    if (!isfinite(v)) *found_inf = 1.f;
   }
 }
 
@@ -48,6 +60,21 @@ void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, s
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+
+void launch_unscale(const void* grad, DType grad_dtype, float inv_scale, float* master, float* found_inf,
+                    std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  DeviceGuard guard(device);
+  const unsigned grid = grid_for(n, kThreads, device);
+  with_float_type(grad_dtype, "launch_unscale", [&](auto s) {
+    using S = typename decltype(s)::type;
+    unscale_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const S*>(grad), inv_scale, master, found_inf, n);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
 }  // namespace cuda_detail
 
 // ============================================================================================
@@ -62,8 +89,15 @@ void cast_cuda(const Tensor& src, Tensor& dst) {
                            d.stream());
 }
 
+void unscale_grads_cuda(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf) {
+  CudaDevice& d = cuda_device_of(grad);
+  cuda_detail::launch_unscale(grad.raw_data(), grad.dtype(), inv_scale, master.data<float>(),
+                              found_inf.data<float>(), grad.numel(), d.device(), d.stream());
+}
+
 }  // namespace
 
 DPL_REGISTER_KERNEL(cast, kCuda, cast_cuda);
+DPL_REGISTER_KERNEL(unscale_grads, kCuda, unscale_grads_cuda);
 
 }  // namespace dpl::backend

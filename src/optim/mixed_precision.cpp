@@ -1,0 +1,216 @@
+#include "dpl/optim/mixed_precision.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/kernels.hpp"
+#include "dpl/autograd/ops.hpp"
+
+namespace dpl::optim {
+
+namespace {
+
+// The float32 master weights as a module of their own, so that the wrapped optimizer runs on
+// them unchanged: one float32 arena whose entries have the model's order and sizes, hence the
+// model's offsets (the arena aligns by elements, whatever the dtype).
+class MasterWeights final : public nn::Module {
+ public:
+  explicit MasterWeights(const std::vector<std::pair<std::string, Variable>>& named) {
+    // Names by position: the model's dotted names are not valid names for one module's own
+    // parameters, and only the order matters here.
+    for (std::size_t i = 0; i < named.size(); ++i)
+      register_parameter("p" + std::to_string(i), named[i].second.data().to(kFloat32));
+  }
+  Variable forward(const Variable&) override {
+    DPL_FAIL("MixedPrecision: the master weights are not a model to run; run the model itself");
+  }
+};
+
+constexpr const char* kScaleKey = "loss_scale";
+constexpr const char* kGoodStepsKey = "loss_scale_good_steps";
+
+}  // namespace
+
+MixedPrecision::MixedPrecision(std::unique_ptr<Optimizer> actual, DType dtype, LossScaling scaling)
+    : actual_(std::move(actual)), dtype_(dtype), scaling_(scaling) {
+  DPL_CHECK(actual_ != nullptr, "MixedPrecision: the wrapped optimizer is null");
+  DPL_CHECK(is_float_dtype(dtype), "MixedPrecision: expected a compute dtype float32, bfloat16 or float16, got ",
+            dtype);
+  DPL_CHECK(std::isfinite(scaling.init_scale) && scaling.init_scale > 0.0,
+            "MixedPrecision: expected a finite init_scale > 0, got ", scaling.init_scale);
+  DPL_CHECK(std::isfinite(scaling.growth_factor) && scaling.growth_factor > 1.0,
+            "MixedPrecision: expected a finite growth_factor > 1, got ", scaling.growth_factor);
+  DPL_CHECK(scaling.backoff_factor > 0.0 && scaling.backoff_factor < 1.0,
+            "MixedPrecision: expected a backoff_factor in (0, 1), got ", scaling.backoff_factor);
+  DPL_CHECK(scaling.growth_interval >= 1, "MixedPrecision: expected a growth_interval >= 1 step, got ",
+            scaling.growth_interval);
+}
+
+void MixedPrecision::setup(nn::Module& model) {
+  target_ = &model;
+  scale_ = dtype_ == kFloat16 ? scaling_.init_scale : 1.0;
+  good_steps_ = skipped_ = 0;
+  last_skipped_ = prepared_ = false;
+  if (dtype_ == kFloat32) {
+    masters_.reset();
+    actual_->setup(model);
+    return;
+  }
+  const auto named = model.named_parameters();
+  for (const auto& [name, var] : named)
+    DPL_CHECK(is_float_dtype(var.dtype()), "MixedPrecision::setup: expected parameter '", name,
+              "' of a float dtype, got ", var.dtype());
+  masters_ = std::make_unique<MasterWeights>(named);
+  for (const auto& [name, var] : named) {
+    Variable v = var;
+    if (v.dtype() != dtype_) v.set_data(v.data().to(dtype_));
+  }
+  nn::ParameterArena& arena = model.arena();
+  model_arena_ = arena.id();
+  actual_->setup(*masters_);
+  const nn::ParameterArena& master = masters_->arena();
+  // The two arenas must line up element for element for the one-pass casts between them.
+  DPL_CHECK(master.numel() == arena.numel() && master.device() == arena.device(),
+            "MixedPrecision::setup: the master arena (", master.numel(), " elements on ", master.device(),
+            ") does not line up with the model's (", arena.numel(), " on ", arena.device(), ")");
+  found_inf_ = Tensor::zeros({1}, TensorOptions(kFloat32, arena.device()));
+}
+
+nn::ParameterArena& MixedPrecision::model_arena() const {
+  DPL_CHECK(masters_ != nullptr, "MixedPrecision: call setup(model) with a 16-bit dtype before using the masters");
+  nn::ParameterArena& arena = target().arena();
+  DPL_CHECK(arena.id() == model_arena_,
+            "MixedPrecision: the model's parameters changed after setup() (a parameter added, or data replaced); ",
+            "call setup(model) again so that the float32 master weights match them");
+  return arena;
+}
+
+nn::ParameterArena& MixedPrecision::master_arena() const {
+  DPL_CHECK(masters_ != nullptr, "MixedPrecision: call setup(model) with a 16-bit dtype before using the masters");
+  return masters_->arena();
+}
+
+const Tensor& MixedPrecision::master_params() const { return master_arena().params(); }
+const Tensor& MixedPrecision::master_grads() const { return master_arena().grads(); }
+
+void MixedPrecision::cast_masters_into_model() const {
+  Tensor params = model_arena().params();
+  backend::cast(master_arena().params(), params);
+}
+
+Variable MixedPrecision::scale(const Variable& loss) const {
+  if (dtype_ != kFloat16) return loss;
+  return affine(loss, static_cast<float>(scale_), 0.f);
+}
+
+void MixedPrecision::backward(const Variable& loss) { scale(loss).backward(); }
+
+std::vector<Tensor> MixedPrecision::prepare_gradients() {
+  if (dtype_ == kFloat32) return actual_->prepare_gradients();
+  const nn::ParameterArena& arena = model_arena();
+  Tensor master = master_arena().grads();
+  prepared_ = true;
+  if (dtype_ == kFloat16) {
+    found_inf_.fill_(0.0);
+    backend::unscale_grads(arena.grads(), static_cast<float>(1.0 / scale_), master, found_inf_);
+    return {master, found_inf_};
+  }
+  backend::cast(arena.grads(), master);
+  return {master};
+}
+
+void MixedPrecision::update() {
+  if (dtype_ == kFloat32) {
+    actual_->update();
+    return;
+  }
+  if (!prepared_) prepare_gradients();
+  prepared_ = false;
+  if (dtype_ == kFloat16) {
+    // The step's one wait for the device. Under a MultiNodeOptimizer the flag is the mean of every
+    // rank's, so it is non-zero on all ranks or on none.
+    if (found_inf_.item() != 0.f) {
+      scale_ *= scaling_.backoff_factor;
+      good_steps_ = 0;
+      ++skipped_;
+      last_skipped_ = true;
+      return;
+    }
+    last_skipped_ = false;
+    if (++good_steps_ >= scaling_.growth_interval) {
+      scale_ *= scaling_.growth_factor;
+      good_steps_ = 0;
+    }
+  }
+  actual_->update();
+  cast_masters_into_model();
+}
+
+std::vector<std::pair<std::string, Tensor>> MixedPrecision::state() const {
+  auto out = actual_->state();
+  if (dtype_ != kFloat32) out.emplace_back("master", master_arena().params());
+  return out;
+}
+
+std::map<std::string, double> MixedPrecision::state_scalars() const {
+  auto out = actual_->state_scalars();
+  if (dtype_ == kFloat16) {
+    out[kScaleKey] = scale_;
+    out[kGoodStepsKey] = static_cast<double>(good_steps_);
+  }
+  return out;
+}
+
+void MixedPrecision::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                const std::map<std::string, double>& scalars) {
+  if (dtype_ == kFloat32) {
+    actual_->load_state(tensors, scalars);
+    return;
+  }
+  const char* who = "MixedPrecision::load_state";
+  model_arena();
+  Tensor live = master_arena().params();
+  Tensor master;
+  std::vector<std::pair<std::string, Tensor>> inner_tensors;
+  for (const auto& entry : tensors) {
+    if (entry.first == "master") master = entry.second;
+    else inner_tensors.push_back(entry);
+  }
+  DPL_CHECK(master.defined(), who, ": missing state tensor 'master' (the float32 master weights)");
+  DPL_CHECK(master.dtype() == kFloat32 && master.shape() == live.shape(), who,
+            ": state tensor 'master' must be float32 of shape ", shape_str(live.shape()),
+            " (the model's parameter layout), got ", master.dtype(), " of shape ", shape_str(master.shape()));
+
+  std::map<std::string, double> inner_scalars = scalars;
+  double scale = scale_;
+  std::int64_t good = good_steps_;
+  if (dtype_ == kFloat16) {
+    for (const char* key : {kScaleKey, kGoodStepsKey})
+      DPL_CHECK(scalars.count(key) == 1, who, ": missing state scalar '", key, "'");
+    scale = scalars.at(kScaleKey);
+    const double g = scalars.at(kGoodStepsKey);
+    DPL_CHECK(std::isfinite(scale) && scale > 0.0, who, ": expected \"", kScaleKey, "\" finite and > 0, got ", scale);
+    DPL_CHECK(g >= 0.0 && g == std::floor(g) && g < static_cast<double>(scaling_.growth_interval), who,
+              ": expected \"", kGoodStepsKey, "\" to be a whole number in [0, ", scaling_.growth_interval,
+              ") (the growth interval), got ", g);
+    good = static_cast<std::int64_t>(g);
+    inner_scalars.erase(kScaleKey);
+    inner_scalars.erase(kGoodStepsKey);
+  }
+  // The wrapped optimizer checks its part before changing anything; ours is checked already, so
+  // either everything is restored or nothing is.
+  actual_->load_state(inner_tensors, inner_scalars);
+  live.copy_(master);
+  scale_ = scale;
+  good_steps_ = good;
+  prepared_ = last_skipped_ = false;
+  cast_masters_into_model();
+}
+
+std::unique_ptr<MixedPrecision> mixed_precision(std::unique_ptr<Optimizer> actual, DType dtype,
+                                                LossScaling scaling) {
+  return std::make_unique<MixedPrecision>(std::move(actual), dtype, scaling);
+}
+
+}  // namespace dpl::optim
