@@ -23,18 +23,6 @@ DType parse_dtype(const std::string& name) {
   return name == "bfloat16" ? kBFloat16 : name == "float16" ? kFloat16 : kFloat32;
 }
 
-// Puts model and input in the dtype the run measures and returns the input. The one place that
-// decides how a dtype reaches the model. A 16-bit run needs float32 master weights: the optimizers
-// update a float32 parameter arena, and BatchNorm takes float32 scale and shift whatever its input
-// is. Until that mixed-precision path exists, 16-bit runs are refused here by name rather than
-// failing deep inside the optimizer.
-Tensor apply_dtype(nn::Module& /*model*/, const Tensor& input, DType dtype) {
-  DPL_CHECK(dtype == kFloat32, "--dtype ", dtype_name(dtype),
-            " needs float32 master weights (the optimizer's parameter arena is float32 only), which are not "
-            "available yet; expected --dtype float32");
-  return input;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,14 +68,18 @@ int main(int argc, char** argv) {
 
     Tensor images = Tensor::uniform({batch, 3, image_size, image_size}, -1.f, 1.f, gen, device);
     if (nhwc) images = images.to_channels_last();
-    images = apply_dtype(*model, images, dtype);
+    images = images.to(dtype);  // the model's parameters follow at setup (mixed precision)
     const Variable x(images);
     std::vector<std::int32_t> labels_host(static_cast<std::size_t>(batch));
     for (auto& l : labels_host) l = static_cast<std::int32_t>(gen.below(static_cast<std::uint64_t>(classes)));
     const Tensor labels = Tensor::from_vector(labels_host, {batch}, device);
 
-    optim::MomentumSGD opt(lr, 0.9f);
-    opt.set_weight_decay(1e-4f);
+    // 16-bit runs compute in dtype on float32 master weights and float32 momentum
+    // (optim::mixed_precision); float32 runs pass straight through.
+    auto sgd = std::make_unique<optim::MomentumSGD>(lr, 0.9f);
+    sgd->set_weight_decay(1e-4f);
+    const auto opt_ptr = optim::mixed_precision(std::move(sgd), dtype);
+    optim::Optimizer& opt = *opt_ptr;
     opt.setup(*model);
     auto loss_fn = [&] { return softmax_cross_entropy((*model)(x), labels); };
 
