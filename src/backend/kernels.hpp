@@ -69,7 +69,7 @@ DPL_DECLARE_KERNEL(copy_strided, same(), void(const Tensor& src, Tensor& dst));
 /// Every element of t (any strides) = value converted to t's dtype (16-bit: nearest even).
 DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
 /// dst = src converted between float32, bfloat16 and float16 in any direction (nearest even; NaN
-/// stays NaN). Same shape; both contiguous.
+/// stays NaN). Same shape; both contiguous, or both channels-last (converted in memory order).
 DPL_DECLARE_KERNEL(cast, floating_each(), void(const Tensor& src, Tensor& dst));
 
 // --- math --------------------------------------------------------------------------------------
@@ -194,8 +194,8 @@ DPL_DECLARE_KERNEL(batch_norm_backward, floating_each(),
 /// counter (one int64 element) += 1, on its device without a host round trip (BatchNorm2d's
 /// count of training batches).
 DPL_DECLARE_KERNEL(increment_count, any(), void(Tensor& counter));
-/// True when batch_norm_act_train runs x fused on x's device (cuDNN's fused kernels want
-/// channels-last float16 with C a multiple of 4); always false on the CPU, where the ops compose.
+/// True when batch_norm_act_train runs x fused on x's device (the GPU's kernels take channels-last
+/// images of any float dtype); always false on the CPU, where the ops compose.
 DPL_DECLARE_KERNEL(batch_norm_act_available, any(), bool(const Tensor& x));
 /// Training-mode y = relu(batch_norm(x) + z) when `add`, else relu(batch_norm(x)) (z is not
 /// read), with the statistics and running updates of batch_norm_train. Requires

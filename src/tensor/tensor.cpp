@@ -255,8 +255,11 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
   DPL_CHECK(is_float_dtype(dtype_) && is_float_dtype(dtype), "Tensor::to: converts between float32, bfloat16 and "
             "float16, got a conversion from ", dtype_, " to ", dtype);
-  Tensor out = empty(shape_, TensorOptions(dtype, device()));
-  backend::cast(contiguous(), out);
+  // A channels-last tensor converts in memory order and stays channels-last.
+  const bool channels_last = is_channels_last() && !is_contiguous();
+  Tensor out = channels_last ? empty_channels_last(shape_, TensorOptions(dtype, device()))
+                             : empty(shape_, TensorOptions(dtype, device()));
+  backend::cast(channels_last ? *this : contiguous(), out);
   return out;
 }
 

@@ -79,6 +79,15 @@ TEST(MemoryFormat, ReductionsDropoutAndMseAcceptChannelsLast) {
   EXPECT_TRUE(is_nhwc(r.x.grad()));
 }
 
+TEST(MemoryFormat, DtypeConversionKeepsChannelsLast) {
+  Generator gen(10);
+  const Tensor x = Tensor::uniform({2, 3, 4, 5}, -1.f, 1.f, gen);
+  const Tensor half = x.to_channels_last().to(kBFloat16);
+  EXPECT_TRUE(is_nhwc(half));
+  expect_same_values(half.to(kFloat32), x.to(kBFloat16).to(kFloat32), "bfloat16 values");
+  EXPECT_TRUE(is_nhwc(half.to(kFloat32)));
+}
+
 TEST(MemoryFormat, DropoutGradientFollowsTheForwardMask) {
   Generator gen(9);
   const Tensor x = Tensor::uniform({2, 3, 4, 5}, 0.5f, 1.f, gen).to_channels_last();

@@ -1,0 +1,31 @@
+#pragma once
+// Batch normalisation of channels-last (NHWC) images on the GPU, our own kernels: cuDNN 9's
+// batch-norm calls run channels-last bfloat16 and float32 through layout conversions or slow
+// generic kernels (on the H200 they took half of a ResNet-50 step), and its fused BN+ReLU and
+// BN+add+ReLU exist for float16 only. These kernels treat an image as a matrix of N*H*W rows by
+// C channels: one pass gathers per-channel moments (Welford, float32), one applies the affine
+// map with the optional residual add and ReLU; backward likewise, one reduction pass and one
+// elementwise pass. Scale, shift, statistics and their gradients are float32 (C,).
+//
+// Internal to the CUDA backend; src/backend/cuda/cudnn/batch_norm.cpp routes channels-last
+// inputs here.
+
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl::backend::cuda_detail {
+
+/// Every operand channels-last with x's strides (y, z), float32 (C,) vectors contiguous.
+/// y = act(batch_norm(x) [+ z]), act = ReLU when relu; updates the running statistics
+/// (momentum, unbiased variance) and writes save_mean and save_invstd.
+void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
+                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                           Tensor& save_mean, Tensor& save_invstd);
+
+/// Gradients of batch_norm_nhwc_train: g = gy masked by y > 0 when relu; gx = beta*gx + dL/dx;
+/// gz = g when gz is non-null (the residual's gradient); gweight, gbias written. x, y (when
+/// relu), gy, gx and gz share x's strides.
+void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor& gy, const Tensor& weight,
+                              const Tensor& save_mean, const Tensor& save_invstd, float beta, Tensor& gx, Tensor* gz,
+                              Tensor& gweight, Tensor& gbias);
+
+}  // namespace dpl::backend::cuda_detail
