@@ -6,6 +6,8 @@ Prints the same key=value records as bench_conv, so the two outputs can be joine
 
   python3 torch_conv_peer.py [-b 128] [--dtype float32|bfloat16|float16] [--layout nchw|nhwc]
                              [--reps 10] [--tf32]
+  python3 torch_conv_peer.py --device cpu --threads 2 -b 8 --shape 64,56,56,64,3,1,1 [--layout nchw]
+                             # one shape (C,H,W,O,k,stride,pad) on the CPU, as bench_conv --device cpu
   python3 torch_conv_peer.py --compare DPL_OUTPUT PEER_OUTPUT   # table of dpl / PyTorch per shape
 """
 import argparse
@@ -59,6 +61,9 @@ def main():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--tf32", action="store_true", help="let float32 convolutions use TF32 (PyTorch's default)")
     p.add_argument("--compare", nargs=2, metavar=("DPL", "PEER"))
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--shape", help="one shape C,H,W,O,k,stride,pad instead of ResNet-50's")
     a = p.parse_args()
     if a.compare:
         return compare(*a.compare)
@@ -67,24 +72,31 @@ def main():
     import torch.nn.functional as F
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = a.tf32
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    shapes = [tuple(int(v) for v in a.shape.split(","))] if a.shape else SHAPES
+
+    def sync():
+        if a.device == "cuda":
+            torch.cuda.synchronize()
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[a.dtype]
     fmt = torch.channels_last if a.layout == "nhwc" else torch.contiguous_format
 
     def median_ms(f):
         for _ in range(3):
             f()
-        torch.cuda.synchronize()
+        sync()
         times = []
         for _ in range(a.reps):
             t = time.perf_counter()
             f()
-            torch.cuda.synchronize()
+            sync()
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
 
-    for c, h, w, o, k, s, pad in SHAPES:
+    for c, h, w, o, k, s, pad in shapes:
         def make(*shape):
-            return (torch.rand(*shape, device="cuda") * 2 - 1).to(dtype).to(memory_format=fmt)
+            return (torch.rand(*shape, device=a.device) * 2 - 1).to(dtype).to(memory_format=fmt)
         x, wt = make(a.batch, c, h, w), make(o, c, k, k)
         oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
         gy = make(a.batch, o, oh, ow)
