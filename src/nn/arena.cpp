@@ -4,6 +4,20 @@
 
 namespace dpl::nn {
 
+namespace {
+
+bool is_channels_last_only(const Tensor& t) { return t.is_channels_last() && !t.is_contiguous(); }
+
+// The slot `view` (contiguous) re-strided to like's memory format: channels-last stays
+// channels-last (the same elements, NHWC order), anything else is row-major.
+Tensor in_format_of(const Tensor& like, const Tensor& view) {
+  if (!is_channels_last_only(like)) return view;
+  const Shape& s = view.shape();
+  return Tensor(view.storage(), view.offset(), s, {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}, view.dtype());
+}
+
+}  // namespace
+
 ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Variable>>& named) {
   static std::atomic<std::uint64_t> next_id{1};
   ParameterArena a;
@@ -34,11 +48,11 @@ ParameterArena ParameterArena::pack(const std::vector<std::pair<std::string, Var
   for (std::size_t i = 0; i < named.size(); ++i) {
     const ArenaEntry& e = a.entries_[i];
     Variable var = named[i].second;
-    Tensor p = a.params_.view_range(e.offset, e.shape);
+    Tensor p = in_format_of(var.data(), a.params_.view_range(e.offset, e.shape));
     p.copy_(var.data());
     // Gradients already accumulated survive a repack (e.g. a parameter added mid-training).
     const Tensor old_grad = var.grad();
-    Tensor g = a.grads_.view_range(e.offset, e.shape);
+    Tensor g = in_format_of(var.data(), a.grads_.view_range(e.offset, e.shape));
     if (old_grad.defined() && old_grad.shape() == e.shape) g.copy_(old_grad);
     var.set_data(p);
     var.set_grad(g);
@@ -57,7 +71,8 @@ bool ParameterArena::binds(const std::vector<std::pair<std::string, Variable>>& 
     const Variable& v = named[i].second;
     if (named[i].first != e.name || !v.defined() || v.shape() != e.shape) return false;
     const Tensor& d = v.data();
-    if (!d.shares_storage_with(params_) || d.offset() != params_.offset() + e.offset || !d.is_contiguous())
+    if (!d.shares_storage_with(params_) || d.offset() != params_.offset() + e.offset ||
+        !(d.is_contiguous() || d.is_channels_last()))
       return false;
     const Tensor& g = v.grad();
     if (!g.shares_storage_with(grads_) || g.offset() != grads_.offset() + e.offset) return false;

@@ -22,6 +22,10 @@ struct ArenaEntry {
 /// bfloat16/float16 for a model that optim::MixedPrecision has cast (its float32 master copy then
 /// lives with the optimizer, in an arena of the same layout).
 ///
+/// A parameter keeps its memory format in the arena: a channels-last convolution weight (after
+/// nn::to_channels_last) is stored channels-last in its slot, so convolutions read it without a
+/// copy; whole-arena operations do not care about the order within a slot.
+///
 /// Each parameter starts on a 16-element boundary (64 bytes in float32), so arenas of one model in
 /// different dtypes have the same offsets; the gaps between parameters are zero in both arenas
 /// and stay zero under every optimizer, so whole-arena operations need no mask.
