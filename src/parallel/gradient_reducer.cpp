@@ -10,11 +10,12 @@ namespace {
 
 // One line per parameter, then one per buffer: what every rank's model must agree on before
 // arenas and buffers are exchanged element by element (the arena layout follows from the names,
-// shapes and order).
+// shapes, memory formats and order: a slot holds its parameter in the parameter's format).
 std::string model_description(const nn::Module& model) {
   std::ostringstream os;
   for (const auto& [name, var] : model.named_parameters())
-    os << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
+    os << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype()
+       << (var.data().is_channels_last() && !var.data().is_contiguous() ? " channels-last" : "") << '\n';
   for (const auto& [name, var] : model.named_buffers())
     os << "buffer " << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
   return os.str();
@@ -27,7 +28,7 @@ GradientReducer::GradientReducer(nn::Module& model, comm::Communicator& comm) : 
 void GradientReducer::broadcast_parameters() {
   comm::check_ranks_agree(comm_, model_description(model_),
                           {"GradientReducer.broadcast_parameters", "the models", "parameter",
-                           "every rank must build the same parameters and buffers (names, shapes, dtypes)"});
+                           "every rank must build the same parameters and buffers (names, shapes, dtypes, memory formats)"});
   nn::ParameterArena& arena = model_.arena();
   if (arena.numel() > 0) {
     Tensor params = arena.params();

@@ -344,7 +344,7 @@ void PhaseSummary::operator()(Trainer& trainer) {
          << " MB\n";
   }
   out_.flush();
-  if (parallel != nullptr) {
+  if (parallel != nullptr && !trainer.out().empty()) {  // an empty out: no files, as for the log
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
     DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());
