@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
   // single_node refuses several nodes; skip it there instead of failing the whole sweep.
   if (first->inter_size() > 1)
     names.erase(std::remove(names.begin(), names.end(), "single_node"), names.end());
+  // Likewise two_dimensional refuses nodes of unequal sizes.
+  if (!dpl::comm::even_nodes(first->topology()))
+    names.erase(std::remove(names.begin(), names.end(), "two_dimensional"), names.end());
 
   std::vector<std::int64_t> sizes;
   for (double b = static_cast<double>(parse_bytes(min_s)); b <= static_cast<double>(parse_bytes(max_s)); b *= factor)
@@ -175,9 +178,14 @@ int main(int argc, char** argv) {
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
 
   if (g_rank == 0) {
-    std::printf("# dpl bench_allreduce: %d ranks, %d nodes (%d ranks per node), buffers on %s, iters %d, warmup %d, "
+    std::string per_node;  // "2" for even nodes, "2,1" for uneven ones
+    for (const int n : first->topology().node_sizes) {
+      if (!per_node.empty() && dpl::comm::even_nodes(first->topology())) break;
+      per_node += (per_node.empty() ? "" : ",") + std::to_string(n);
+    }
+    std::printf("# dpl bench_allreduce: %d ranks, %d nodes (%s ranks per node), buffers on %s, iters %d, warmup %d, "
                 "check %d\n",
-                g_size, first->inter_size(), first->intra_size(), gpus > 0 ? "GPU" : "host", iters, warmup, check);
+                g_size, first->inter_size(), per_node.c_str(), gpus > 0 ? "GPU" : "host", iters, warmup, check);
   }
   auto sync = [&] {
     if (dev.is_cuda()) dpl::cuda::synchronize(dev.index);

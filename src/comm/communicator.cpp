@@ -1,5 +1,6 @@
 #include "dpl/comm/communicator.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -115,7 +116,7 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name, const
   detail::ensure_mpi();
   const auto rpn = settings().ranks_per_node;
   detail::check_same_request("'" + name + "' allreduce_dtype " + dtype_name(dt) +
-                             " DPL_RANKS_PER_NODE=" + (rpn ? std::to_string(*rpn) : std::string("unset")));
+                             " DPL_RANKS_PER_NODE=" + (rpn.empty() ? std::string("unset") : detail::node_sizes_text(rpn)));
 #endif
   DPL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, "create_communicator('", name,
             "'): expected CommOptions::allreduce_dtype float32, bfloat16 or float16, got ", dt);
@@ -133,6 +134,10 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name, const
   const auto names = communicator_names();
   for (std::size_t i = 0; i < names.size(); ++i) valid << (i ? ", " : "") << "'" << names[i] << "'";
   DPL_FAIL("create_communicator: unknown communicator '", name, "'; valid names in this build: ", valid.str());
+}
+
+bool even_nodes(const Topology& t) {
+  return std::all_of(t.node_sizes.begin(), t.node_sizes.end(), [&](int n) { return n == t.node_sizes.front(); });
 }
 
 void abort_all(const std::string& message, int exit_code) {

@@ -19,12 +19,42 @@
 
 namespace dpl::comm::detail {
 
-std::optional<int> ranks_per_node(int world_size) {
-  const auto k = settings().ranks_per_node;
-  if (!k) return std::nullopt;
-  DPL_CHECK(world_size % *k == 0, "DPL_RANKS_PER_NODE=", *k, " does not divide the job's ", world_size,
-            " ranks into whole nodes; choose a divisor of ", world_size);
-  return k;
+std::vector<int> virtual_node_sizes(int world_size) {
+  const std::vector<int> asked = settings().ranks_per_node;
+  if (asked.empty()) return {};
+  if (asked.size() == 1) {
+    const int k = asked[0];
+    if (world_size % k != 0) {
+      // The uneven layout closest to what was asked: whole nodes of k, the rest on a last node.
+      std::vector<int> nearest(static_cast<std::size_t>(world_size / k), k);
+      nearest.push_back(world_size % k);
+      DPL_FAIL("DPL_RANKS_PER_NODE=", k, " does not divide the job's ", world_size,
+               " ranks into whole nodes; choose a divisor of ", world_size,
+               ", or list the node sizes in rank order for uneven nodes (e.g. DPL_RANKS_PER_NODE=",
+               node_sizes_text(nearest), ")");
+    }
+    return std::vector<int>(static_cast<std::size_t>(world_size / k), k);
+  }
+  long long total = 0;
+  for (const int n : asked) total += n;
+  DPL_CHECK(total == world_size, "DPL_RANKS_PER_NODE=", node_sizes_text(asked), " lists nodes of ", total,
+            " ranks in all, but the job has ", world_size, " ranks; the node sizes must add up to the number of ranks");
+  return asked;
+}
+
+int node_of(int rank, const std::vector<int>& node_sizes) {
+  int first = 0;
+  for (std::size_t node = 0; node < node_sizes.size(); ++node) {
+    first += node_sizes[node];
+    if (rank < first) return static_cast<int>(node);
+  }
+  DPL_FAIL("node_of: rank ", rank, " lies beyond the ", first, " ranks of nodes ", node_sizes_text(node_sizes));
+}
+
+std::string node_sizes_text(const std::vector<int>& node_sizes) {
+  std::string out;
+  for (const int n : node_sizes) out += (out.empty() ? "" : ",") + std::to_string(n);
+  return out;
 }
 
 std::optional<int> choose_num_threads(std::optional<int> dpl_num_threads, bool omp_num_threads_set, int cores,

@@ -4,13 +4,19 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dpl::comm::detail {
 
-/// The virtual node size from DPL_RANKS_PER_NODE, validated against the job size; nullopt when
-/// the variable is unset (topology then comes from the hardware). Throws dpl::Error with both
-/// numbers when world_size is not divisible by it.
-std::optional<int> ranks_per_node(int world_size);
+/// The virtual nodes DPL_RANKS_PER_NODE asks for: the number of ranks of each node, in rank order,
+/// summing to world_size; empty when the variable is unset (topology then comes from the
+/// hardware). A single k gives world_size / k nodes of k. Throws dpl::Error naming the variable,
+/// its value and the job size when k does not divide world_size or a list does not add up to it.
+std::vector<int> virtual_node_sizes(int world_size);
+/// The index of the node that holds `rank`, for node sizes in rank order (as above).
+int node_of(int rank, const std::vector<int>& node_sizes);
+/// Node sizes as text for messages and request checks: "2,1" (the form DPL_RANKS_PER_NODE takes).
+std::string node_sizes_text(const std::vector<int>& node_sizes);
 
 /// The host-thread rule. Returns the thread count to set, or nullopt to leave the OpenMP runtime
 /// as it is (OMP_NUM_THREADS set and DPL_NUM_THREADS not). dpl_num_threads wins over everything;

@@ -48,7 +48,8 @@ std::optional<bool> flag(const char* (*lookup)(const char*), const char* name) {
   bad_value(name, v, "0 or 1");
 }
 
-std::vector<int> device_list(const char* (*lookup)(const char*), const char* name) {
+// A comma-separated list of whole numbers, each at least `lo` and without a sign; empty when unset.
+std::vector<int> number_list(const char* (*lookup)(const char*), const char* name, long lo, const char* accepted) {
   const char* v = value_of(lookup, name);
   if (v == nullptr) return {};
   const std::string s(v);
@@ -57,9 +58,8 @@ std::vector<int> device_list(const char* (*lookup)(const char*), const char* nam
   while (true) {
     const std::size_t comma = s.find(',', pos);
     const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    const auto n = whole_number(item, 0, INT_MAX);
-    if (!n || item.find_first_of("+-") != std::string::npos)
-      bad_value(name, v, "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
+    const auto n = whole_number(item, lo, INT_MAX);
+    if (!n || item.find_first_of("+-") != std::string::npos) bad_value(name, v, accepted);
     list.push_back(static_cast<int>(*n));
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -82,14 +82,17 @@ const char* system_lookup(const char* name) { return std::getenv(name); }
 
 Settings parse_settings(const char* (*lookup)(const char* name)) {
   Settings s;
-  s.ranks_per_node = positive(lookup, "DPL_RANKS_PER_NODE");
+  s.ranks_per_node = number_list(lookup, "DPL_RANKS_PER_NODE", 1,
+                                 "a whole number of ranks per node from 1 (\"2\"), or a comma-separated list of "
+                                 "node sizes from 1 in rank order (\"2,1\")");
   s.num_threads = positive(lookup, "DPL_NUM_THREADS");
   s.omp_num_threads_set = value_of(lookup, "OMP_NUM_THREADS") != nullptr;
   s.cpu_caching = !flag(lookup, "DPL_CPU_NO_CACHING").value_or(false);
   s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
   s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
   s.cudnn_benchmark = flag(lookup, "DPL_CUDNN_BENCHMARK").value_or(true);
-  s.cuda_devices = device_list(lookup, "DPL_CUDA_DEVICE");
+  s.cuda_devices = number_list(lookup, "DPL_CUDA_DEVICE", 0,
+                               "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
   s.output = output(lookup, "DPL_OUTPUT");
   s.staging_chunk_bytes = positive(lookup, "DPL_STAGING_CHUNK_BYTES").value_or(s.staging_chunk_bytes);
@@ -105,8 +108,9 @@ Settings settings() { return parse_settings(&system_lookup); }
 const std::vector<SettingInfo>& settings_table() {
   static const std::vector<SettingInfo> table = {
       {"DPL_RANKS_PER_NODE", "unset (real nodes)",
-       "Group ranks [0,k), [k,2k), ... into virtual nodes of k ranks, so one host can play several nodes; "
-       "k must divide the number of ranks"},
+       "k: group ranks [0,k), [k,2k), ... into virtual nodes of k ranks, so one host can play several nodes "
+       "(k must divide the number of ranks); a,b,...: uneven virtual nodes of a, b, ... ranks in rank order "
+       "(\"2,1\": ranks 0-1 and rank 2; the sizes must add up to the number of ranks)"},
       {"DPL_NUM_THREADS", "unset (cores / processes on the host)", "Host threads per process"},
       {"DPL_CPU_NO_CACHING", "0", "1: large host blocks go back to the system when freed (for memory checkers)"},
       {"DPL_CUDA_NO_CACHING", "0", "1: every device allocation and free goes to the driver (for compute-sanitizer)"},

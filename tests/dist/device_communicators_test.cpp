@@ -70,6 +70,7 @@ class DeviceComm : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << name << " needs one GPU per rank (" << place.local_size << " ranks, " << cuda_device_count()
                    << " GPUs)";
     if (name == "single_node" && communicator("naive").inter_size() > 1) GTEST_SKIP() << "single_node: one node only";
+    if (!works_on_this_layout(name)) GTEST_SKIP() << name << ": refuses uneven nodes";
     device_ = Device::cuda(place.local_rank % cuda_device_count());
     cuda::set_device(device_.index);
   }

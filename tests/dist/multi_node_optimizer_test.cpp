@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 
+#include "dist_test_util.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
 
@@ -69,7 +70,7 @@ TEST_P(DataParallelEquivalence, MatchesSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Communicators, DataParallelEquivalence,
-                         ::testing::Combine(::testing::Values("naive", "hierarchical"),
+                         ::testing::Combine(::testing::ValuesIn(dpl::test::host_communicator_names()),
                                             ::testing::Values("sgd", "momentum")));
 
 TEST(MultiNodeOptimizer, SetupBroadcastsRankZeroWeights) {

@@ -33,7 +33,7 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
   for (const auto& env : {std::map<std::string, std::string>{},
                           std::map<std::string, std::string>{{"DPL_CUDA_TF32", ""}, {"DPL_RANKS_PER_NODE", ""}}}) {
     const Settings s = parse(env);
-    EXPECT_FALSE(s.ranks_per_node.has_value());
+    EXPECT_TRUE(s.ranks_per_node.empty());
     EXPECT_FALSE(s.num_threads.has_value());
     EXPECT_FALSE(s.omp_num_threads_set);
     EXPECT_TRUE(s.cpu_caching);
@@ -61,7 +61,7 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_OUTPUT", "plain"},
                             {"DPL_STAGING_CHUNK_BYTES", "65536"},
                             {"DPL_STAGING_SLOTS", "3"}});
-  EXPECT_EQ(s.ranks_per_node, 2);
+  EXPECT_THAT(s.ranks_per_node, ElementsAre(2));
   EXPECT_EQ(s.num_threads, 7);
   EXPECT_TRUE(s.omp_num_threads_set);
   EXPECT_FALSE(s.cpu_caching);
@@ -77,6 +77,14 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_EQ(parse({{"DPL_MPI_CUDA_AWARE", "1"}}).mpi_cuda_aware, true);
 }
 
+// Uneven virtual nodes: a list of node sizes in rank order, kept as written (the job's size is
+// only known to the communicator, which checks the sum).
+TEST(Settings, RanksPerNodeTakesOneSizeOrAListOfNodeSizes) {
+  EXPECT_THAT(parse({{"DPL_RANKS_PER_NODE", "3"}}).ranks_per_node, ElementsAre(3));
+  EXPECT_THAT(parse({{"DPL_RANKS_PER_NODE", "2,1"}}).ranks_per_node, ElementsAre(2, 1));
+  EXPECT_THAT(parse({{"DPL_RANKS_PER_NODE", "1,3,2"}}).ranks_per_node, ElementsAre(1, 3, 2));
+}
+
 TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
   const struct {
     const char* name;
@@ -84,7 +92,10 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
     const char* accepted;
   } cases[] = {
       {"DPL_RANKS_PER_NODE", "0", "from 1"},       {"DPL_RANKS_PER_NODE", "two", "whole number"},
-      {"DPL_RANKS_PER_NODE", "2x", "whole number"}, {"DPL_NUM_THREADS", "-4", "whole number"},
+      {"DPL_RANKS_PER_NODE", "2x", "whole number"}, {"DPL_RANKS_PER_NODE", "2,", "comma-separated list of node sizes"},
+      {"DPL_RANKS_PER_NODE", ",1", "node sizes"},  {"DPL_RANKS_PER_NODE", "2,0", "from 1"},
+      {"DPL_RANKS_PER_NODE", "2;1", "\"2,1\""},    {"DPL_RANKS_PER_NODE", "2,+1", "whole number"},
+      {"DPL_NUM_THREADS", "-4", "whole number"},
       {"DPL_NUM_THREADS", "99999999999999999999", "whole number"},
       {"DPL_CUDA_TF32", "yes", "0 or 1"},          {"DPL_CUDA_NO_CACHING", "2", "0 or 1"},
       {"DPL_CUDNN_BENCHMARK", "on", "0 or 1"},

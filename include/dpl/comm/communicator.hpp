@@ -43,7 +43,14 @@ struct Topology {
   /// host_rank: virtual nodes on one machine still share its GPUs.
   int host_rank = 0;
   int host_size = 1;
+  /// The number of ranks of each node, by node index (inter_size entries summing to size); the
+  /// same on every rank. Nodes may differ in size (uneven nodes: a cluster whose hosts hold
+  /// different numbers of GPUs, or DPL_RANKS_PER_NODE=2,1).
+  std::vector<int> node_sizes = {1};
 };
+
+/// Whether every node of `t` has the same number of ranks.
+bool even_nodes(const Topology& t);
 
 /// Choices fixed when a communicator is created (see create_communicator).
 struct CommOptions {
@@ -166,7 +173,10 @@ std::vector<std::string> communicator_names();
 /// Initialises MPI if the program has not (and finalises it at exit), and accepts an MPI the
 /// program initialised itself (which the program then finalises). Topology comes from
 /// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED); the environment variable DPL_RANKS_PER_NODE=k
-/// instead groups ranks [0,k), [k,2k), ... into virtual nodes (size must be divisible by k).
+/// instead groups ranks [0,k), [k,2k), ... into virtual nodes (size must be divisible by k), and
+/// DPL_RANKS_PER_NODE=a,b,... into nodes of a, b, ... ranks in rank order (they must add up to
+/// size). Nodes of unequal sizes work with every communicator except two_dimensional, which then
+/// throws dpl::Error on every rank naming the node sizes (see docs/communicators.md).
 /// The first call sets the host threads of this process to cores / processes-on-this-host unless
 /// DPL_NUM_THREADS (used as given) or OMP_NUM_THREADS is set.
 /// After this call an uncaught exception on any rank prints "rank R: what()" and aborts every rank.

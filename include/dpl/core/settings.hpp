@@ -14,8 +14,10 @@ enum class OutputSetting { kAuto, kPlain, kTerminal };
 
 /// dpl's configuration from the environment. A variable that is unset or empty takes its default.
 struct Settings {
-  /// DPL_RANKS_PER_NODE: group ranks into virtual nodes of this many ranks (unset: the real nodes).
-  std::optional<int> ranks_per_node;
+  /// DPL_RANKS_PER_NODE: virtual nodes instead of the real ones (empty: unset, the real nodes).
+  /// One element k: nodes of k ranks each ("2"); several: the size of each node in rank order
+  /// ("2,1": ranks 0-1 form node 0, rank 2 node 1), for uneven nodes.
+  std::vector<int> ranks_per_node;
   /// DPL_NUM_THREADS: host threads per process (unset: cores / processes on the host, unless
   /// OMP_NUM_THREADS is set, which then decides).
   std::optional<int> num_threads;

@@ -1,7 +1,9 @@
 #include "comm/mpi/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "comm/checks.hpp"
 #include "comm/environment.hpp"
@@ -31,7 +33,7 @@ void MpiCommunicator::build_topology() {
   DPL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size), "create_communicator: MPI_Comm_size");
   // The variable is checked before the first collective call, so a bad value fails the same way
   // on every rank and leaves no rank inside a split.
-  const auto virtual_node = ranks_per_node(world_size);
+  const std::vector<int> virtual_nodes = virtual_node_sizes(world_size);
 
   MPI_Comm c = MPI_COMM_NULL;
   DPL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c), "create_communicator: MPI_Comm_dup");
@@ -51,8 +53,9 @@ void MpiCommunicator::build_topology() {
   MPI_Comm_size(host.get(), &host_size);
   MPI_Comm_rank(host.get(), &host_rank);
 
-  if (virtual_node) {
-    DPL_MPI_CHECK(MPI_Comm_split(world(), rank / *virtual_node, rank, &c), "create_communicator: MPI_Comm_split");
+  if (!virtual_nodes.empty()) {
+    DPL_MPI_CHECK(MPI_Comm_split(world(), node_of(rank, virtual_nodes), rank, &c),
+                  "create_communicator: MPI_Comm_split");
     intra_ = CommHandle(c);
   } else {
     intra_ = std::move(host);
@@ -72,11 +75,18 @@ void MpiCommunicator::build_topology() {
   int node = 0;
   MPI_Comm_rank(inter(), &node);  // among the leaders this is the node index
   DPL_MPI_CHECK(MPI_Bcast(&node, 1, MPI_INT, 0, intra()), "create_communicator: MPI_Bcast");
-  int is_leader = intra_rank == 0 ? 1 : 0;
+  // Every rank learns every node's size (hardware nodes may differ too), so that a communicator
+  // that needs equal nodes refuses on every rank alike, before its first collective.
+  const int mine[2] = {node, intra_size};
+  std::vector<int> all(2 * static_cast<std::size_t>(world_size));
+  DPL_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, world()), "create_communicator: MPI_Allgather");
   int nodes = 0;
-  DPL_MPI_CHECK(MPI_Allreduce(&is_leader, &nodes, 1, MPI_INT, MPI_SUM, world()), "create_communicator: MPI_Allreduce");
+  for (int r = 0; r < world_size; ++r) nodes = std::max(nodes, all[2 * static_cast<std::size_t>(r)] + 1);
+  std::vector<int> node_sizes(static_cast<std::size_t>(nodes), 0);
+  for (int r = 0; r < world_size; ++r)
+    node_sizes[static_cast<std::size_t>(all[2 * static_cast<std::size_t>(r)])] = all[2 * static_cast<std::size_t>(r) + 1];
 
-  topology_ = Topology{rank, world_size, intra_rank, intra_size, node, nodes, host_rank, host_size};
+  topology_ = Topology{rank, world_size, intra_rank, intra_size, node, nodes, host_rank, host_size, std::move(node_sizes)};
   apply_thread_rule(host_size);
 }
 

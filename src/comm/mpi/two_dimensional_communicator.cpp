@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/checks.hpp"
+#include "comm/environment.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_communicator.hpp"
 
@@ -20,7 +21,17 @@ namespace {
 
 class TwoDimensionalCommunicator final : public MpiCommunicator {
  public:
-  using MpiCommunicator::MpiCommunicator;
+  // Step 2 adds up slice i of every node among the ranks with intra_rank i, which only covers the
+  // whole buffer when every node cuts it into the same slices: with nodes of 2 and 1 ranks, the
+  // second half of node 0 would never meet node 1's data. Every rank holds the same node sizes,
+  // so every rank refuses alike, before any allreduce. The NCCL two_dimensional builds on this
+  // host communicator and so refuses with the same message.
+  explicit TwoDimensionalCommunicator(std::string name) : MpiCommunicator(std::move(name)) {
+    DPL_CHECK(even_nodes(topology_), "create_communicator('", name_, "'): the nodes have unequal numbers of ranks (node sizes ",
+              node_sizes_text(topology_.node_sizes), " in rank order), but ", name_,
+              " reduces each slice across the ranks of equal intra_rank and needs every node to have the same "
+              "number of ranks; use hierarchical, naive or flat (or pure_nccl in NCCL builds) on uneven nodes");
+  }
 
   void allreduce(Tensor& buf, ReduceOp op) override {
     check_host_buffer("allreduce", name_, buf, "buf", Use::kReduce);

@@ -1,5 +1,7 @@
 // hierarchical on GPU buffers: ncclReduce to intra_rank 0 → MPI_Allreduce among the intra_rank-0
 // ranks (staged or CUDA-aware) → ncclBroadcast in the node. One node: pure_nccl's path.
+// Uneven nodes work: only the leaders (one per node) cross nodes, and NCCL's reduce and broadcast
+// take a node of any size.
 #include "comm/checks.hpp"
 #include "comm/factories.hpp"
 #include "comm/nccl/device_communicator.hpp"

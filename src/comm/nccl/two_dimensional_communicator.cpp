@@ -2,6 +2,8 @@
 // slice with the ranks of equal intra_rank (staged or CUDA-aware) → ncclAllGather in the node.
 // One node: pure_nccl's path, since reduce-scatter and all-gather inside it are an allreduce,
 // which NCCL runs as one fused ring.
+// Nodes of unequal sizes never get here: the host two_dimensional this one is built on refuses
+// them on every rank at creation, since slice i of a node meets only the ranks of intra_rank i.
 #include "backend/cuda/comm_interop.hpp"
 #include "comm/checks.hpp"
 #include "comm/factories.hpp"
