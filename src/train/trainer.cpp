@@ -344,7 +344,8 @@ void PhaseSummary::operator()(Trainer& trainer) {
          << " MB\n";
   }
   out_.flush();
-  if (parallel != nullptr) {
+  // An empty output folder means no files (Trainer's contract), not a folder named "".
+  if (parallel != nullptr && !trainer.out().empty()) {
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
     DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());
