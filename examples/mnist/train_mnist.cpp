@@ -3,10 +3,12 @@
 //   mpiexec -n 2 --bind-to none train_mnist [-b 100] [-e 20] [-u 1000] [-g] [-o result]
 //                                           [--communicator hierarchical] [--data DIR]
 //                                           [--snapshot-every N] [--resume PATH]
+//                                           [--non-finite stop|skip|off]
 //
 // Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
 // MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
-// and, at the end, the phase-timer summary across ranks.
+// and, at the end, the phase-timer summary across ranks. A NaN or Inf gradient on any rank stops
+// every rank with the iteration, the rank(s) and the parameter (--non-finite: docs/reliability.md).
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
@@ -41,6 +43,7 @@ struct Options {
   std::int64_t snapshot_every = 0;
   std::int64_t keep = 1;
   std::string resume;
+  optim::NonFinitePolicy non_finite = optim::NonFinitePolicy::kStop;
 };
 
 // A flag's whole number, exactly as typed: CLI11's own checks would clamp, wrap or word the
@@ -114,6 +117,7 @@ int run(const Options& o) {
   auto optimizer = parallel::create_multi_node_optimizer(
       std::make_unique<optim::Adam>(), comm,
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
+  optimizer->set_non_finite_policy(o.non_finite);
   optimizer->setup(model);
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
@@ -145,6 +149,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "100", epochs = "20", units = "1000", seed = "0", snapshot_every = "0", keep = "1";
+  std::string non_finite = "stop";
   CLI::App app{"Data-parallel MNIST MLP training with dpl (ChainerMN's example)"};
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)");
   app.add_option("-e,--epoch", epochs, "Number of sweeps over the data set to train");
@@ -159,6 +164,7 @@ int main(int argc, char** argv) {
   app.add_option("--snapshot-every", snapshot_every, "Write a checkpoint into the output folder every N epochs (0: never)");
   app.add_option("--keep", keep, "Number of the newest checkpoints to keep");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint file");
+  app.add_option("--non-finite", non_finite, "What a step with an Inf or NaN gradient does: stop, skip or off");
   CLI11_PARSE(app, argc, argv);
   try {
     constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
@@ -169,6 +175,14 @@ int main(int argc, char** argv) {
     o.snapshot_every = static_cast<std::int64_t>(parse_whole("--snapshot-every", snapshot_every, 0, 1000000));
     o.keep = static_cast<std::int64_t>(parse_whole("--keep", keep, 1, 1000000));
     if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
+    bool known = false;
+    for (auto p : {optim::NonFinitePolicy::kStop, optim::NonFinitePolicy::kSkip, optim::NonFinitePolicy::kOff}) {
+      if (non_finite == optim::to_string(p)) {
+        o.non_finite = p;
+        known = true;
+      }
+    }
+    if (!known) throw BadFlag{"--non-finite must be stop, skip or off, got '" + non_finite + "'"};
   } catch (const BadFlag& e) {
     std::cerr << "train_mnist: " << e.message << "\n";
     return 2;

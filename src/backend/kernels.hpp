@@ -125,6 +125,11 @@ DPL_DECLARE_KERNEL(adam_update, float32(),
 /// the host.
 DPL_DECLARE_KERNEL(unscale_grads, floating_each(),
                    void(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf));
+/// The non-finite check's one read-only pass over a gradient arena (x of any float dtype,
+/// contiguous): flag[0] = 1 (float32, one element) when any element of x is Inf or NaN; otherwise
+/// flag is left as it was, so the caller zeroes it first and several buffers can share one flag.
+/// Nothing is read back to the host.
+DPL_DECLARE_KERNEL(flag_non_finite, floating_each(), void(const Tensor& x, Tensor& flag));
 
 // --- convolution -------------------------------------------------------------------------------
 //

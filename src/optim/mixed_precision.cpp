@@ -45,13 +45,45 @@ MixedPrecision::MixedPrecision(std::unique_ptr<Optimizer> actual, DType dtype, L
             "MixedPrecision: expected a backoff_factor in (0, 1), got ", scaling.backoff_factor);
   DPL_CHECK(scaling.growth_interval >= 1, "MixedPrecision: expected a growth_interval >= 1 step, got ",
             scaling.growth_interval);
+  set_non_finite_policy(non_finite_);
+}
+
+void MixedPrecision::set_non_finite_policy(NonFinitePolicy policy) {
+  non_finite_ = policy;
+  // With 16 bits the masters' gradients are checked in the pass that fills them; a second check
+  // by the wrapped optimizer would read them again for nothing.
+  actual_->set_non_finite_policy(dtype_ == kFloat32 ? policy : NonFinitePolicy::kOff);
+}
+
+bool MixedPrecision::stops_on_non_finite() const {
+  if (dtype_ == kFloat32) return actual_->stops_on_non_finite();
+  return dtype_ == kBFloat16 && non_finite_ == NonFinitePolicy::kStop;
+}
+
+bool MixedPrecision::gradients_finite() {
+  return dtype_ == kFloat32 ? actual_->gradients_finite() : Optimizer::gradients_finite();
+}
+
+std::int64_t MixedPrecision::iteration() const {
+  return dtype_ == kFloat32 ? actual_->iteration() : iteration_;
+}
+bool MixedPrecision::last_step_skipped() const {
+  return dtype_ == kFloat32 ? actual_->last_step_skipped() : last_skipped_;
+}
+std::int64_t MixedPrecision::skipped_steps() const {
+  return dtype_ == kFloat32 ? actual_->skipped_steps() : skipped_;
+}
+
+Variable MixedPrecision::update(const std::function<Variable()>& loss_fn) {
+  return dtype_ == kFloat32 ? actual_->update(loss_fn) : Optimizer::update(loss_fn);
 }
 
 void MixedPrecision::setup(nn::Module& model) {
   target_ = &model;
   scale_ = dtype_ == kFloat16 ? scaling_.init_scale : 1.0;
-  good_steps_ = skipped_ = 0;
+  good_steps_ = skipped_ = iteration_ = 0;
   last_skipped_ = prepared_ = false;
+  finite_.reset();
   if (dtype_ == kFloat32) {
     masters_.reset();
     actual_->setup(model);
@@ -74,7 +106,6 @@ void MixedPrecision::setup(nn::Module& model) {
   DPL_CHECK(master.numel() == arena.numel() && master.device() == arena.device(),
             "MixedPrecision::setup: the master arena (", master.numel(), " elements on ", master.device(),
             ") does not line up with the model's (", arena.numel(), " on ", arena.device(), ")");
-  found_inf_ = Tensor::zeros({1}, TensorOptions(kFloat32, arena.device()));
 }
 
 nn::ParameterArena& MixedPrecision::model_arena() const {
@@ -111,11 +142,14 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
   const nn::ParameterArena& arena = model_arena();
   Tensor master = master_arena().grads();
   prepared_ = true;
-  if (dtype_ == kFloat16) {
-    found_inf_.fill_(0.0);
-    backend::unscale_grads(arena.grads(), static_cast<float>(1.0 / scale_), master, found_inf_);
-    return {master, found_inf_};
+  if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
+    // One pass converts, unscales (float16) and checks: the flag costs no extra read.
+    const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
+    backend::unscale_grads(arena.grads(), inv_scale, master, reset_non_finite_flag(arena.device()));
+    return {master, flag_};
   }
+  flag_ = Tensor();
+  finite_.reset();
   backend::cast(arena.grads(), master);
   return {master};
 }
@@ -126,18 +160,17 @@ void MixedPrecision::update() {
     return;
   }
   if (!prepared_) prepare_gradients();
-  prepared_ = false;
-  if (dtype_ == kFloat16) {
-    // The step's one wait for the device. Under a MultiNodeOptimizer the flag is the mean of every
-    // rank's, so it is non-zero on all ranks or on none.
-    if (found_inf_.item() != 0.f) {
+  // The step's one wait for the device (none with bfloat16 and the check off). Under a
+  // MultiNodeOptimizer the flag is the mean of every rank's, so it is non-zero on all ranks or
+  // on none. float16 never stops here: an overflow is loss scaling's to skip.
+  if (!admit_step(master_grads())) {
+    if (dtype_ == kFloat16) {
       scale_ *= scaling_.backoff_factor;
       good_steps_ = 0;
-      ++skipped_;
-      last_skipped_ = true;
-      return;
     }
-    last_skipped_ = false;
+    return;
+  }
+  if (dtype_ == kFloat16) {
     if (++good_steps_ >= scaling_.growth_interval) {
       scale_ *= scaling_.growth_factor;
       good_steps_ = 0;

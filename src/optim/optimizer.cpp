@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/kernels.hpp"
+#include "optim/non_finite.hpp"
 
 namespace dpl::optim {
 
@@ -16,7 +17,9 @@ Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), TensorOptio
 
 void Optimizer::setup(nn::Module& model) {
   target_ = &model;
-  t_ = 0;
+  t_ = iteration_ = skipped_ = 0;
+  last_skipped_ = prepared_ = false;
+  finite_.reset();
   nn::ParameterArena& arena = model.arena();
   init_state(arena);
   state_arena_ = arena.id();
@@ -29,6 +32,8 @@ nn::Module& Optimizer::target() const {
 
 void Optimizer::update() {
   nn::ParameterArena& arena = target().arena();
+  if (!prepared_) prepare_gradients();
+  if (!admit_step(arena.grads())) return;
   // A changed parameter set invalidates the per-element state.
   if (arena.id() != state_arena_) {
     init_state(arena);
@@ -48,13 +53,64 @@ Variable Optimizer::update(const std::function<Variable()>& loss_fn) {
   zero_grad();
   Variable loss = loss_fn();
   backward(loss);
+  loss_ = loss.data();
   update();
   return loss;
 }
 
 void Optimizer::backward(const Variable& loss) { loss.backward(); }
 
-std::vector<Tensor> Optimizer::prepare_gradients() { return {target().arena().grads()}; }
+std::vector<Tensor> Optimizer::prepare_gradients() {
+  const Tensor grads = target().arena().grads();
+  prepared_ = true;
+  if (non_finite_ == NonFinitePolicy::kOff) {
+    flag_ = Tensor();
+    finite_.reset();
+    return {grads};
+  }
+  backend::flag_non_finite(grads, reset_non_finite_flag(grads.device()));
+  return {grads, flag_};
+}
+
+Tensor& Optimizer::reset_non_finite_flag(Device device) {
+  if (!flag_.defined() || flag_.device() != device) flag_ = Tensor::empty({1}, TensorOptions(kFloat32, device));
+  flag_.fill_(0.0);
+  finite_.reset();
+  return flag_;
+}
+
+bool Optimizer::gradients_finite() {
+  if (!flag_.defined()) return true;
+  // The step's one wait for the device, and only once: a MultiNodeOptimizer asks before the
+  // wrapped optimizer's update() asks again.
+  if (!finite_) finite_ = flag_.item() == 0.f;
+  return *finite_;
+}
+
+bool Optimizer::admit_step(const Tensor& grads) {
+  ++iteration_;
+  prepared_ = false;
+  const bool finite = gradients_finite();
+  finite_.reset();
+  const Tensor loss = loss_;
+  loss_ = Tensor();
+  last_skipped_ = !finite;
+  if (finite) return true;
+  if (stops_on_non_finite()) {
+    std::string loss_words = "the loss was not seen (update() without a loss function)";
+    if (loss.defined()) {
+      // Spelled out: streams print a NaN as "nan" or "-nan" by its sign bit.
+      const float v = loss.to(kFloat32).item();
+      loss_words = std::isnan(v) ? std::string("the loss was NaN")
+                   : std::isinf(v) ? std::string(v > 0 ? "the loss was Inf" : "the loss was -Inf")
+                                   : dpl::detail::concat("the loss was finite (", v, ")");
+    }
+    DPL_FAIL(non_finite::non_finite_message(iteration_, non_finite::first_non_finite_parameter(target(), grads), "",
+                                        loss_words));
+  }
+  ++skipped_;
+  return false;
+}
 
 void Optimizer::zero_grad() { target().zero_grad(); }
 

@@ -1,7 +1,12 @@
 #include "dpl/parallel/multi_node_optimizer.hpp"
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "dpl/core/cuda.hpp"
 #include "dpl/nn/module.hpp"
+#include "optim/non_finite.hpp"
 
 namespace dpl::parallel {
 
@@ -56,6 +61,15 @@ void MultiNodeOptimizer::allreduce_and_step() {
   // What is averaged is what the wrapped optimizer will read: the arena's gradients, or a mixed
   // precision optimizer's float32 master gradients and overflow flag.
   const std::vector<Tensor> buffers = actual_->prepare_gradients();
+  // A second buffer is the non-finite flag of this rank alone; the allreduce turns it into the
+  // mean of every rank's, so keep a copy (four bytes, on the device) to name the ranks later.
+  const bool checked = buffers.size() > 1;
+  if (checked) {
+    const Tensor& flag = buffers.back();
+    if (!local_flag_.defined() || local_flag_.device() != flag.device())
+      local_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, flag.device()));
+    local_flag_.copy_(flag);
+  }
   sync_point();
   {
     profile::ScopedPhase phase(timer_, "allreduce", iteration_);
@@ -64,6 +78,9 @@ void MultiNodeOptimizer::allreduce_and_step() {
   }
   for (const auto& sub : reducer_->last_phases())
     timer_.record("allreduce/" + sub.name, profile::now_seconds() - sub.seconds, sub.seconds, iteration_);
+  // The same averaged flag on every rank: all stop here together, or none does.
+  if (checked && actual_->stops_on_non_finite() && !actual_->gradients_finite()) stop_on_every_rank(buffers.front());
+  loss_ = Tensor();
   sync_point();
   {
     profile::ScopedPhase phase(timer_, "optimize", iteration_);
@@ -87,10 +104,46 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
     zero_grad();
     loss = loss_fn();
     actual_->backward(loss);
+    loss_ = loss.data();
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
   allreduce_and_step();
   return loss;
+}
+
+namespace {
+// "1" or "0, 2": the ranks whose entry of an allgathered (rank, field) table is non-zero.
+std::string ranks_where(const std::vector<float>& table, int fields, int field) {
+  std::string out;
+  for (std::size_t r = 0; r * static_cast<std::size_t>(fields) < table.size(); ++r)
+    if (table[r * static_cast<std::size_t>(fields) + static_cast<std::size_t>(field)] != 0.f)
+      out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+}  // namespace
+
+void MultiNodeOptimizer::stop_on_every_rank(const Tensor& averaged_grads) {
+  // Per rank: its own flag, and its loss: 1 non-finite, 0 finite, -1 not seen (update() without
+  // a loss function is the same call on every rank, so -1 is everyone's or no one's).
+  const float loss_state = !loss_.defined() ? -1.f : std::isfinite(loss_.to(kFloat32).item()) ? 0.f : 1.f;
+  const std::vector<float> mine_values = {local_flag_.item(), loss_state};
+  const Device device = averaged_grads.device();
+  const Tensor mine = Tensor::from_vector(mine_values, {2}, device);
+  Tensor all = Tensor::empty({2 * static_cast<std::int64_t>(comm_->size())}, TensorOptions(kFloat32, device));
+  comm_->allgather(mine, all);
+  const std::vector<float> table = all.to(Device::cpu()).to_vector<float>();
+  const std::string bad_ranks = ranks_where(table, 2, 0);
+  const std::string bad_losses = ranks_where(table, 2, 1);
+  std::string loss_words;
+  if (loss_state < 0.f) loss_words = "the loss was not seen (update() without a loss function)";
+  else if (bad_losses.empty()) loss_words = "the loss was finite on every rank";
+  else loss_words = "the loss was non-finite on rank(s) " + bad_losses;
+  // The averaged gradients are the same on every rank and keep each rank's Inf and NaN, so
+  // every rank names the same parameter.
+  const std::string parameter = optim::non_finite::first_non_finite_parameter(target(), averaged_grads);
+  loss_ = Tensor();
+  DPL_FAIL(optim::non_finite::non_finite_message(actual_->iteration() + 1, parameter, " on rank(s) " + bad_ranks,
+                                             loss_words));
 }
 
 void MultiNodeOptimizer::zero_grad() { target().zero_grad(); }

@@ -118,6 +118,10 @@ void StandardUpdater::update(Observation& observation) {
   observation.reserve("main/loss");
   const Variable loss = optimizer_.update([&] { return loss_(batch, observation); });
   observation.observe("main/loss", loss.data());
+  // Only under kSkip, so that other runs keep their log's columns; the verdict is known on the
+  // host already (the check read its flag), so this costs no wait.
+  if (optimizer_.non_finite_policy() == optim::NonFinitePolicy::kSkip)
+    observation.observe("main/skipped_steps", optimizer_.last_step_skipped() ? 1.0 : 0.0);
   if (device_.is_cuda()) cuda::synchronize(device_.index);  // the iteration's time includes its GPU work
   update_seconds_ += profile::now_seconds() - t0;
   ++updates_;
@@ -344,7 +348,8 @@ void PhaseSummary::operator()(Trainer& trainer) {
          << " MB\n";
   }
   out_.flush();
-  if (parallel != nullptr && !trainer.out().empty()) {  // an empty out: no files, as for the log
+  // An empty output folder means no files (Trainer's contract), not a folder named "".
+  if (parallel != nullptr && !trainer.out().empty()) {
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
     DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());

@@ -74,6 +74,23 @@ inline Shard batch_shard(const comm::Communicator& comm, std::uint64_t seed, std
   return {x.narrow(0, comm.rank() * local, local).contiguous(), y.narrow(0, comm.rank() * local, local).contiguous()};
 }
 
+/// Whether every rank holds exactly this rank's values of t (collective: one allgather of t as
+/// float32 host values).
+inline bool same_on_every_rank(comm::Communicator& comm, const Tensor& t) {
+  const Tensor mine = t.to(Device::cpu()).to(kFloat32).contiguous();
+  Tensor all = Tensor::empty({comm.size() * mine.numel()}, kFloat32);
+  comm.allgather(mine, all);
+  const auto want = mine.to_vector<float>();
+  const auto got = all.to_vector<float>();
+  for (int r = 0; r < comm.size(); ++r)
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const float v = got[static_cast<std::size_t>(r) * want.size() + i];
+      // Bitwise, with NaN equal to NaN: the ranks must have done the very same arithmetic.
+      if (!(v == want[i] || (v != v && want[i] != want[i]))) return false;
+    }
+  return true;
+}
+
 /// Sets (or with nullopt, unsets) an environment variable for the lifetime of this object, then
 /// restores the previous value.
 class ScopedEnv {

@@ -19,21 +19,7 @@ constexpr std::int64_t kIn = 8, kUnits = 16, kOut = 4;
 
 test::Shard make_shard(const comm::Communicator& comm) { return test::batch_shard(comm, 31, kBatch, kIn, kOut); }
 
-// Whether every rank holds exactly this rank's values of t (collective: one allgather).
-bool same_on_every_rank(comm::Communicator& comm, const Tensor& t) {
-  const Tensor mine = t.to(kFloat32).contiguous();
-  Tensor all = Tensor::empty({comm.size() * mine.numel()}, kFloat32);
-  comm.allgather(mine, all);
-  const auto want = mine.to_vector<float>();
-  const auto got = all.to_vector<float>();
-  for (int r = 0; r < comm.size(); ++r)
-    for (std::size_t i = 0; i < want.size(); ++i) {
-      const float v = got[static_cast<std::size_t>(r) * want.size() + i];
-      // Bitwise, with NaN equal to NaN: the ranks must have done the very same arithmetic.
-      if (!(v == want[i] || (v != v && want[i] != want[i]))) return false;
-    }
-  return true;
-}
+using test::same_on_every_rank;
 
 class MixedPrecisionDist : public ::testing::TestWithParam<std::string> {};
 

@@ -1,6 +1,7 @@
-# Runs dist_abort_probe under mpiexec and checks that one rank's uncaught error ends every rank:
-# a non-zero exit, the rank-tagged message in the output, and well within the time limit.
-# Inputs (-D): MPIEXEC, NP_FLAG, NP, EXTRA_FLAGS (;-list), PROBE, MODE ("throw" or "exit"),
+# Runs a probe (dist_abort_probe, dist_non_finite_probe) under mpiexec and checks that an error
+# ends every rank: a non-zero exit, the expected message in the output, and well within the time
+# limit. Inputs (-D): MPIEXEC, NP_FLAG, NP, EXTRA_FLAGS (;-list), PROBE, MODE (the probe's
+# argument: "throw" or "exit"; "dist" or "single"),
 # EXPECT (a string the output must contain), LIMIT (seconds).
 
 string(TIMESTAMP start "%s")

@@ -97,7 +97,10 @@ TEST(MixedPrecision, ParametersAreTheRoundedMasters) {
   }
   // The masters keep what bfloat16 cannot hold: small Adam steps accumulate below its precision.
   EXPECT_NE(values(opt->master_params()), values(model.arena().params()));
-  EXPECT_EQ(opt->prepare_gradients().size(), 1u) << "bfloat16 has no overflow flag to agree on";
+  // No overflow flag (no loss scaling), but the non-finite check's flag, raised in the same pass.
+  EXPECT_EQ(opt->prepare_gradients().size(), 2u) << "bfloat16 carries the non-finite check's flag";
+  opt->set_non_finite_policy(optim::NonFinitePolicy::kOff);
+  EXPECT_EQ(opt->prepare_gradients().size(), 1u) << "bfloat16 with the check off has no flag to agree on";
 }
 
 // BatchNorm's affine parameters go 16-bit with the rest (one arena), its running statistics stay

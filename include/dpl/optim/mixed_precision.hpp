@@ -70,12 +70,23 @@ class MixedPrecision : public Optimizer {
   /// One step (see the class comment); prepares the gradients first when prepare_gradients()
   /// has not run since the last update.
   void update() override;
-  /// Optimizer's update(loss_fn): its backward(loss) is this class's, so the loss gets scaled.
-  using Optimizer::update;
+  /// Optimizer's update(loss_fn): its backward(loss) is this class's, so the loss gets scaled
+  /// (float32: the wrapped optimizer's update(loss_fn)).
+  Variable update(const std::function<Variable()>& loss_fn) override;
   /// float16: scale(loss).backward(); otherwise loss.backward().
   void backward(const Variable& loss) override;
-  /// The master gradients, filled from the model's gradients (and, float16, the overflow flag).
+  /// The master gradients, filled from the model's gradients, and the flag raised in that same
+  /// pass when any of them is Inf or NaN (float16: always, it is the overflow flag; bfloat16:
+  /// unless the non-finite policy is kOff).
   std::vector<Tensor> prepare_gradients() override;
+  bool gradients_finite() override;
+  /// float16: false, a non-finite step is an overflow and is skipped, whatever the policy (the
+  /// loss scale backs off); bfloat16: the policy's kStop; float32: the wrapped optimizer's.
+  bool stops_on_non_finite() const override;
+  /// The policy for bfloat16 (and, passed on, float32); float16 overflows skip under every
+  /// policy. The wrapped optimizer runs on the already checked masters with the check off.
+  void set_non_finite_policy(NonFinitePolicy policy) override;
+  std::int64_t iteration() const override;
 
   float lr() const override { return actual_->lr(); }
   void set_lr(float lr) override { actual_->set_lr(lr); }
@@ -107,10 +118,11 @@ class MixedPrecision : public Optimizer {
   double loss_scale() const { return scale_; }
   /// Good steps in a row since the scale last changed.
   std::int64_t good_steps() const { return good_steps_; }
-  /// Whether the last update() was skipped because its gradients overflowed.
-  bool last_step_skipped() const { return last_skipped_; }
+  /// Whether the last update() was skipped because its gradients overflowed (or, under kSkip,
+  /// were not finite).
+  bool last_step_skipped() const override;
   /// Steps skipped since setup().
-  std::int64_t skipped_steps() const { return skipped_; }
+  std::int64_t skipped_steps() const override;
   /// The float32 master weights and gradients, with the model's arena layout. Requires setup()
   /// with a 16-bit dtype.
   const Tensor& master_params() const;
@@ -131,12 +143,8 @@ class MixedPrecision : public Optimizer {
   LossScaling scaling_;
   std::unique_ptr<nn::Module> masters_;  // float32 copies of the parameters, in the model's order
   std::uint64_t model_arena_ = 0;        // id of the 16-bit arena the masters belong to
-  Tensor found_inf_;                     // float16: one float32 element, 1 when this step overflowed
-  bool prepared_ = false;                // prepare_gradients() ran since the last update()
   double scale_ = 1.0;
   std::int64_t good_steps_ = 0;
-  std::int64_t skipped_ = 0;
-  bool last_skipped_ = false;
 };
 
 /// Wraps actual in a MixedPrecision computing in dtype: the one call that switches a program's

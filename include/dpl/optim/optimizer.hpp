@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,22 @@
 #include "dpl/nn/module.hpp"
 
 namespace dpl::optim {
+
+/// What an update does when the gradients it would apply hold an Inf or a NaN (see
+/// docs/reliability.md). Every rank reaches the same verdict under a parallel::MultiNodeOptimizer.
+enum class NonFinitePolicy {
+  /// Throw dpl::Error on every rank, naming the iteration, the rank(s) whose gradients were
+  /// non-finite, the first such parameter and whether the loss was finite. The default.
+  kStop,
+  /// Skip the step on every rank: parameters, optimizer state and t() stay as they were, and
+  /// skipped_steps() counts it.
+  kSkip,
+  /// No check: no pass over the gradients and no read of a flag (the step applies what it gets).
+  kOff,
+};
+
+/// "stop", "skip" or "off".
+const char* to_string(NonFinitePolicy policy);
 
 /// A transform of the gradients between their completion and the step: it reads and may change
 /// arena.grads() in place (the parameters' gradients are views of it). Under a
@@ -41,10 +58,20 @@ class Optimizer {
   /// Makes this step's gradients ready for update() and returns the float32 buffers that a
   /// data-parallel wrapper must average (kMean) over the ranks in between, the gradients first;
   /// update() then reads them as averaged. Call once per step, after backward and before
-  /// update(). Here: the model's gradient arena, as it is. MixedPrecision: its float32 master
-  /// gradients (and, with float16, a one-element overflow flag, so that every rank skips the same
-  /// steps). Requires setup().
+  /// update(). Here: the model's gradient arena, as it is, and — unless the non-finite check is
+  /// off — a one-element float32 flag, 1 when the arena holds an Inf or NaN (one read-only pass,
+  /// nothing read back). MixedPrecision: its float32 master gradients and the flag, raised in the
+  /// pass that fills them (float16: its overflow flag, always there). The flag, when present, is
+  /// the second buffer and the last. Requires setup().
   virtual std::vector<Tensor> prepare_gradients();
+  /// Whether the gradients this step would apply are finite, from the flag of the last
+  /// prepare_gradients() (averaged over the ranks when a MultiNodeOptimizer sits outside): true
+  /// when the check is off. The first call after prepare_gradients() reads the flag (one
+  /// four-byte device-to-host copy, which waits for the device); later calls return that answer.
+  virtual bool gradients_finite();
+  /// Whether a step whose gradients are not finite stops training (throws) rather than being
+  /// skipped: policy kStop here; MixedPrecision with float16 always skips (loss scaling).
+  virtual bool stops_on_non_finite() const { return non_finite_ == NonFinitePolicy::kStop; }
   /// Sets every gradient of the target to zero.
   virtual void zero_grad();
 
@@ -56,6 +83,16 @@ class Optimizer {
   virtual void set_weight_decay(float rate);
   /// Number of updates done since setup().
   virtual std::int64_t t() const { return t_; }
+  /// Sets what an update does with non-finite gradients (default kStop).
+  virtual void set_non_finite_policy(NonFinitePolicy policy) { non_finite_ = policy; }
+  virtual NonFinitePolicy non_finite_policy() const { return non_finite_; }
+  /// update() calls since setup(), the current one included while it runs: the iteration that
+  /// non-finite errors name (the Trainer's iteration in a run that was not resumed).
+  virtual std::int64_t iteration() const { return iteration_; }
+  /// Steps skipped since setup() because their gradients were not finite (kSkip, or float16
+  /// overflow under MixedPrecision), and whether the last update() was one.
+  virtual std::int64_t skipped_steps() const { return skipped_; }
+  virtual bool last_step_skipped() const { return last_skipped_; }
   /// The state arenas by name ("velocity"; "m", "v"), each with the parameter arena's layout.
   /// These views of the live state are the tensor half of what load_state() restores.
   virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
@@ -95,6 +132,13 @@ class Optimizer {
   /// known to be present): checks them all, and only then assigns. Throws dpl::Error on a bad
   /// value, before assigning anything.
   virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
+  /// The flag prepare_gradients() raises (one float32 on device, zeroed): allocated once per device.
+  Tensor& reset_non_finite_flag(Device device);
+  /// Counts this update as an iteration and decides from gradients_finite() whether its step
+  /// goes ahead: true if so; false for a skipped step (counted); throws dpl::Error for kStop,
+  /// naming the iteration, the first non-finite parameter of `grads` (the arena's layout) and the
+  /// loss of update(loss_fn). Ends the step's use of the flag.
+  bool admit_step(const Tensor& grads);
 
   std::vector<GradientHook> hooks_;
   nn::Module* target_ = nullptr;
@@ -102,6 +146,14 @@ class Optimizer {
   std::uint64_t state_arena_ = 0;
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
+  NonFinitePolicy non_finite_ = NonFinitePolicy::kStop;
+  Tensor flag_;                 // the check's one-element float32 flag (undefined: no check this step)
+  std::optional<bool> finite_;  // the flag as read back, once per step
+  bool prepared_ = false;       // prepare_gradients() ran since the last update()
+  Tensor loss_;                 // the loss of the update(loss_fn) under way, for messages
+  std::int64_t iteration_ = 0;
+  std::int64_t skipped_ = 0;
+  bool last_skipped_ = false;
 };
 
 /// Plain gradient descent: p -= lr * g.

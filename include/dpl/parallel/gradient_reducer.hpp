@@ -39,7 +39,7 @@ class GradientReducer {
   /// As allreduce_gradients(), over the buffers an optimizer's prepare_gradients() returned
   /// instead of the arena's gradients: buffers[0] holds the gradients (float32, the arena's
   /// element count: MixedPrecision's master gradients of a 16-bit model) and is carried in
-  /// CommOptions::allreduce_dtype; the others (a one-element overflow flag) are averaged in
+  /// CommOptions::allreduce_dtype; the others (a one-element non-finite or overflow flag) are averaged in
   /// float32, before the gradients, so that last_phases() describes the gradients' allreduce.
   /// Requires at least one buffer, each float32 and contiguous on the arena's device.
   void allreduce_gradients(const std::vector<Tensor>& buffers);

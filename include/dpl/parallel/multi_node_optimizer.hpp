@@ -23,7 +23,25 @@ namespace dpl::parallel {
 ///     optim::MixedPrecision its float32 master gradients, and with float16 its overflow flag, so
 ///     that every rank skips the same steps)
 ///   → optimize (the wrapped optimizer's gradient hooks, such as clipping, then its fused update),
-/// timing each phase (and the allreduce's sub-phases) into timer(). If the parameter set changes
+/// timing each phase (and the allreduce's sub-phases) into timer().
+///
+/// Non-finite gradients (see optim::NonFinitePolicy and docs/reliability.md): unless the policy
+/// is kOff, each rank's prepare_gradients() raises a one-element flag when its own gradients hold
+/// an Inf or NaN, in the pass it makes anyway (or one read-only pass for float32); the flag is
+/// averaged with the gradients, so every rank reads the same verdict (one four-byte read per
+/// step). kStop: every rank throws the same dpl::Error naming the iteration, the rank(s) whose
+/// gradients were not finite, the first such parameter and the ranks whose loss was not finite
+/// (one allgather of two floats per rank, on the failure path only). kSkip: every rank skips
+/// the step. float16 overflow under MixedPrecision always skips (loss scaling).
+///
+/// Non-finite gradients (see optim::NonFinitePolicy and docs/reliability.md): unless the policy
+/// is kOff, each rank's prepare_gradients() raises a one-element flag when its own gradients hold
+/// an Inf or NaN, in the pass it makes anyway (or one read-only pass for float32); the flag is
+/// averaged with the gradients, so every rank reads the same verdict (one four-byte read per
+/// step). kStop: every rank throws the same dpl::Error naming the iteration, the rank(s) whose
+/// gradients were not finite, the first such parameter and the ranks whose loss was not finite
+/// (one allgather of two floats per rank, on the failure path only). kSkip: every rank skips
+/// the step. float16 overflow under MixedPrecision always skips (loss scaling). If the parameter set changes
 /// (a parameter added, data replaced), the check and the broadcast run again before the update.
 /// The gradient of the first iteration is used like every other.
 class MultiNodeOptimizer : public optim::Optimizer {
@@ -43,6 +61,14 @@ class MultiNodeOptimizer : public optim::Optimizer {
   float weight_decay() const override { return actual_->weight_decay(); }
   void set_weight_decay(float rate) override { actual_->set_weight_decay(rate); }
   std::int64_t t() const override { return actual_->t(); }
+  /// The policy is the wrapped optimizer's (set through it).
+  void set_non_finite_policy(optim::NonFinitePolicy policy) override { actual_->set_non_finite_policy(policy); }
+  optim::NonFinitePolicy non_finite_policy() const override { return actual_->non_finite_policy(); }
+  bool stops_on_non_finite() const override { return actual_->stops_on_non_finite(); }
+  bool gradients_finite() override { return actual_->gradients_finite(); }
+  std::int64_t iteration() const override { return actual_->iteration(); }
+  std::int64_t skipped_steps() const override { return actual_->skipped_steps(); }
+  bool last_step_skipped() const override { return actual_->last_step_skipped(); }
   std::vector<std::pair<std::string, Tensor>> state() const override { return actual_->state(); }
   std::map<std::string, double> state_scalars() const override { return actual_->state_scalars(); }
   /// Restores the wrapped optimizer's state; local to this rank (no communication), so every
@@ -77,6 +103,9 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void broadcast_parameters();
   void allreduce_and_step();
   void sync_point();
+  // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
+  // same everywhere); throws the message naming the ranks.
+  [[noreturn]] void stop_on_every_rank(const Tensor& averaged_grads);
 
   std::unique_ptr<optim::Optimizer> actual_;
   std::shared_ptr<comm::Communicator> comm_;
@@ -84,6 +113,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
   profile::PhaseTimer timer_;
   std::unique_ptr<GradientReducer> reducer_;  // over target(), from setup()
   std::int64_t iteration_ = 0;
+  Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
 };
 
 /// ChainerMN's spelling: wraps actual in a MultiNodeOptimizer over comm.

@@ -90,7 +90,10 @@ class StandardUpdater {
   StandardUpdater(data::BatchIterator& iterator, optim::Optimizer& optimizer, LossFunction loss,
                   Device device = Device::cpu());
 
-  /// One iteration. Ensures: iterator().iteration() grew by one and "main/loss" was observed.
+  /// One iteration. Ensures: iterator().iteration() grew by one and "main/loss" was observed;
+  /// under optim::NonFinitePolicy::kSkip also "main/skipped_steps" (1 for a skipped step, else 0:
+  /// a log row's mean is the fraction of its steps that were skipped). Under kStop a non-finite
+  /// step throws the optimizer's dpl::Error out of here (and out of Trainer::run).
   /// On a GPU it waits for the iteration's work, so update_seconds() measures it.
   void update(Observation& observation);
 

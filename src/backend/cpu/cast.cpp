@@ -63,9 +63,20 @@ void unscale_grads_cpu(const Tensor& grad, float inv_scale, Tensor& master, Tens
   if (bad) found_inf.data<float>()[0] = 1.f;
 }
 
+void flag_non_finite_cpu(const Tensor& x, Tensor& flag) {
+  const std::int64_t n = x.numel();
+  const void* p = x.raw_data();
+  const DType t = x.dtype();
+  bool bad = false;
+#pragma omp parallel for reduction(|| : bad) if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(load(p, t, i));
+  if (bad) flag.data<float>()[0] = 1.f;
+}
+
 }  // namespace
 
 DPL_REGISTER_KERNEL(cast, kCpu, convert);
 DPL_REGISTER_KERNEL(unscale_grads, kCpu, unscale_grads_cpu);
+DPL_REGISTER_KERNEL(flag_non_finite, kCpu, flag_non_finite_cpu);
 
 }  // namespace dpl::backend::cpu

@@ -1,6 +1,7 @@
 // Conversions between float32, bfloat16 and float16, optionally divided by a number on the way,
-// and mixed precision's unscaling of gradients into float32 with a check for Inf and NaN: each
-// one grid-stride pass, bound by memory bandwidth.
+// mixed precision's unscaling of gradients into float32 with a check for Inf and NaN, and the
+// check alone (the non-finite guard of float32 training): each one grid-stride pass, bound by
+// memory bandwidth.
 #include "backend/cuda/cast.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
@@ -34,6 +35,13 @@ __global__ void unscale_kernel(const S* grad, float inv_scale, float* master, fl
     master[i] = v;
     if (!isfinite(v)) *found_inf = 1.f;
   }
+}
+
+// The same benign race as unscale_kernel's: every writer stores the same 1.
+template <typename T>
+__global__ void flag_non_finite_kernel(const T* x, float* flag, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    if (!isfinite(to_float(x[i]))) *flag = 1.f;
 }
 
 }  // namespace
@@ -74,6 +82,18 @@ void launch_unscale(const void* grad, DType grad_dtype, float inv_scale, float* 
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+void launch_flag_non_finite(const void* x, DType dtype, float* flag, std::int64_t n, int device,
+                            cudaStream_t stream) {
+  if (n == 0) return;
+  DeviceGuard guard(device);
+  const unsigned grid = grid_for(n, kThreads, device);
+  with_float_type(dtype, "launch_flag_non_finite", [&](auto s) {
+    using T = typename decltype(s)::type;
+    flag_non_finite_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), flag, n);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 }  // namespace cuda_detail
 
@@ -95,9 +115,15 @@ void unscale_grads_cuda(const Tensor& grad, float inv_scale, Tensor& master, Ten
                               found_inf.data<float>(), grad.numel(), d.device(), d.stream());
 }
 
+void flag_non_finite_cuda(const Tensor& x, Tensor& flag) {
+  CudaDevice& d = cuda_device_of(x);
+  cuda_detail::launch_flag_non_finite(x.raw_data(), x.dtype(), flag.data<float>(), x.numel(), d.device(), d.stream());
+}
+
 }  // namespace
 
 DPL_REGISTER_KERNEL(cast, kCuda, cast_cuda);
 DPL_REGISTER_KERNEL(unscale_grads, kCuda, unscale_grads_cuda);
+DPL_REGISTER_KERNEL(flag_non_finite, kCuda, flag_non_finite_cuda);
 
 }  // namespace dpl::backend
