@@ -333,4 +333,22 @@ TEST(ReportEvaluate, KeepsEvalModeAndRejectsBadInput) {
   EXPECT_TRUE(model.is_training());
 }
 
+TEST(ReportEvaluate, OverABatchSourceMatchesTheDataSet) {
+  Generator gen(3);
+  Probe model(gen);
+  const data::Dataset ds = random_dataset(23, 8);
+  const EvalResult reference = evaluate(model, ds, 5);
+  data::BatchIterator source(ds, 5, /*shuffle=*/false, 0, /*repeat=*/false);
+  model.calls = 0;
+  const EvalResult r = evaluate(model, source, source.batches_per_epoch());
+  EXPECT_EQ(model.calls, 5);
+  EXPECT_EQ(r.samples, 23);
+  EXPECT_EQ(r.loss, reference.loss);  // the same batches, the same sums
+  EXPECT_EQ(r.accuracy, reference.accuracy);
+  EXPECT_TRUE(model.is_training());
+  // No batches and no other rank: nothing to evaluate.
+  EXPECT_THROW(evaluate(model, source, 0), dpl::Error);
+  EXPECT_THROW(evaluate(model, source, -1), dpl::Error);
+}
+
 }  // namespace
