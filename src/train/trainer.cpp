@@ -47,12 +47,16 @@ Observation::Sum& Observation::slot(const std::string& key) {
 void Observation::reserve(const std::string& key) { slot(key); }
 
 void Observation::observe(const std::string& key, const Tensor& value) {
-  DPL_CHECK(value.defined() && value.numel() == 1 && value.dtype() == kFloat32, "Observation::observe: expected '",
-            key, "' to be a one-element float32 tensor, got ",
+  const bool floating = value.defined() && (value.dtype() == kFloat32 || value.dtype() == kBFloat16 ||
+                                            value.dtype() == kFloat16);
+  DPL_CHECK(floating && value.numel() == 1, "Observation::observe: expected '", key,
+            "' to be a one-element float32, bfloat16 or float16 tensor, got ",
             value.defined() ? detail::concat(value.dtype(), " of shape ", shape_str(value.shape())) : "undefined");
   Sum& s = slot(key);
   NoGradGuard no_grad;
-  const Tensor v = value.reshape({});
+  // 16-bit values (a loss under mixed precision) are summed in float32, so long sums keep their
+  // digits; the cast stays on the value's device.
+  const Tensor v = (value.dtype() == kFloat32 ? value : value.to(kFloat32)).reshape({});
   s.device_sum = s.device_sum.defined() ? add(Variable(s.device_sum), Variable(v)).data() : v.clone();
   ++s.count;
 }

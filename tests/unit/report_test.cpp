@@ -351,4 +351,22 @@ TEST(ReportEvaluate, OverABatchSourceMatchesTheDataSet) {
   EXPECT_THROW(evaluate(model, source, -1), dpl::Error);
 }
 
+TEST(ReportObservation, SumsSixteenBitValuesInFloat32AndRefusesIntegers) {
+  Observation o;
+  o.observe("main/loss", Tensor::full({}, 0.5, TensorOptions(kBFloat16)));
+  o.observe("main/loss", Tensor::full({1}, 0.25, TensorOptions(kFloat16)));
+  o.observe("main/loss", Tensor::full({}, 0.75));
+  const auto means = o.take_means();
+  ASSERT_EQ(means.size(), 1u);
+  EXPECT_EQ(means[0].first, "main/loss");
+  EXPECT_EQ(means[0].second, 0.5);  // (0.5 + 0.25 + 0.75) / 3, each exact in 16 bits
+  try {
+    o.observe("main/accuracy", Tensor::zeros({}, TensorOptions(kInt32)));
+    FAIL() << "an int32 observation was accepted";
+  } catch (const dpl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 'main/accuracy' to be a one-element float32, bfloat16 or float16 "
+                                         "tensor, got int32"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

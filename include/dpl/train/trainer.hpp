@@ -50,7 +50,8 @@ struct Trigger {
 /// its loss; numbers are summed on the host. Keys keep the order they were first seen in.
 class Observation {
  public:
-  /// Adds a one-element float32 tensor (a loss, an accuracy) to key's sum, on its device.
+  /// Adds a one-element float tensor (a loss, an accuracy; float32, or bfloat16/float16 under
+  /// mixed precision, summed in float32) to key's sum, on its device.
   void observe(const std::string& key, const Tensor& value);
   /// Adds a number to key's sum.
   void observe(const std::string& key, double value);
