@@ -360,7 +360,7 @@ void PhaseSummary::operator()(Trainer& trainer) {
          << " MB\n";
   }
   out_.flush();
-  if (parallel != nullptr) {
+  if (parallel != nullptr && !trainer.out().empty()) {  // an empty out keeps results in memory: no files
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
     DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());
