@@ -11,14 +11,13 @@
 // every rank with the iteration, the rank(s) and the parameter (--non-finite: docs/reliability.md).
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
-#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
 
-#include "dpl/core/cuda.hpp"
+#include "../common/flags.hpp"
+#include "../common/launch.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
@@ -46,37 +45,14 @@ struct Options {
   optim::NonFinitePolicy non_finite = optim::NonFinitePolicy::kStop;
 };
 
-// A flag's whole number, exactly as typed: CLI11's own checks would clamp, wrap or word the
-// error in its terms ("Value 0 not in range 0.000000 to 1.79769e+308").
-struct BadFlag {
-  std::string message;
-};
-
-std::uint64_t parse_whole(const std::string& flag, const std::string& text, std::uint64_t min, std::uint64_t max) {
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-  const bool negative = text.size() > 1 && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos;
-  if (negative) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
-  if (!digits) throw BadFlag{flag + " must be a whole number, got '" + text + "'"};
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno == ERANGE || v > max) throw BadFlag{flag + " must be ≤ " + std::to_string(max) + ", got " + text};
-  if (v < min) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
-  return v;
-}
+using examples::BadFlag;
+using examples::parse_whole;
 
 int run(const Options& o) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
   const bool root = comm->rank() == 0;
 
-  Device device = Device::cpu();
-  if (o.gpu) {
-    DPL_CHECK(DPL_WITH_CUDA, "--gpu was given, but this build of dpl has no CUDA backend "
-                             "(rebuild on a machine with the CUDA toolkit)");
-    // By the rank on the physical machine: virtual nodes (DPL_RANKS_PER_NODE) share its GPUs.
-    const int index = cuda::select_device_for_local_rank(comm->host_rank());
-    DPL_CHECK(index >= 0, "--gpu was given, but rank ", comm->rank(), " finds no CUDA device");
-    device = Device::cuda(index);
-  }
+  const Device device = examples::device_for_rank(o.gpu, *comm);
 
   if (root) {
     std::cout << "==========================================\n"
@@ -187,10 +163,5 @@ int main(int argc, char** argv) {
     std::cerr << "train_mnist: " << e.message << "\n";
     return 2;
   }
-  try {
-    train::prepare_output_folder(o.out);  // before any data or MPI work: a bad -o fails at once
-    return run(o);
-  } catch (const std::exception& e) {
-    comm::abort_all(e.what());
-  }
+  return examples::run_or_abort(o.out, [&] { return run(o); });
 }

@@ -4,6 +4,7 @@
 #include "dpl/data/batch_iterator.hpp"
 #include "dpl/data/dataset.hpp"
 #include "dpl/data/idx.hpp"
+#include "dpl/data/image/image_batch_source.hpp"
 #include "dpl/data/image/jpeg.hpp"
 #include "dpl/data/image/labeled_image_dataset.hpp"
 #include "dpl/data/image/loader.hpp"

@@ -33,34 +33,37 @@ double double_of(std::int64_t b) {
   std::memcpy(&v, &b, sizeof v);
   return v;
 }
-}  // namespace
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& dataset, std::int64_t batch_size,
-                    comm::Communicator* comm) {
-  DPL_CHECK(batch_size >= 1, "evaluate: expected batch_size >= 1, got ", batch_size);
-  double loss_sum = 0.0;  // sum over samples of their cross-entropy
+// The sums of one rank: loss * samples, correct predictions, samples.
+struct Sums {
+  double loss = 0.0;
   std::int64_t correct = 0;
   std::int64_t count = 0;
-  {
-    EvalModeGuard mode(model);
-    NoGradGuard no_grad;
-    if (!dataset.empty()) {
-      const Device device = model.device();
-      data::BatchIterator it(dataset, batch_size, /*shuffle=*/false, /*seed=*/0, /*repeat=*/false);
-      while (it.has_next()) {
-        const data::Batch batch = it.next();
-        const Tensor x = batch.x.to(device);
-        const Tensor y = batch.y.to(device);
-        const Variable logits = model.forward(Variable(x));
-        const std::int64_t b = batch.size();
-        // The ops return batch means; scaling back by b gives sums that weight every sample once.
-        loss_sum += static_cast<double>(softmax_cross_entropy(logits, y).item()) * static_cast<double>(b);
-        correct += std::llround(static_cast<double>(accuracy(logits, y).item()) * static_cast<double>(b));
-        count += b;
-      }
-    }
-  }
+};
 
+Sums local_sums(nn::Module& model, data::BatchSource* source, std::int64_t batches) {
+  Sums s;
+  EvalModeGuard mode(model);
+  NoGradGuard no_grad;
+  const Device device = model.device();
+  for (std::int64_t i = 0; i < batches; ++i) {
+    const data::Batch batch = source->next();
+    const Tensor x = batch.x.to(device);
+    const Tensor y = batch.y.to(device);
+    const Variable logits = model.forward(Variable(x));
+    const std::int64_t b = batch.size();
+    // The ops return batch means; scaling back by b gives sums that weight every sample once.
+    s.loss += static_cast<double>(softmax_cross_entropy(logits, y).item()) * static_cast<double>(b);
+    s.correct += std::llround(static_cast<double>(accuracy(logits, y).item()) * static_cast<double>(b));
+    s.count += b;
+  }
+  return s;
+}
+
+EvalResult combine(Sums s, comm::Communicator* comm) {
+  double& loss_sum = s.loss;
+  std::int64_t& correct = s.correct;
+  std::int64_t& count = s.count;
   if (comm != nullptr && comm->size() > 1) {
     // Allgather of raw float64 bits rather than an allreduce in float32: the sums stay exact to
     // double precision, and adding them in rank order gives every rank the identical result.
@@ -88,6 +91,24 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& dataset, std::int64_
   r.accuracy = static_cast<double>(correct) / static_cast<double>(count);
   r.samples = count;
   return r;
+}
+
+}  // namespace
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& dataset, std::int64_t batch_size,
+                    comm::Communicator* comm) {
+  DPL_CHECK(batch_size >= 1, "evaluate: expected batch_size >= 1, got ", batch_size);
+  Sums s;
+  if (!dataset.empty()) {
+    data::BatchIterator it(dataset, batch_size, /*shuffle=*/false, /*seed=*/0, /*repeat=*/false);
+    s = local_sums(model, &it, it.batches_per_epoch());
+  }
+  return combine(s, comm);
+}
+
+EvalResult evaluate(nn::Module& model, data::BatchSource& source, std::int64_t batches, comm::Communicator* comm) {
+  DPL_CHECK(batches >= 0, "evaluate: expected batches >= 0, got ", batches);
+  return combine(local_sums(model, &source, batches), comm);
 }
 
 }  // namespace dpl::train

@@ -47,12 +47,16 @@ Observation::Sum& Observation::slot(const std::string& key) {
 void Observation::reserve(const std::string& key) { slot(key); }
 
 void Observation::observe(const std::string& key, const Tensor& value) {
-  DPL_CHECK(value.defined() && value.numel() == 1 && value.dtype() == kFloat32, "Observation::observe: expected '",
-            key, "' to be a one-element float32 tensor, got ",
+  const bool floating = value.defined() && (value.dtype() == kFloat32 || value.dtype() == kBFloat16 ||
+                                            value.dtype() == kFloat16);
+  DPL_CHECK(floating && value.numel() == 1, "Observation::observe: expected '", key,
+            "' to be a one-element float32, bfloat16 or float16 tensor, got ",
             value.defined() ? detail::concat(value.dtype(), " of shape ", shape_str(value.shape())) : "undefined");
   Sum& s = slot(key);
   NoGradGuard no_grad;
-  const Tensor v = value.reshape({});
+  // 16-bit values (a loss under mixed precision) are summed in float32, so long sums keep their
+  // digits; the cast stays on the value's device.
+  const Tensor v = (value.dtype() == kFloat32 ? value : value.to(kFloat32)).reshape({});
   s.device_sum = s.device_sum.defined() ? add(Variable(s.device_sum), Variable(v)).data() : v.clone();
   ++s.count;
 }
@@ -105,7 +109,7 @@ void Observation::restore_json(const std::string& text, Device device) {
 
 // --- StandardUpdater -----------------------------------------------------------------------------
 
-StandardUpdater::StandardUpdater(data::BatchIterator& iterator, optim::Optimizer& optimizer, LossFunction loss,
+StandardUpdater::StandardUpdater(data::BatchSource& iterator, optim::Optimizer& optimizer, LossFunction loss,
                                  Device device)
     : iterator_(iterator), optimizer_(optimizer), loss_(std::move(loss)), device_(device) {
   DPL_CHECK(static_cast<bool>(loss_), "StandardUpdater: expected a loss function, got an empty one");
@@ -172,12 +176,12 @@ Extension* Trainer::find(const std::string& name) const {
 }
 
 bool Trainer::done() const {
-  const data::BatchIterator& it = updater_.iterator();
+  const data::BatchSource& it = updater_.iterator();
   return (unit_ == LengthUnit::kEpoch ? it.epoch() : it.iteration()) >= length_;
 }
 
 void Trainer::run() {
-  const data::BatchIterator& it = updater_.iterator();
+  const data::BatchSource& it = updater_.iterator();
   for (const Entry& e : extensions_) e.extension->initialize(*this);
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);
@@ -195,11 +199,16 @@ namespace {
 constexpr const char* kObservationKey = "trainer/observation";
 }  // namespace
 
-TrainingState Trainer::training_state() {
+TrainingState Trainer::training_state(const char* who) {
   TrainingState state;
   state.model = &updater_.optimizer().target();
   state.optimizer = &updater_.optimizer();
-  state.iterator = &updater_.iterator();
+  state.iterator = dynamic_cast<data::BatchIterator*>(&updater_.iterator());
+  // A checkpoint without the data position would resume on different batches: refused, not
+  // written silently incomplete.
+  DPL_CHECK(state.iterator != nullptr, who, ": expected the updater to draw from a data::BatchIterator, whose "
+            "position a checkpoint holds; got another data::BatchSource (an image loader's position is not "
+            "checkpointed)");
   state.generators = generators_;
   state.generators.emplace_back("default", &default_generator());
   if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
@@ -207,13 +216,13 @@ TrainingState Trainer::training_state() {
 }
 
 void Trainer::save(const std::string& path) {
-  TrainingState state = training_state();
+  TrainingState state = training_state("Trainer::save");
   state.values[kObservationKey] = observation_.to_json();
   save_checkpoint(path, state, comm_);
 }
 
 void Trainer::resume(const std::string& path) {
-  TrainingState state = training_state();
+  TrainingState state = training_state("Trainer::resume");
   load_checkpoint(path, state, comm_);
   const auto it = state.values.find(kObservationKey);
   observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());
@@ -229,9 +238,16 @@ Evaluator::Evaluator(data::Dataset dataset, std::int64_t batch_size, std::string
   DPL_CHECK(batch_size >= 1, "Evaluator: expected a batch size >= 1, got ", batch_size);
 }
 
+Evaluator::Evaluator(std::shared_ptr<data::BatchSource> source, std::int64_t batches, std::string prefix)
+    : source_(std::move(source)), batches_(batches), prefix_(std::move(prefix)) {
+  DPL_CHECK(source_ != nullptr, "Evaluator: expected a batch source, got null");
+  DPL_CHECK(batches >= 1, "Evaluator: expected >= 1 batches per evaluation, got ", batches);
+}
+
 void Evaluator::operator()(Trainer& trainer) {
-  const EvalResult r =
-      evaluate(trainer.updater().optimizer().target(), dataset_, batch_size_, trainer.communicator());
+  nn::Module& model = trainer.updater().optimizer().target();
+  const EvalResult r = source_ ? evaluate(model, *source_, batches_, trainer.communicator())
+                               : evaluate(model, dataset_, batch_size_, trainer.communicator());
   trainer.observation().observe(prefix_ + "loss", r.loss);
   trainer.observation().observe(prefix_ + "accuracy", r.accuracy);
 }
@@ -251,7 +267,7 @@ void LogReport::operator()(Trainer& trainer) {
   train::LogReport* log = this->log(trainer);
   if (log == nullptr) return;
   for (const auto& [key, value] : means) log->observe(key, value);
-  const data::BatchIterator& it = trainer.updater().iterator();
+  const data::BatchSource& it = trainer.updater().iterator();
   log->end_epoch(it.epoch(), it.iteration());
 }
 
@@ -282,7 +298,7 @@ ProgressBar::ProgressBar(ProgressBarOptions options, std::ostream& out) : option
 void ProgressBar::operator()(Trainer& trainer) {
   if (!trainer.is_root()) return;
   if (!bar_) bar_ = std::make_unique<train::ProgressBar>(trainer.length(), trainer.unit(), out_, options_);
-  const data::BatchIterator& it = trainer.updater().iterator();
+  const data::BatchSource& it = trainer.updater().iterator();
   bar_->update(it.iteration(), it.epoch_detail());
 }
 

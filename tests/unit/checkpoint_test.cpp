@@ -206,3 +206,47 @@ TEST(Trainer, ReportsEpochsAndSetsTheScheduledRate) {
 }
 
 }  // namespace
+
+namespace {
+// A source whose position no checkpoint can hold: the problem's batches through a wrapper.
+class WrappedSource : public data::BatchSource {
+ public:
+  data::Batch next() override { return it_.next(); }
+  std::int64_t epoch() const override { return it_.epoch(); }
+  std::int64_t iteration() const override { return it_.iteration(); }
+  bool is_new_epoch() const override { return it_.is_new_epoch(); }
+  double epoch_detail() const override { return it_.epoch_detail(); }
+  std::int64_t batches_per_epoch() const override { return it_.batches_per_epoch(); }
+
+ private:
+  data::BatchIterator it_{problem(), 5};
+};
+
+// A model with its optimizer, set up.
+struct SmallMlp {
+  Generator init{1};
+  nn::MLP model{8, 5, 3, init};
+  optim::SGD opt{0.1f};
+  SmallMlp() { opt.setup(model); }
+  Variable loss(const data::Batch& b) { return softmax_cross_entropy(model(Variable(b.x)), b.y); }
+};
+}  // namespace
+
+TEST(Trainer, TrainsFromAnyBatchSourceButCheckpointsOnlyABatchIterator) {
+  test::TempDir dir("dpl_trainer_source");
+  SmallMlp learner;
+  WrappedSource source;  // 4 iterations per epoch
+  train::StandardUpdater updater(source, learner.opt, [&](const data::Batch& b, train::Observation&) {
+    return learner.loss(b);
+  });
+  train::Trainer trainer(updater, 2, train::LengthUnit::kEpoch, nullptr, dir.path().string());
+  trainer.extend(std::make_shared<train::extensions::LogReport>());
+  trainer.run();
+  const train::LogReport* log = trainer.find<train::extensions::LogReport>()->log();
+  ASSERT_EQ(log->log().size(), 2u);  // the epochs come from the source's own counters
+  EXPECT_EQ(log->log()[1].iteration, 8);
+  const std::string path = (dir.path() / "refused.safetensors").string();
+  DPL_EXPECT_ERROR(trainer.save(path), HasSubstr("Trainer::save: expected the updater to draw from a data::BatchIterator"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  DPL_EXPECT_ERROR(trainer.resume(path), HasSubstr("Trainer::resume: expected the updater to draw from a data::BatchIterator"));
+}

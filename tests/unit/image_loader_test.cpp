@@ -248,4 +248,41 @@ TEST(ImageLoader, ServesMnistStyleDataThroughTheAdapter) {
             (std::vector<std::uint8_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}));
 }
 
+TEST(ImageBatchSource, ServesTheLoadersBatchesAsNormalisedFloatWithEpochCounters) {
+  auto ds = std::make_shared<Synthetic>(10);
+  ImageLoaderOptions o = options(4, 2);  // 4+4+2 per epoch
+  const std::vector<float> mean = {100.f, 110.f, 120.f}, std = {50.f, 60.f, 70.f};
+  ImageLoader twin(ds, ImageTransform::train(8), o);  // the same seed: the same batches
+  ImageBatchSource source(std::make_unique<ImageLoader>(ds, ImageTransform::train(8), o), mean, std);
+  ASSERT_EQ(source.batches_per_epoch(), 3);
+  EXPECT_EQ(source.iteration(), 0);
+  EXPECT_EQ(source.epoch_detail(), 0.0);
+  const double details[] = {1.0 / 3, 2.0 / 3, 1.0, 1.0 + 1.0 / 3};
+  for (int i = 0; i < 4; ++i) {
+    const Batch b = source.next();
+    const ImageBatch expected = twin.next();
+    ASSERT_EQ(b.x.shape(), (Shape{expected.size(), 3, 8, 8}));
+    EXPECT_EQ(b.x.dtype(), kFloat32);
+    EXPECT_TRUE(b.x.is_channels_last());
+    EXPECT_EQ(b.x.contiguous().to_vector<float>(), expected.to_float(mean, std).contiguous().to_vector<float>());
+    EXPECT_EQ(b.y.to_vector<std::int32_t>(), labels_of(expected));
+    EXPECT_EQ(source.iteration(), i + 1);
+    EXPECT_EQ(source.is_new_epoch(), i == 2);
+    EXPECT_EQ(source.epoch(), i >= 2 ? 1 : 0);
+    EXPECT_DOUBLE_EQ(source.epoch_detail(), details[i]);
+  }
+  DPL_EXPECT_ERROR(ImageBatchSource(std::make_unique<ImageLoader>(ds, ImageTransform::train(8), o), mean, {1.f, 0.f, 1.f}),
+                   HasSubstr("std"));
+  DPL_EXPECT_ERROR(ImageBatchSource(nullptr, mean, std), HasSubstr("expected an image loader, got null"));
+}
+
+TEST(ImageBatchSource, PassesTheLoadersErrorOn) {
+  auto ds = std::make_shared<Synthetic>(6, std::vector<std::int64_t>{4});
+  ImageLoaderOptions o = options(3, 1);
+  o.shuffle = false;
+  ImageBatchSource source(std::make_unique<ImageLoader>(ds, ImageTransform::validation(8), o), {0.f}, {255.f});
+  EXPECT_EQ(source.next().size(), 3);
+  DPL_EXPECT_ERROR(source.next(), HasSubstr("synthetic.txt:5: example 4 is broken"));
+}
+
 }  // namespace

@@ -333,4 +333,40 @@ TEST(ReportEvaluate, KeepsEvalModeAndRejectsBadInput) {
   EXPECT_TRUE(model.is_training());
 }
 
+TEST(ReportEvaluate, OverABatchSourceMatchesTheDataSet) {
+  Generator gen(3);
+  Probe model(gen);
+  const data::Dataset ds = random_dataset(23, 8);
+  const EvalResult reference = evaluate(model, ds, 5);
+  data::BatchIterator source(ds, 5, /*shuffle=*/false, 0, /*repeat=*/false);
+  model.calls = 0;
+  const EvalResult r = evaluate(model, source, source.batches_per_epoch());
+  EXPECT_EQ(model.calls, 5);
+  EXPECT_EQ(r.samples, 23);
+  EXPECT_EQ(r.loss, reference.loss);  // the same batches, the same sums
+  EXPECT_EQ(r.accuracy, reference.accuracy);
+  EXPECT_TRUE(model.is_training());
+  // No batches and no other rank: nothing to evaluate.
+  EXPECT_THROW(evaluate(model, source, 0), dpl::Error);
+  EXPECT_THROW(evaluate(model, source, -1), dpl::Error);
+}
+
+TEST(ReportObservation, SumsSixteenBitValuesInFloat32AndRefusesIntegers) {
+  Observation o;
+  o.observe("main/loss", Tensor::full({}, 0.5, TensorOptions(kBFloat16)));
+  o.observe("main/loss", Tensor::full({1}, 0.25, TensorOptions(kFloat16)));
+  o.observe("main/loss", Tensor::full({}, 0.75));
+  const auto means = o.take_means();
+  ASSERT_EQ(means.size(), 1u);
+  EXPECT_EQ(means[0].first, "main/loss");
+  EXPECT_EQ(means[0].second, 0.5);  // (0.5 + 0.25 + 0.75) / 3, each exact in 16 bits
+  try {
+    o.observe("main/accuracy", Tensor::zeros({}, TensorOptions(kInt32)));
+    FAIL() << "an int32 observation was accepted";
+  } catch (const dpl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 'main/accuracy' to be a one-element float32, bfloat16 or float16 "
+                                         "tensor, got int32"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

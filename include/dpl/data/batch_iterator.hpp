@@ -5,17 +5,10 @@
 #include <vector>
 
 #include "dpl/core/random.hpp"
+#include "dpl/data/batch_source.hpp"
 #include "dpl/data/dataset.hpp"
 
 namespace dpl::data {
-
-/// One mini-batch: x of shape (B, ...) float32 and y of shape (B,) int32, on the host.
-struct Batch {
-  Tensor x;  ///< samples, (B, ...) float32
-  Tensor y;  ///< labels, (B,) int32
-  /// Number of samples B (0 for an undefined batch).
-  std::int64_t size() const { return y.defined() ? y.size(0) : 0; }
-};
 
 /// Where a BatchIterator stands, exactly enough to continue its sequence of batches elsewhere.
 struct BatchIteratorState {
@@ -42,7 +35,7 @@ struct BatchIteratorState {
 /// Batches are copied into buffers the iterator keeps and reuses, so a steady loop allocates
 /// nothing. A buffer is reused only when no tensor outside the iterator still views it: keeping a
 /// Batch (or a view of it) past the next call is safe and merely costs an allocation.
-class BatchIterator {
+class BatchIterator : public BatchSource {
  public:
   /// Requires: batch_size >= 1 and a non-empty data set; throws dpl::Error otherwise.
   /// Ensures: epoch() == 0, iteration() == 0, is_new_epoch() == false.
@@ -51,7 +44,7 @@ class BatchIterator {
 
   /// The next mini-batch. Requires has_next(); throws dpl::Error when the iterator is exhausted.
   /// Ensures: iteration() grew by one; is_new_epoch() says whether this batch ended an epoch.
-  Batch next();
+  Batch next() override;
   /// False only when repeat is off and the single epoch has been served.
   bool has_next() const { return repeat_ || epoch_ == 0; }
   /// Starts over: epoch 0, iteration 0, the generator reseeded with the constructor's seed.
@@ -67,15 +60,15 @@ class BatchIterator {
   void load_state(const BatchIteratorState& state);
 
   /// Completed epochs.
-  std::int64_t epoch() const { return epoch_; }
+  std::int64_t epoch() const override { return epoch_; }
   /// Batches served since construction or reset().
-  std::int64_t iteration() const { return iteration_; }
+  std::int64_t iteration() const override { return iteration_; }
   /// True when the last next() finished an epoch.
-  bool is_new_epoch() const { return is_new_epoch_; }
+  bool is_new_epoch() const override { return is_new_epoch_; }
   /// epoch() plus the fraction of the current epoch already served (Chainer's epoch_detail).
-  double epoch_detail() const { return static_cast<double>(epoch_) + static_cast<double>(position_) / size_; }
+  double epoch_detail() const override { return static_cast<double>(epoch_) + static_cast<double>(position_) / size_; }
   /// Batches in one epoch, counting a final partial one: ceil(N / batch_size).
-  std::int64_t batches_per_epoch() const { return (size_ + batch_size_ - 1) / batch_size_; }
+  std::int64_t batches_per_epoch() const override { return (size_ + batch_size_ - 1) / batch_size_; }
   /// The batch size given at construction (every batch's size with repeat on).
   std::int64_t batch_size() const { return batch_size_; }
   /// The data set the batches come from.

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "dpl/comm/communicator.hpp"
+#include "dpl/data/batch_source.hpp"
 #include "dpl/data/dataset.hpp"
 #include "dpl/nn/module.hpp"
 
@@ -32,6 +33,15 @@ struct EvalResult {
 /// Throws dpl::Error for batch_size < 1 or when no rank has a sample, and whatever the model's
 /// ops throw for mismatched shapes.
 EvalResult evaluate(nn::Module& model, const data::Dataset& dataset, std::int64_t batch_size,
+                    comm::Communicator* comm = nullptr);
+
+/// evaluate over the next `batches` batches of source instead of a data set: one epoch of a
+/// source that serves the same batches every epoch (an unshuffled validation shard). Same
+/// guarantees and collective sums as above; a rank may evaluate a different number of batches
+/// (shards of different sizes), including none (batches == 0).
+/// Requires batches >= 0; throws dpl::Error as above and whatever source.next() throws (a missing
+/// or corrupt image, with its list file and line).
+EvalResult evaluate(nn::Module& model, data::BatchSource& source, std::int64_t batches,
                     comm::Communicator* comm = nullptr);
 
 }  // namespace dpl::train

@@ -16,6 +16,7 @@
 #include "dpl/core/device.hpp"
 #include "dpl/core/random.hpp"
 #include "dpl/data/batch_iterator.hpp"
+#include "dpl/data/batch_source.hpp"
 #include "dpl/data/dataset.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/optim/schedule.hpp"
@@ -49,7 +50,8 @@ struct Trigger {
 /// its loss; numbers are summed on the host. Keys keep the order they were first seen in.
 class Observation {
  public:
-  /// Adds a one-element float32 tensor (a loss, an accuracy) to key's sum, on its device.
+  /// Adds a one-element float tensor (a loss, an accuracy; float32, or bfloat16/float16 under
+  /// mixed precision, summed in float32) to key's sum, on its device.
   void observe(const std::string& key, const Tensor& value);
   /// Adds a number to key's sum.
   void observe(const std::string& key, double value);
@@ -82,12 +84,14 @@ using LossFunction = std::function<Variable(const data::Batch& batch, Observatio
 
 /// Chainer's StandardUpdater: each update() takes the iterator's next batch, moves it to the
 /// device and runs optimizer.update with the loss function (so under a MultiNodeOptimizer the
-/// gradients are averaged over the ranks and every phase is timed).
+/// gradients are averaged over the ranks and every phase is timed). The iterator is any
+/// data::BatchSource: a data::BatchIterator over a data set in memory, or a
+/// data::ImageBatchSource over JPEG files.
 class StandardUpdater {
  public:
   /// Requires: iterator and optimizer outlive the updater; optimizer set up on the model the loss
   /// function uses, which lives on device; a callable loss function (dpl::Error otherwise).
-  StandardUpdater(data::BatchIterator& iterator, optim::Optimizer& optimizer, LossFunction loss,
+  StandardUpdater(data::BatchSource& iterator, optim::Optimizer& optimizer, LossFunction loss,
                   Device device = Device::cpu());
 
   /// One iteration. Ensures: iterator().iteration() grew by one and "main/loss" was observed;
@@ -97,8 +101,8 @@ class StandardUpdater {
   /// On a GPU it waits for the iteration's work, so update_seconds() measures it.
   void update(Observation& observation);
 
-  /// The iterator the batches come from.
-  data::BatchIterator& iterator() const { return iterator_; }
+  /// The source the batches come from.
+  data::BatchSource& iterator() const { return iterator_; }
   /// The optimizer each update runs (a MultiNodeOptimizer in data-parallel training).
   optim::Optimizer& optimizer() const { return optimizer_; }
   /// The device batches are moved to.
@@ -108,7 +112,7 @@ class StandardUpdater {
   double update_seconds() const { return update_seconds_; }
 
  private:
-  data::BatchIterator& iterator_;
+  data::BatchSource& iterator_;
   optim::Optimizer& optimizer_;
   LossFunction loss_;
   Device device_;
@@ -180,10 +184,13 @@ class Trainer {
   void run();
 
   /// Collective: writes a checkpoint of the model, optimizer, iterator, generators, log and
-  /// observations to path (see save_checkpoint).
+  /// observations to path (see save_checkpoint). Requires the updater's source to be a
+  /// data::BatchIterator, the only source whose position a checkpoint can hold (dpl::Error
+  /// otherwise, before anything is written).
   void save(const std::string& path);
   /// Collective: restores what save() wrote, so run() continues bit-identically (see
-  /// load_checkpoint), then tells every extension. Call after extend(), before run().
+  /// load_checkpoint), then tells every extension. Call after extend(), before run(). Requires a
+  /// data::BatchIterator source, as save() does.
   void resume(const std::string& path);
 
   /// The extension of that name, or nullptr.
@@ -214,8 +221,9 @@ class Trainer {
   bool done() const;
 
  private:
-  // What save() and resume() carry, except the observations.
-  TrainingState training_state();
+  // What save() and resume() carry, except the observations; `who` names the caller in the
+  // error for a source a checkpoint cannot hold.
+  TrainingState training_state(const char* who);
 
   struct Entry {
     std::shared_ptr<Extension> extension;
@@ -241,13 +249,19 @@ class Evaluator : public Extension {
  public:
   /// Requires batch_size >= 1; dataset outlives the extension (it is held by value: cheap views).
   Evaluator(data::Dataset dataset, std::int64_t batch_size, std::string prefix = "validation/main/");
+  /// Evaluates `batches` batches of source each time it runs: one epoch of a source that serves
+  /// the same batches every epoch (an ImageBatchSource over an unshuffled validation shard).
+  /// Requires a non-null source and batches >= 1 (dpl::Error otherwise).
+  Evaluator(std::shared_ptr<data::BatchSource> source, std::int64_t batches, std::string prefix = "validation/main/");
   std::string name() const override { return "Evaluator"; }
   int priority() const override { return kPriorityWriter; }
   void operator()(Trainer& trainer) override;
 
  private:
   data::Dataset dataset_;
-  std::int64_t batch_size_;
+  std::shared_ptr<data::BatchSource> source_;  // set: evaluate batches_ of it instead of dataset_
+  std::int64_t batch_size_ = 0;
+  std::int64_t batches_ = 0;
   std::string prefix_;
 };
 

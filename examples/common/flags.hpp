@@ -1,0 +1,54 @@
+#pragma once
+// Flag values checked in the user's terms, shared by the example programs: CLI11's own checks
+// would clamp, wrap or word the error in its terms ("Value 0 not in range 0.000000 to
+// 1.79769e+308"). A program parses every flag before any MPI or data work and exits with the
+// message of the first BadFlag.
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace dpl::examples {
+
+/// A flag's value the program refuses, with the message to print.
+struct BadFlag {
+  std::string message;
+};
+
+/// A flag's whole number, exactly as typed, in [min, max]; throws BadFlag ("-b must be ≥ 1, got
+/// 0", "-e must be a whole number, got 'ten'") otherwise.
+inline std::uint64_t parse_whole(const std::string& flag, const std::string& text, std::uint64_t min,
+                                 std::uint64_t max) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  const bool negative = text.size() > 1 && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos;
+  if (negative) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
+  if (!digits) throw BadFlag{flag + " must be a whole number, got '" + text + "'"};
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > max) throw BadFlag{flag + " must be ≤ " + std::to_string(max) + ", got " + text};
+  if (v < min) throw BadFlag{flag + " must be ≥ " + std::to_string(min) + ", got " + text};
+  return v;
+}
+
+/// A flag's real number, all of the text a finite decimal, in [min, max]; throws BadFlag ("--lr
+/// must be ≥ 0, got -1", "--momentum must be a number, got 'x'") otherwise.
+inline double parse_real(const std::string& flag, const std::string& text, double min, double max) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || !std::isfinite(v))
+    throw BadFlag{flag + " must be a number, got '" + text + "'"};
+  const auto shown = [](double x) {
+    std::ostringstream s;
+    s << x;
+    return s.str();
+  };
+  if (v < min) throw BadFlag{flag + " must be ≥ " + shown(min) + ", got " + text};
+  if (v > max) throw BadFlag{flag + " must be ≤ " + shown(max) + ", got " + text};
+  return v;
+}
+
+}  // namespace dpl::examples

@@ -1,0 +1,358 @@
+// Data-parallel ResNet training on an ImageNet-style folder of JPEG files (ChainerMN's ImageNet
+// example):
+//
+//   mpiexec -n 4 --bind-to none train_imagenet TRAIN_LIST VAL_LIST [--root DIR] [-a resnet50]
+//       [-B 32] [--val-batchsize 32] [-E 90] [-j 4] [--mean R,G,B|none] [-o result]
+//       [--communicator hierarchical] [-g] [--crop-size 224] [--dtype fp32|bf16|fp16]
+//       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
+//       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
+//
+// Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
+// decodes, crops and flips its shard's JPEG files; a MultiNodeOptimizer averages the gradients;
+// a Trainer runs the epochs, validation over every rank's validation shard, the report table,
+// the progress bar, the JSON log and the phase summary (on rank 0).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "../common/flags.hpp"
+#include "../common/launch.hpp"
+#include "dpl/data.hpp"
+#include "dpl/dpl.hpp"
+#include "dpl/models.hpp"
+#include "dpl/optim/mixed_precision.hpp"
+#include "dpl/parallel.hpp"
+#include "dpl/train.hpp"
+
+namespace {
+using namespace dpl;
+using examples::BadFlag;
+using examples::parse_real;
+using examples::parse_whole;
+
+// ImageNet's channel means and standard deviations in pixel units (0..255), RGB.
+const std::vector<float> kImageNetMean = {123.675f, 116.28f, 103.53f};
+const std::vector<float> kImageNetStd = {58.395f, 57.12f, 57.375f};
+// Batches per epoch of --synthetic data (a stand-in for an epoch, which has no files to count).
+constexpr std::int64_t kSyntheticBatchesPerEpoch = 100;
+// --test: at most this many batches per rank per epoch, for training and for validation.
+constexpr std::int64_t kTestBatches = 3;
+
+struct Options {
+  std::string train_list, val_list, root;
+  std::string arch = "resnet50";
+  std::int64_t batchsize = 32;
+  std::int64_t val_batchsize = 0;  // 0: the training batch size
+  std::int64_t epochs = 10;
+  int loaders = 4;
+  bool subtract_mean = true;
+  std::vector<float> mean = kImageNetMean;
+  std::string out = "result";
+  std::string communicator = "hierarchical";
+  bool gpu = false;
+  int crop_size = 224;
+  DType dtype = kFloat32;
+  bool nhwc = false;
+  double lr = -1.0;  // < 0: 0.1 x global batch / 256
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  double warmup_epochs = 0.0;
+  double label_smoothing = 0.0;
+  std::int64_t classes = 0;       // 0: max label + 1
+  std::int64_t log_interval = 0;  // iterations; 0: every epoch
+  bool synthetic = false;
+  bool test = false;
+  std::uint64_t seed = 0;
+};
+
+// The ResNet behind an input adapter: the loader's float32 channels-last batch is put into the
+// model's layout and dtype here, so the updater, the evaluator and the model see one module.
+class Classifier : public nn::Module {
+ public:
+  Classifier(std::shared_ptr<models::ResNet> net, DType dtype, bool nhwc)
+      : net_(register_module("net", std::move(net))), dtype_(dtype), nhwc_(nhwc) {}
+  Variable forward(const Variable& x) override {
+    Tensor t = nhwc_ ? x.data().to_channels_last() : x.data().contiguous();
+    if (t.dtype() != dtype_) t = t.to(dtype_);
+    return (*net_)(Variable(t));
+  }
+
+ private:
+  std::shared_ptr<models::ResNet> net_;
+  DType dtype_;
+  bool nhwc_;
+};
+
+// Random images and labels made once and kept on the device: the step's throughput without the
+// file system, the decoder or the host-to-device copy.
+class SyntheticSource : public data::BatchSource {
+ public:
+  SyntheticSource(std::int64_t batch, int size, std::int64_t classes, std::int64_t per_epoch, Device device,
+                  std::uint64_t seed)
+      : per_epoch_(per_epoch) {
+    Generator gen(seed);
+    batch_.x = Tensor::uniform({batch, 3, size, size}, -2.f, 2.f, gen, device).to_channels_last();
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
+    for (auto& l : labels) l = static_cast<std::int32_t>(gen.below(static_cast<std::uint64_t>(classes)));
+    batch_.y = Tensor::from_vector(labels, {batch}, device);
+  }
+  data::Batch next() override {
+    ++iteration_;
+    return batch_;
+  }
+  std::int64_t epoch() const override { return iteration_ / per_epoch_; }
+  std::int64_t iteration() const override { return iteration_; }
+  bool is_new_epoch() const override { return iteration_ > 0 && iteration_ % per_epoch_ == 0; }
+  double epoch_detail() const override { return static_cast<double>(iteration_) / static_cast<double>(per_epoch_); }
+  std::int64_t batches_per_epoch() const override { return per_epoch_; }
+
+ private:
+  data::Batch batch_;
+  std::int64_t per_epoch_;
+  std::int64_t iteration_ = 0;
+};
+
+// The positions of this rank's training shard: the list's indices in an order drawn from seed
+// (the same on every rank), cut by data::shard_of with equal lengths (see docs/imagenet.md).
+std::vector<std::int64_t> shard_indices(std::int64_t n, const comm::Communicator& comm, bool shuffle,
+                                        std::uint64_t seed, bool equal_length) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {
+    // A class-sorted list would otherwise give each rank a few classes only.
+    Generator gen(seed);
+    for (std::int64_t i = n - 1; i > 0; --i)
+      std::swap(order[static_cast<std::size_t>(i)],
+                order[static_cast<std::size_t>(gen.below(static_cast<std::uint64_t>(i + 1)))]);
+  }
+  const data::Shard s = data::shard_of(n, comm.size(), comm.rank(), equal_length);
+  std::vector<std::int64_t> mine;
+  for (std::int64_t k = 0; k < s.length; ++k) mine.push_back(order[static_cast<std::size_t>((s.begin + k) % n)]);
+  return mine;
+}
+
+std::int64_t max_label(const data::LabeledImageDataset& set) {
+  std::int64_t m = -1;
+  for (const auto& e : set.entries()) m = std::max<std::int64_t>(m, e.label);
+  return m;
+}
+
+int run(Options o) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
+  const bool root = comm->rank() == 0;
+
+  const Device device = examples::device_for_rank(o.gpu, *comm);
+
+  // Every rank reads both lists (text, small next to the images): a bad line fails on every
+  // rank alike, with the list's file:line, and every rank knows the class count.
+  std::shared_ptr<data::LabeledImageDataset> train_set, val_set;
+  std::int64_t classes = o.classes;
+  if (!o.synthetic) {
+    train_set = std::make_shared<data::LabeledImageDataset>(o.train_list, o.root);
+    val_set = std::make_shared<data::LabeledImageDataset>(o.val_list, o.root);
+    DPL_CHECK(train_set->size() > 0, o.train_list, ": expected at least one `path label` line, got none");
+    DPL_CHECK(val_set->size() > 0, o.val_list, ": expected at least one `path label` line, got none");
+    const std::int64_t top = std::max(max_label(*train_set), max_label(*val_set));
+    if (classes == 0) classes = top + 1;
+    DPL_CHECK(top < classes, "--classes ", classes, " is too few: the lists have label ", top);
+  } else if (classes == 0) {
+    classes = 1000;
+  }
+
+  const std::int64_t global_batch = o.batchsize * comm->size();
+  const double lr = o.lr >= 0 ? o.lr : 0.1 * static_cast<double>(global_batch) / 256.0;
+  if (root) {
+    std::cout << "==========================================\n"
+              << "Num process (COMM_WORLD): " << comm->size() << "\n"
+              << (o.gpu ? "Using GPUs\n" : "") << "Using " << o.communicator << " communicator\n"
+              << "Num Minibatch-size: " << o.batchsize << " (global " << global_batch << ")\n"
+              << "Num epoch: " << o.epochs << "\n"
+              << "Arch: " << o.arch << ", classes: " << classes << ", dtype: " << dtype_name(o.dtype)
+              << ", layout: " << (o.nhwc ? "nhwc" : "nchw") << ", lr: " << lr << "\n"
+              << "==========================================" << std::endl;
+  }
+
+  std::shared_ptr<data::BatchSource> train_source, val_source;
+  std::int64_t val_batches = 0;
+  if (o.synthetic) {
+    const std::int64_t per_epoch = o.test ? kTestBatches : kSyntheticBatchesPerEpoch;
+    train_source = std::make_shared<SyntheticSource>(o.batchsize, o.crop_size, classes, per_epoch, device,
+                                                     o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
+  } else {
+    std::vector<std::int64_t> train_idx = shard_indices(train_set->size(), *comm, true, o.seed, true);
+    std::vector<std::int64_t> val_idx = shard_indices(val_set->size(), *comm, false, 0, false);
+    if (o.test) {
+      train_idx.resize(std::min<std::size_t>(train_idx.size(), static_cast<std::size_t>(kTestBatches * o.batchsize)));
+      val_idx.resize(std::min<std::size_t>(val_idx.size(), static_cast<std::size_t>(kTestBatches * o.val_batchsize)));
+    }
+    // Equal shards, so every rank reaches the same verdict and none is left waiting.
+    DPL_CHECK(o.batchsize <= static_cast<std::int64_t>(train_idx.size()), "-B ", o.batchsize,
+              " is larger than each process's share of the training list (", train_idx.size(), " images on each of ",
+              comm->size(), " processes); use -B ", train_idx.size(), " or less");
+    DPL_CHECK(!val_idx.empty(), o.val_list, " has ", val_set->size(), " images, fewer than the ", comm->size(),
+              " processes; expected at least one per process");
+    const std::vector<float> mean = o.subtract_mean ? o.mean : std::vector<float>{0.f};
+    const std::vector<float> scale = o.subtract_mean ? kImageNetStd : std::vector<float>{255.f};
+
+    data::ImageLoaderOptions lo;
+    lo.batch_size = o.batchsize;
+    lo.workers = o.loaders;
+    lo.shuffle = true;
+    lo.seed = o.seed;
+    lo.drop_last = true;  // every step has the global batch the learning rate was scaled for
+    lo.pin_memory = o.gpu;
+    train_source = std::make_shared<data::ImageBatchSource>(
+        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx),
+                                            data::ImageTransform::train(o.crop_size), lo),
+        mean, scale);
+
+    data::ImageLoaderOptions vo = lo;
+    vo.batch_size = o.val_batchsize;
+    vo.workers = std::max(1, o.loaders / 2);
+    vo.shuffle = false;  // every evaluation sees the same batches
+    vo.drop_last = false;
+    auto val_loader = std::make_unique<data::ImageLoader>(val_set, std::move(val_idx),
+                                                         data::ImageTransform::validation(o.crop_size), vo);
+    val_batches = val_loader->batches_per_epoch();
+    val_source = std::make_shared<data::ImageBatchSource>(std::move(val_loader), mean, scale);
+  }
+
+  // The same seed on every rank: identical models (the optimizer's setup broadcasts rank 0's
+  // anyway, and checks that every rank registered the same parameters).
+  Generator init(o.seed);
+  models::ResNetOptions ro;
+  ro.num_classes = classes;
+  auto net = models::resnet(o.arch, ro, init);
+  if (o.nhwc) nn::to_channels_last(*net);
+  Classifier model(net, o.dtype, o.nhwc);
+  model.to(device);
+  if (root) std::cout << "Num parameters: " << model.num_parameters() << std::endl;
+
+  auto sgd = std::make_unique<optim::MomentumSGD>(static_cast<float>(lr), static_cast<float>(o.momentum));
+  sgd->set_weight_decay(static_cast<float>(o.weight_decay));
+  std::unique_ptr<optim::Optimizer> actual = std::move(sgd);
+  if (o.dtype != kFloat32) actual = optim::mixed_precision(std::move(actual), o.dtype);
+  auto optimizer = parallel::create_multi_node_optimizer(std::move(actual), comm);
+  optimizer->setup(model);
+
+  const float smoothing = static_cast<float>(o.label_smoothing);
+  train::StandardUpdater updater(*train_source, *optimizer, [&](const data::Batch& b, train::Observation& observation) {
+    const Variable logits = model(Variable(b.x));
+    observation.observe("main/accuracy", accuracy(logits, b.y));
+    return softmax_cross_entropy(logits, b.y, smoothing);
+  }, device);
+
+  // Linear warmup from 0 to lr over --warmup-epochs, then lr divided by 10 at 30, 60 and 80
+  // epochs (Goyal et al.'s ResNet-50 schedule, for the global batch the lr was scaled to).
+  const std::int64_t per_epoch = train_source->batches_per_epoch();
+  std::vector<std::int64_t> milestones;
+  for (std::int64_t e : {30, 60, 80})
+    if (e < o.epochs) milestones.push_back(e * per_epoch);
+  const auto warmup = static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch) + 0.5);
+  const optim::LinearWarmup schedule = optim::with_warmup(optim::MultiStepDecay(lr, 0.1, milestones), 0.0, warmup);
+
+  train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
+  trainer.extend(std::make_shared<train::extensions::LrSchedule>(schedule));
+  if (val_source) trainer.extend(std::make_shared<train::extensions::Evaluator>(val_source, val_batches));
+  const train::Trigger log_trigger =
+      o.log_interval > 0 ? train::Trigger::iterations(o.log_interval) : train::Trigger::epochs(1);
+  trainer.extend(std::make_shared<train::extensions::LogReport>(), log_trigger);
+  trainer.extend(std::make_shared<train::extensions::PrintReport>(), log_trigger);
+  trainer.extend(std::make_shared<train::extensions::ProgressBar>());
+  trainer.extend(std::make_shared<train::extensions::PhaseSummary>());
+  trainer.run();
+  return 0;
+}
+
+std::vector<float> parse_mean(const std::string& text, bool& subtract) {
+  subtract = text != "none";
+  if (!subtract) return {};
+  std::vector<float> mean;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    mean.push_back(static_cast<float>(parse_real("--mean", text.substr(start, comma - start), 0.0, 255.0)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (mean.size() != 3)
+    throw BadFlag{"--mean must be three values R,G,B in pixel units (0..255) or 'none', got '" + text + "'"};
+  return mean;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
+              crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
+              warmup = "0", smoothing = "0", classes = "0", log_interval = "0", seed = "0";
+  CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
+  app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
+  app.add_option("val", o.val_list, "List of validation images, in the same format");
+  app.add_option("-R,--root", o.root, "Folder the list's relative paths start from");
+  app.add_option("-a,--arch", o.arch, "Model: resnet18, resnet34, resnet50, resnet101 or resnet152");
+  app.add_option("-B,--batchsize", batchsize, "Training images per mini-batch, per process");
+  app.add_option("--val-batchsize", val_batchsize, "Validation images per mini-batch, per process (default: -B)");
+  app.add_option("-E,--epoch", epochs, "Number of sweeps over the training list");
+  app.add_option("-j,--loaderjob", loaders, "Threads that decode and transform images, per process");
+  app.add_option("-m,--mean", mean, "Per-channel mean R,G,B in pixel units to subtract, or 'none'");
+  app.add_option("-o,--out", o.out, "Directory to output the result");
+  app.add_option("--communicator", o.communicator, "Type of communicator");
+  app.add_flag("-g,--gpu", o.gpu, "Train on GPUs (one per process, chosen by the rank within the node)");
+  app.add_option("--crop-size", crop, "Height and width of the crops the model sees");
+  app.add_option("--dtype", dtype, "Compute dtype: fp32, or bf16/fp16 on float32 master weights");
+  app.add_option("--layout", layout, "Activation layout: nchw or nhwc (channels-last)");
+  app.add_option("--lr", lr, "Learning rate (default: 0.1 x global batch / 256)");
+  app.add_option("--momentum", momentum, "Momentum of MomentumSGD");
+  app.add_option("--weight-decay", weight_decay, "Weight decay, applied to every parameter");
+  app.add_option("--warmup-epochs", warmup, "Epochs of linear learning-rate warmup from 0");
+  app.add_option("--label-smoothing", smoothing, "Label smoothing of the cross-entropy, in [0, 1)");
+  app.add_option("--classes", classes, "Number of classes (default: the lists' largest label + 1)");
+  app.add_option("--log-interval", log_interval, "Report every N iterations (default 0: every epoch)");
+  app.add_flag("--synthetic", o.synthetic, "Random images resident on the device instead of files (throughput)");
+  app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
+  app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    o.batchsize = static_cast<std::int64_t>(parse_whole("-B", batchsize, 1, std::uint64_t{1} << 24));
+    o.val_batchsize = static_cast<std::int64_t>(parse_whole("--val-batchsize", val_batchsize, 0, std::uint64_t{1} << 24));
+    if (o.val_batchsize == 0) o.val_batchsize = o.batchsize;
+    o.epochs = static_cast<std::int64_t>(parse_whole("-E", epochs, 1, 100000));
+    o.loaders = static_cast<int>(parse_whole("-j", loaders, 1, 256));
+    o.mean = parse_mean(mean, o.subtract_mean);
+    o.crop_size = static_cast<int>(parse_whole("--crop-size", crop, 1, 4096));
+    if (dtype == "fp32") o.dtype = kFloat32;
+    else if (dtype == "bf16") o.dtype = kBFloat16;
+    else if (dtype == "fp16") o.dtype = kFloat16;
+    else throw BadFlag{"--dtype must be fp32, bf16 or fp16, got '" + dtype + "'"};
+    if (layout != "nchw" && layout != "nhwc") throw BadFlag{"--layout must be nchw or nhwc, got '" + layout + "'"};
+    o.nhwc = layout == "nhwc";
+    if (!lr.empty()) o.lr = parse_real("--lr", lr, 0.0, 1e6);
+    o.momentum = parse_real("--momentum", momentum, 0.0, 1.0);
+    o.weight_decay = parse_real("--weight-decay", weight_decay, 0.0, 1.0);
+    o.warmup_epochs = parse_real("--warmup-epochs", warmup, 0.0, 100000.0);
+    o.label_smoothing = parse_real("--label-smoothing", smoothing, 0.0, 0.999);
+    o.classes = static_cast<std::int64_t>(parse_whole("--classes", classes, 0, std::uint64_t{1} << 31));
+    o.log_interval = static_cast<std::int64_t>(parse_whole("--log-interval", log_interval, 0, kMax));
+    o.seed = parse_whole("--seed", seed, 0, kMax);
+    const auto archs = models::resnet_archs();
+    if (std::find(archs.begin(), archs.end(), o.arch) == archs.end())
+      throw BadFlag{"-a must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + o.arch + "'"};
+    if (!o.synthetic && (o.train_list.empty() || o.val_list.empty()))
+      throw BadFlag{"expected TRAIN_LIST and VAL_LIST (or --synthetic), got " +
+                    std::string(o.train_list.empty() ? "neither" : "only TRAIN_LIST")};
+    if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
+  } catch (const BadFlag& e) {
+    std::cerr << "train_imagenet: " << e.message << "\n";
+    return 2;
+  }
+  return examples::run_or_abort(o.out, [&] { return run(o); });
+}
