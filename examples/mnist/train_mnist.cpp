@@ -73,9 +73,11 @@ int run(const Options& o) {
     test_all = data::load_mnist(o.data, "test");
     // Labels are checked here, once: on the GPU the loss does not read them back every step.
     for (const auto* set : {&train_all, &test_all}) {
-      for (std::int32_t label : set->labels().to_vector<std::int32_t>()) {
-        DPL_CHECK(label >= 0 && label < kClasses, "train_mnist: expected labels in [0, ", kClasses, ") in ", o.data,
-                  ", got ", label);
+      const std::vector<std::int32_t> labels = set->labels().to_vector<std::int32_t>();
+      for (std::size_t i = 0; i < labels.size(); ++i) {
+        DPL_CHECK(labels[i] >= 0 && labels[i] < kClasses, "train_mnist: expected labels in [0, ", kClasses,
+                  "), got ", labels[i], " at index ", i, " of ", o.data, "/",
+                  set == &train_all ? "train" : "t10k", "-labels-idx1-ubyte (or its .gz)");
       }
     }
   }

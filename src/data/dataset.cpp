@@ -1,5 +1,9 @@
 #include "dpl/data/dataset.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -74,7 +78,12 @@ void copy_rows(const Dataset& ds, const std::int64_t* indices, std::int64_t coun
 }  // namespace detail
 
 namespace {
-bool file_exists(const std::string& path) { return std::ifstream(path, std::ios::binary).good(); }
+// Whether something is at path, readable or not: a file that exists but cannot be read must reach
+// the reader, which names the system's reason (permission denied), not be reported as missing.
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 || errno != ENOENT;
+}
 
 // The plain file when present, else its .gz sibling.
 std::string find_idx(const std::string& dir, const std::string& name) {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <vector>
@@ -31,6 +32,9 @@ std::string hex8(unsigned v) {
 }
 
 Bytes read_whole_file(const char* op, const std::string& path) {
+  // Linux opens a folder as a stream whose length reads as huge; name it instead.
+  std::error_code ec;
+  DPL_CHECK(!std::filesystem::is_directory(path, ec), op, ": ", path, " is a folder; expected an IDX file");
   std::ifstream in(path, std::ios::binary);
   if (!in) DPL_FAIL(op, ": cannot open ", path, ": ", std::strerror(errno));
   in.seekg(0, std::ios::end);

@@ -301,6 +301,29 @@ TEST(DataMnist, MissingFileSaysHowToGetIt) {
   EXPECT_NE(msg.find("--data"), std::string::npos) << msg;
 }
 
+TEST(DataMnist, AFolderWhereAFileShouldBeIsNamed) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.file("train-images-idx3-ubyte"));
+  write_file(dir.file("train-labels-idx1-ubyte"), idx_labels(4));
+  const std::string msg = error_of([&] { load_mnist(dir.str(), "train"); });
+  EXPECT_NE(msg.find(dir.file("train-images-idx3-ubyte") + " is a folder; expected an IDX file"), std::string::npos)
+      << msg;
+}
+
+// An existing file that cannot be read is not "missing": the reader names the system's reason.
+// (root reads every file, so this runs only for other users.)
+TEST(DataMnist, AnUnreadableFileIsReportedWithTheReason) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root can read any file";
+  TempDir dir;
+  write_file(dir.file("train-images-idx3-ubyte"), idx_images(4, 2, 2));
+  write_file(dir.file("train-labels-idx1-ubyte"), idx_labels(4));
+  std::filesystem::permissions(dir.file("train-images-idx3-ubyte"), std::filesystem::perms::none);
+  const std::string msg = error_of([&] { load_mnist(dir.str(), "train"); });
+  EXPECT_NE(msg.find("cannot open " + dir.file("train-images-idx3-ubyte") + ": Permission denied"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(DataMnist, UnknownSplit) {
   const std::string msg = error_of([] { load_mnist(kDefaultMnistDir, "validation"); });
   EXPECT_NE(msg.find("\"validation\""), std::string::npos) << msg;
