@@ -65,9 +65,25 @@ Tensor empty_in(const Shape& shape, Format f, const Tensor& like) {
 // A dense tensor's elements in memory order (the same bytes whatever its format).
 Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }
 
+// target = beta*target + g for g of the target's shape, whatever the two formats: one pass when
+// they match, a strided copy when the target is overwritten, else g brought to the target's
+// format first.
+void add_into(const Tensor& g, GradTarget& target) {
+  Tensor& buffer = *target.tensor;
+  if (g.strides() == buffer.strides()) {
+    backend::axpby(1.f, g, target.beta, buffer);
+    return;
+  }
+  if (target.beta == 0.f) {
+    buffer.copy_(g);
+    return;
+  }
+  Tensor flat_buffer = flat(buffer);
+  backend::axpby(1.f, flat(in_format(g, format_of(buffer))), 1.f, flat_buffer);
+}
+
 // Runs `kernel(beta, out)`, a kernel that writes in format f, into target's buffer when the
-// buffer has that format, else into a temporary that is then copied or added into the buffer in
-// the buffer's own format.
+// buffer has that format, else into a temporary that add_into then brings to the buffer.
 template <typename Kernel>
 void write_in(GradTarget& target, Format f, Kernel&& kernel) {
   Tensor& buffer = *target.tensor;
@@ -77,12 +93,7 @@ void write_in(GradTarget& target, Format f, Kernel&& kernel) {
   }
   Tensor tmp = empty_in(buffer.shape(), f, buffer);
   kernel(0.f, tmp);
-  if (target.beta == 0.f) {
-    buffer.copy_(tmp);
-    return;
-  }
-  Tensor flat_buffer = flat(buffer);
-  backend::axpby(1.f, flat(in_format(tmp, format_of(buffer))), 1.f, flat_buffer);
+  add_into(tmp, target);
 }
 
 // --- matmul -----------------------------------------------------------------------------------
@@ -720,11 +731,6 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
 
 namespace {
 
-// target = beta*target + g for an image gradient g in any of the two formats (targets are NCHW).
-void accumulate_image(const Tensor& g, GradTarget& target) {
-  backend::axpby(1.f, g.strides() == target.tensor->strides() ? g : g.contiguous(), target.beta, *target.tensor);
-}
-
 // Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes every gradient into
 // scratch in x's format, then each goes to its target with the target's beta.
 class BatchNormActNode final : public Node {
@@ -734,12 +740,19 @@ class BatchNormActNode final : public Node {
   float eps = 0.f;
   const char* name() const override { return add ? "batch_norm_add_relu" : "batch_norm_relu"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    Tensor gx = empty_image(x.shape(), x), gz = add ? empty_image(x.shape(), x) : gx;
+    // The kernel overwrites gx and gz: a target it may overwrite in x's layout (the usual case,
+    // its first contribution) takes them directly; anything else goes through scratch.
+    auto writable = [&](const GradTarget& g) {
+      return g.needed() && g.beta == 0.f && g.tensor->strides() == x.strides();
+    };
+    const bool gx_direct = writable(t[0]), gz_direct = add && writable(t[1]);
+    Tensor gx = gx_direct ? *t[0].tensor : empty_image(x.shape(), x);
+    Tensor gz = !add ? gx : gz_direct ? *t[1].tensor : empty_image(x.shape(), x);
     Tensor gw = empty_on({x.size(1)}, weight), gb = empty_on({x.size(1)}, weight);
     backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
     const std::size_t params = add ? 2 : 1;
-    if (t[0].needed()) accumulate_image(gx, t[0]);
-    if (add && t[1].needed()) accumulate_image(gz, t[1]);
+    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+    if (add && t[1].needed() && !gz_direct) add_into(gz, t[1]);
     if (t.size() > params && t[params].needed()) accumulate_channel(gw, t[params]);
     if (t.size() > params + 1 && t[params + 1].needed()) accumulate_channel(gb, t[params + 1]);
   }
