@@ -5,6 +5,7 @@
 //       [-B 32] [--val-batchsize 32] [-E 90] [-j 4] [--mean R,G,B|none] [-o result]
 //       [--communicator hierarchical] [-g] [--crop-size 224] [--dtype fp32|bf16|fp16]
 //       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
+//       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
@@ -64,6 +65,8 @@ struct Options {
   double momentum = 0.9;
   double weight_decay = 1e-4;
   double warmup_epochs = 0.0;
+  double crop_scale = 0.08;     // smallest area fraction of the random-resized crop
+  bool cosine = false;          // --schedule cosine: anneal to 0 over the run (else step decay)
   double label_smoothing = 0.0;
   std::int64_t classes = 0;       // 0: max label + 1
   std::int64_t log_interval = 0;  // iterations; 0: every epoch
@@ -208,9 +211,10 @@ int run(Options o) {
     lo.seed = o.seed;
     lo.drop_last = true;  // every step has the global batch the learning rate was scaled for
     lo.pin_memory = o.gpu;
+    data::ImageTransform train_transform = data::ImageTransform::train(o.crop_size);
+    train_transform.scale_min = o.crop_scale;
     train_source = std::make_shared<data::ImageBatchSource>(
-        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx),
-                                            data::ImageTransform::train(o.crop_size), lo),
+        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo),
         mean, scale);
 
     data::ImageLoaderOptions vo = lo;
@@ -249,14 +253,22 @@ int run(Options o) {
     return softmax_cross_entropy(logits, b.y, smoothing);
   }, device);
 
-  // Linear warmup from 0 to lr over --warmup-epochs, then lr divided by 10 at 30, 60 and 80
-  // epochs (Goyal et al.'s ResNet-50 schedule, for the global batch the lr was scaled to).
+  // Linear warmup from 0 to lr over --warmup-epochs, then either lr divided by 10 at 30, 60 and
+  // 80 epochs (Goyal et al.'s ResNet-50 schedule, for the global batch the lr was scaled to) or,
+  // with --schedule cosine, a cosine from lr to 0 over the remaining iterations (for short runs,
+  // which the 30/60/80 milestones never reach).
   const std::int64_t per_epoch = train_source->batches_per_epoch();
-  std::vector<std::int64_t> milestones;
-  for (std::int64_t e : {30, 60, 80})
-    if (e < o.epochs) milestones.push_back(e * per_epoch);
   const auto warmup = static_cast<std::int64_t>(o.warmup_epochs * static_cast<double>(per_epoch) + 0.5);
-  const optim::LinearWarmup schedule = optim::with_warmup(optim::MultiStepDecay(lr, 0.1, milestones), 0.0, warmup);
+  std::shared_ptr<const optim::LrSchedule> decay;
+  if (o.cosine) {
+    decay = std::make_shared<const optim::CosineAnnealing>(lr, 0.0, std::max<std::int64_t>(1, o.epochs * per_epoch - warmup));
+  } else {
+    std::vector<std::int64_t> milestones;
+    for (std::int64_t e : {30, 60, 80})
+      if (e < o.epochs) milestones.push_back(e * per_epoch);
+    decay = std::make_shared<const optim::MultiStepDecay>(lr, 0.1, milestones);
+  }
+  const optim::LinearWarmup schedule(decay, 0.0, warmup);
 
   train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
   trainer.extend(std::make_shared<train::extensions::LrSchedule>(schedule));
@@ -292,7 +304,7 @@ int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
               crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
-              warmup = "0", smoothing = "0", classes = "0", log_interval = "0", seed = "0";
+              warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0", seed = "0";
   CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
   app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
   app.add_option("val", o.val_list, "List of validation images, in the same format");
@@ -313,6 +325,8 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", momentum, "Momentum of MomentumSGD");
   app.add_option("--weight-decay", weight_decay, "Weight decay, applied to every parameter");
   app.add_option("--warmup-epochs", warmup, "Epochs of linear learning-rate warmup from 0");
+  app.add_option("--crop-scale", crop_scale, "Smallest area fraction of the random-resized training crop, in (0, 1]");
+  app.add_option("--schedule", schedule, "Learning-rate decay after warmup: step (/10 at epochs 30, 60, 80) or cosine");
   app.add_option("--label-smoothing", smoothing, "Label smoothing of the cross-entropy, in [0, 1)");
   app.add_option("--classes", classes, "Number of classes (default: the lists' largest label + 1)");
   app.add_option("--log-interval", log_interval, "Report every N iterations (default 0: every epoch)");
@@ -339,6 +353,11 @@ int main(int argc, char** argv) {
     o.momentum = parse_real("--momentum", momentum, 0.0, 1.0);
     o.weight_decay = parse_real("--weight-decay", weight_decay, 0.0, 1.0);
     o.warmup_epochs = parse_real("--warmup-epochs", warmup, 0.0, 100000.0);
+    o.crop_scale = parse_real("--crop-scale", crop_scale, 0.0, 1.0);
+    if (!(o.crop_scale > 0.0)) throw BadFlag{"--crop-scale must be in (0, 1], got " + crop_scale};
+    if (schedule != "step" && schedule != "cosine")
+      throw BadFlag{"--schedule must be step or cosine, got '" + schedule + "'"};
+    o.cosine = schedule == "cosine";
     o.label_smoothing = parse_real("--label-smoothing", smoothing, 0.0, 0.999);
     o.classes = static_cast<std::int64_t>(parse_whole("--classes", classes, 0, std::uint64_t{1} << 31));
     o.log_interval = static_cast<std::int64_t>(parse_whole("--log-interval", log_interval, 0, kMax));

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
@@ -11,9 +14,41 @@ namespace dpl::backend::cuda_detail {
 
 namespace {
 
-// Reduction grid: blocks of 32 channels x 8 row groups; blockIdx.y splits the rows further.
-constexpr int kChannelsPerBlock = 32;
-constexpr int kRowGroups = 8;
+// Every kernel moves V consecutive channels of a row per thread: V = 16 bytes' worth (8 16-bit
+// or 4 float32 values, one vector load or store) when the channel count and every pointer allow
+// it, else 1. The row loops are memory-bound; scalar 2-byte accesses left half of the bandwidth
+// unused, and a division per element made the moments pass compute-bound.
+template <typename T>
+constexpr int kPack = static_cast<int>(16 / sizeof(T));
+
+template <int V, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  if constexpr (V * sizeof(T) == 16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    T t[V];
+    std::memcpy(t, &raw, 16);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(t[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
+  }
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
+  if constexpr (V * sizeof(T) == 16) {
+    T t[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) t[j] = from_float<T>(in[j]);
+    uint4 raw;
+    std::memcpy(&raw, t, 16);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
+  }
+}
 
 struct Moments {
   float n, mean, m2;
@@ -28,40 +63,151 @@ __device__ __forceinline__ Moments combine(Moments a, Moments b) {
   return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};
 }
 
-// Per-channel moments of the rows [start, rows) stepping by `step`, reduced over the block's
-// row groups; one partial per (blockIdx.y, channel).
-template <typename T>
-__global__ void moments_kernel(const T* x, std::int64_t rows, int c, Moments* partial) {
-  __shared__ Moments shared[kRowGroups][kChannelsPerBlock];
-  const int ch = blockIdx.x * kChannelsPerBlock + threadIdx.x;
-  Moments m{0.f, 0.f, 0.f};
-  if (ch < c) {
-    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * kRowGroups;
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kRowGroups + threadIdx.y; r < rows; r += step) {
-      const float v = to_float(x[r * c + ch]);
-      m.n += 1.f;
-      const float d = v - m.mean;
-      m.mean += d / m.n;
-      m.m2 += d * (v - m.mean);
-    }
-  }
-  shared[threadIdx.y][threadIdx.x] = m;
+__device__ __forceinline__ float2 combine(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
+
+// Reduction blocks: blockDim.x threads across channel vectors, blockDim.y row lanes; blockIdx.y
+// splits the rows into groups. Each thread's V partials are reduced over the block's row lanes in
+// shared memory (a tree, so the depth is log2 of the lanes) and written as one partial per
+// (group, channel).
+constexpr int kReduceThreads = 256;
+
+template <int V, typename P>
+__device__ __forceinline__ void reduce_lanes_and_store(P (&acc)[V], P* shared, int c, int ch0, P* partial) {
+  const int tx = threadIdx.x, ty = threadIdx.y, nx = blockDim.x, ny = blockDim.y;
+#pragma unroll
+  for (int j = 0; j < V; ++j) shared[(ty * nx + tx) * V + j] = acc[j];
   __syncthreads();
-  if (threadIdx.y != 0 || ch >= c) return;
-  for (int g = 1; g < kRowGroups; ++g) m = combine(m, shared[g][threadIdx.x]);
-  partial[static_cast<std::int64_t>(blockIdx.y) * c + ch] = m;
+  int span = 1;
+  while (span < ny) span <<= 1;
+  for (int s = span >> 1; s > 0; s >>= 1) {
+    if (ty < s && ty + s < ny) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        P& mine = shared[(ty * nx + tx) * V + j];
+        mine = combine(mine, shared[((ty + s) * nx + tx) * V + j]);
+      }
+    }
+    __syncthreads();
+  }
+  if (ty != 0 || ch0 >= c) return;
+#pragma unroll
+  for (int j = 0; j < V; ++j) partial[static_cast<std::int64_t>(blockIdx.y) * c + ch0 + j] = shared[tx * V + j];
 }
 
-// One thread per channel: the batch statistics, the running update, and the affine map as
-// scale/shift (y = x * scale + shift) for the apply pass.
+// Per-channel moments of the rows of x (rows x c). Welford per element, with one reciprocal per
+// row shared by the thread's V channels (they count the same rows).
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std::int64_t rows, int c,
+                                                                 Moments* partial) {
+  extern __shared__ unsigned char smem[];
+  const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  Moments acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = {0.f, 0.f, 0.f};
+  if (ch0 < c) {
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
+    float n = 0.f;
+    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
+      float v[V];
+      load_vec<V>(x + r * c + ch0, v);
+      n += 1.f;
+      const float inv = 1.f / n;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = v[j] - acc[j].mean;
+        acc[j].mean += d * inv;
+        acc[j].m2 += d * (v[j] - acc[j].mean);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j].n = n;
+  }
+  reduce_lanes_and_store<V>(acc, reinterpret_cast<Moments*>(smem), c, ch0, partial);
+}
+
+// Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by y > 0.
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, const T* y, const T* gy,
+                                                                   const float* mean, std::int64_t rows, int c,
+                                                                   float2* partial) {
+  extern __shared__ unsigned char smem[];
+  const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  float2 acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = {0.f, 0.f};
+  if (ch0 < c) {
+    float mu[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) mu[j] = mean[ch0 + j];
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
+    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
+      const std::int64_t i = r * c + ch0;
+      float g[V], xv[V];
+      load_vec<V>(gy + i, g);
+      load_vec<V>(x + i, xv);
+      if (y != nullptr) {
+        float yv[V];
+        load_vec<V>(y + i, yv);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (!(yv[j] > 0.f)) g[j] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        acc[j].x += g[j];
+        acc[j].y += g[j] * (xv[j] - mu[j]);
+      }
+    }
+  }
+  reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
+}
+
+// The finalize kernels: a block of 32 channels x 32 lanes; each lane combines every 32nd group's
+// partial, four loads in flight at a time (the partials come from L2, and a loop of one dependent
+// load per group was latency-bound: tens of microseconds a call), then the lanes combine in a
+// tree.
+constexpr int kFinalChannels = 32;
+constexpr int kFinalLanes = 32;
+
+template <typename P>
+__device__ __forceinline__ bool combine_groups(const P* partial, int groups, int c, P* shared, P& out) {
+  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
+  P acc{};
+  if (ch < c) {
+    int g = threadIdx.y;
+    for (; g + 3 * kFinalLanes < groups; g += 4 * kFinalLanes) {
+      P p[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) p[k] = partial[static_cast<std::int64_t>(g + k * kFinalLanes) * c + ch];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc = combine(acc, p[k]);
+    }
+    for (; g < groups; g += kFinalLanes) acc = combine(acc, partial[static_cast<std::int64_t>(g) * c + ch]);
+  }
+  shared[threadIdx.y * kFinalChannels + threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = kFinalLanes / 2; s > 0; s >>= 1) {
+    if (threadIdx.y < s) {
+      P& mine = shared[threadIdx.y * kFinalChannels + threadIdx.x];
+      mine = combine(mine, shared[(threadIdx.y + s) * kFinalChannels + threadIdx.x]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y != 0 || ch >= c) return false;
+  out = shared[threadIdx.x];
+  return true;
+}
+
+// The batch statistics, the running update, and the affine map as scale/shift
+// (y = x * scale + shift) for the apply pass.
 __global__ void finalize_moments_kernel(const Moments* partial, int groups, int c, const float* weight,
                                         const float* bias, float eps, float momentum, float* running_mean,
                                         float* running_var, float* save_mean, float* save_invstd, float* scale,
                                         float* shift) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  Moments m = partial[ch];
-  for (int g = 1; g < groups; ++g) m = combine(m, partial[static_cast<std::int64_t>(g) * c + ch]);
+  __shared__ Moments shared[kFinalLanes * kFinalChannels];
+  Moments m;
+  if (!combine_groups(partial, groups, c, shared, m)) return;
+  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
   const float var = m.m2 / m.n;
   const float invstd = rsqrtf(var + eps);
   save_mean[ch] = m.mean;
@@ -72,93 +218,119 @@ __global__ void finalize_moments_kernel(const Moments* partial, int groups, int 
   shift[ch] = bias[ch] - m.mean * scale[ch];
 }
 
-template <typename T, typename Index>
-__global__ void apply_kernel(const T* x, const T* z, bool relu, const float* scale, const float* shift, Index n,
-                             int c, T* y) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x) {
-    const int ch = static_cast<int>(i % static_cast<Index>(c));
-    float v = to_float(x[i]) * scale[ch] + shift[ch];
-    if (z != nullptr) v += to_float(z[i]);
-    if (relu) v = v > 0.f ? v : (v == v ? 0.f : v);  // NaN stays NaN
-    y[i] = from_float<T>(v);
-  }
-}
-
-// Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by y > 0.
-template <typename T>
-__global__ void grad_sums_kernel(const T* x, const T* y, const T* gy, const float* mean, std::int64_t rows, int c,
-                                 float2* partial) {
-  __shared__ float2 shared[kRowGroups][kChannelsPerBlock];
-  const int ch = blockIdx.x * kChannelsPerBlock + threadIdx.x;
-  float2 s{0.f, 0.f};
-  if (ch < c) {
-    const float mu = mean[ch];
-    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * kRowGroups;
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * kRowGroups + threadIdx.y; r < rows; r += step) {
-      const std::int64_t i = r * c + ch;
-      float g = to_float(gy[i]);
-      if (y != nullptr && !(to_float(y[i]) > 0.f)) g = 0.f;
-      s.x += g;
-      s.y += g * (to_float(x[i]) - mu);
-    }
-  }
-  shared[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y != 0 || ch >= c) return;
-  for (int g = 1; g < kRowGroups; ++g) {
-    s.x += shared[g][threadIdx.x].x;
-    s.y += shared[g][threadIdx.x].y;
-  }
-  partial[static_cast<std::int64_t>(blockIdx.y) * c + ch] = s;
-}
-
 // Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b).
 __global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, const float* weight,
                                       const float* save_invstd, float* gweight, float* gbias, float* coef) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  float sg = 0.f, sgx = 0.f;
-  for (int g = 0; g < groups; ++g) {
-    const float2 p = partial[static_cast<std::int64_t>(g) * c + ch];
-    sg += p.x;
-    sgx += p.y;
-  }
+  __shared__ float2 shared[kFinalLanes * kFinalChannels];
+  float2 s;
+  if (!combine_groups(partial, groups, c, shared, s)) return;
+  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
+  const float sg = s.x, sgx = s.y;
   const float invstd = save_invstd[ch];
   gweight[ch] = sgx * invstd;
   gbias[ch] = sg;
-  coef[ch] = weight[ch] * invstd;                  // k
-  coef[c + ch] = sg / count;                        // a
+  coef[ch] = weight[ch] * invstd;                    // k
+  coef[c + ch] = sg / count;                         // a
   coef[2 * c + ch] = invstd * invstd * sgx / count;  // b
 }
 
-template <typename T, typename Index>
-__global__ void grad_apply_kernel(const T* x, const T* y, const T* gy, const float* mean, const float* coef, Index n,
-                                  int c, float beta, T* gx, T* gz) {
-  for (Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<Index>(gridDim.x) * blockDim.x) {
-    const int ch = static_cast<int>(i % static_cast<Index>(c));
-    float g = to_float(gy[i]);
-    if (y != nullptr && !(to_float(y[i]) > 0.f)) g = 0.f;
-    if (gz != nullptr) gz[i] = from_float<T>(g);
-    float v = coef[ch] * (g - coef[c + ch] - (to_float(x[i]) - mean[ch]) * coef[2 * c + ch]);
-    if (beta != 0.f) v += beta * to_float(gx[i]);
-    gx[i] = from_float<T>(v);
+// Elementwise passes: one thread per V-channel vector, grid-stride; `packs` = elements / V.
+template <typename T, int V, typename Index>
+__global__ void apply_kernel(const T* x, const T* z, bool relu, const float* scale, const float* shift, Index packs,
+                             int c, T* y) {
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index i = p * V;
+    const int ch0 = static_cast<int>(i % static_cast<Index>(c));
+    float v[V];
+    load_vec<V>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = v[j] * scale[ch0 + j] + shift[ch0 + j];
+    if (z != nullptr) {
+      float zv[V];
+      load_vec<V>(z + i, zv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] += zv[j];
+    }
+    if (relu) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = v[j] > 0.f ? v[j] : (v[j] == v[j] ? 0.f : v[j]);  // NaN stays NaN
+    }
+    store_vec<V>(y + i, v);
   }
 }
 
-// The reduction grid for rows x c: enough blocks to fill the GPU, at least 32 rows per thread.
-dim3 reduction_grid(int device, std::int64_t rows, int c, int* groups) {
-  const int channel_blocks = (c + kChannelsPerBlock - 1) / kChannelsPerBlock;
-  const std::int64_t want = std::max<std::int64_t>(1, 4 * static_cast<std::int64_t>(sm_count(device)) / channel_blocks);
-  const std::int64_t most = std::max<std::int64_t>(1, rows / (kRowGroups * 32));
-  *groups = static_cast<int>(std::min<std::int64_t>({want, most, 65535}));
-  return dim3(static_cast<unsigned>(channel_blocks), static_cast<unsigned>(*groups));
+template <typename T, int V, typename Index>
+__global__ void grad_apply_kernel(const T* x, const T* y, const T* gy, const float* mean, const float* coef,
+                                  Index packs, int c, float beta, T* gx, T* gz) {
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Index i = p * V;
+    const int ch0 = static_cast<int>(i % static_cast<Index>(c));
+    float g[V], xv[V];
+    load_vec<V>(gy + i, g);
+    load_vec<V>(x + i, xv);
+    if (y != nullptr) {
+      float yv[V];
+      load_vec<V>(y + i, yv);
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (!(yv[j] > 0.f)) g[j] = 0.f;
+    }
+    if (gz != nullptr) store_vec<V>(gz + i, g);
+    float out[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int ch = ch0 + j;
+      out[j] = coef[ch] * (g[j] - coef[c + ch] - (xv[j] - mean[ch]) * coef[2 * c + ch]);
+    }
+    if (beta != 0.f) {
+      float prev[V];
+      load_vec<V>(gx + i, prev);
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] += beta * prev[j];
+    }
+    store_vec<V>(gx + i, out);
+  }
 }
 
-unsigned elementwise_blocks(int device, std::int64_t n) {
+// Whether every operand allows V-wide accesses: c a multiple of V and 16-byte aligned pointers.
+bool packs_fit(int c, int v, std::initializer_list<const void*> pointers) {
+  if (c % v != 0) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// The reduction launch for rows x c with V channels per thread: threads across the channel
+// vectors (at most 32), row lanes to fill 256 threads; enough row groups to fill the GPU, at least
+// 16 rows per thread.
+struct ReduceLaunch {
+  dim3 grid, block;
+  int groups;
+  std::size_t shared_bytes(std::size_t partial_bytes, int v) const {
+    return static_cast<std::size_t>(block.x) * block.y * v * partial_bytes;
+  }
+};
+
+ReduceLaunch reduce_launch(int device, std::int64_t rows, int c, int v) {
+  const int vectors = c / v;
+  const int tx = std::min(vectors, 32);
+  const int ty = std::max(1, kReduceThreads / tx);
+  const int channel_blocks = (vectors + tx - 1) / tx;
+  const std::int64_t want = std::max<std::int64_t>(1, 4 * static_cast<std::int64_t>(sm_count(device)) / channel_blocks);
+  const std::int64_t most = std::max<std::int64_t>(1, rows / (static_cast<std::int64_t>(ty) * 16));
+  ReduceLaunch l;
+  l.groups = static_cast<int>(std::min<std::int64_t>({want, most, 65535}));
+  l.grid = dim3(static_cast<unsigned>(channel_blocks), static_cast<unsigned>(l.groups));
+  l.block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+  return l;
+}
+
+unsigned elementwise_blocks(int device, std::int64_t work) {
   const std::int64_t cap = static_cast<std::int64_t>(sm_count(device)) * 16;
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((n + kThreads - 1) / kThreads, cap)));
+  return static_cast<unsigned>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>((work + kThreads - 1) / kThreads, cap)));
 }
 
 // Calls launch(Index{}) with 32-bit indices when n fits (the channel's modulo is cheaper), else
@@ -169,26 +341,16 @@ void with_index_type(std::int64_t n, Launch&& launch) {
   else launch(std::int64_t{});
 }
 
-// An image as the kernels see it: rows x c, the reduction grid over it, and float32 scratch of
-// `per_group` floats per (row group, channel) plus `extra` floats per channel.
-struct Plan {
-  int c;
-  std::int64_t rows, n;
-  int groups = 1;
-  dim3 grid;
-  Tensor work;
-  float* partial() const { return work.data<float>(); }
-  float* per_channel(std::int64_t per_group) const { return work.data<float>() + per_group * groups * c; }
-};
+// Calls launch(std::integral_constant<int, V>) with the widest V the operands allow.
+template <typename T, typename Launch>
+void with_pack_width(int c, std::initializer_list<const void*> pointers, Launch&& launch) {
+  if (packs_fit(c, kPack<T>, pointers)) launch(std::integral_constant<int, kPack<T>>{});
+  else launch(std::integral_constant<int, 1>{});
+}
 
-Plan plan_for(const Tensor& x, int device, std::int64_t per_group, std::int64_t extra) {
-  Plan p;
-  p.c = static_cast<int>(x.size(1));
-  p.n = x.numel();
-  p.rows = p.n / p.c;
-  p.grid = reduction_grid(device, p.rows, p.c, &p.groups);
-  p.work = Tensor::empty({(per_group * p.groups + extra) * p.c}, TensorOptions(kFloat32, x.device()));
-  return p;
+float* scratch(const Tensor& x, std::int64_t floats, Tensor& holder) {
+  holder = Tensor::empty({floats}, TensorOptions(kFloat32, x.device()));
+  return holder.data<float>();
 }
 
 }  // namespace
@@ -198,28 +360,37 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
                            Tensor& save_mean, Tensor& save_invstd) {
   on_device_typed(x, "batch_norm (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    // Partial moments are 3 floats; per channel, the scratch also holds scale and shift.
-    const Plan p = plan_for(x, d.device(), 3, 2);
-    const int c = p.c, groups = p.groups;
-    auto* partial = reinterpret_cast<Moments*>(p.partial());
-    float* scale = p.per_channel(3);
-    float* shift = scale + c;
-    moments_kernel<T><<<p.grid, dim3(kChannelsPerBlock, kRowGroups), 0, d.stream()>>>(in_ptr<T>(x), p.rows, c,
-                                                                                        partial);
-    DPL_CUDA_CHECK(cudaGetLastError());
-    finalize_moments_kernel<<<(c + 127) / 128, 128, 0, d.stream()>>>(
-        partial, groups, c, weight.data<float>(), bias.data<float>(), eps, momentum, running_mean.data<float>(),
-        running_var.data<float>(), save_mean.data<float>(), save_invstd.data<float>(), scale, shift);
-    DPL_CUDA_CHECK(cudaGetLastError());
-    const std::int64_t n = p.n;
+    const int c = static_cast<int>(x.size(1));
+    const std::int64_t n = x.numel(), rows = n / c;
+    const T* xp = in_ptr<T>(x);
     const T* zp = z != nullptr ? in_ptr<T>(*z) : nullptr;
-    const unsigned blocks = elementwise_blocks(d.device(), n);
-    with_index_type(n, [&](auto index) {
-      using Index = decltype(index);
-      apply_kernel<T, Index><<<blocks, kThreads, 0, d.stream()>>>(in_ptr<T>(x), zp, relu, scale, shift,
-                                                                  static_cast<Index>(n), c, out_ptr<T>(y));
+    T* yp = out_ptr<T>(y);
+    with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
+      // Scratch: the partial moments (3 floats per group and channel), then scale and shift.
+      Tensor holder;
+      float* work = scratch(x, (3 * static_cast<std::int64_t>(l.groups) + 2) * c, holder);
+      auto* partial = reinterpret_cast<Moments*>(work);
+      float* scale = work + 3 * static_cast<std::int64_t>(l.groups) * c;
+      float* shift = scale + c;
+      moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(Moments), V), d.stream()>>>(xp, rows, c,
+                                                                                                 partial);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                                d.stream()>>>(partial, l.groups, c, weight.data<float>(), bias.data<float>(), eps,
+                                              momentum, running_mean.data<float>(), running_var.data<float>(),
+                                              save_mean.data<float>(), save_invstd.data<float>(), scale, shift);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      const std::int64_t packs = n / V;
+      const unsigned blocks = elementwise_blocks(d.device(), packs);
+      with_index_type(n, [&](auto index) {
+        using Index = decltype(index);
+        apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift,
+                                                                       static_cast<Index>(packs), c, yp);
+      });
+      DPL_CUDA_CHECK(cudaGetLastError());
     });
-    DPL_CUDA_CHECK(cudaGetLastError());
   });
 }
 
@@ -228,31 +399,38 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor& gy
                               Tensor& gweight, Tensor& gbias) {
   on_device_typed(x, "batch_norm backward (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    // Partial sums are 2 floats; per channel, the scratch also holds gx's three coefficients.
-    const Plan p = plan_for(x, d.device(), 2, 3);
-    const int c = p.c, groups = p.groups;
-    const std::int64_t rows = p.rows;
-    auto* partial = reinterpret_cast<float2*>(p.partial());
-    float* coef = p.per_channel(2);
+    const int c = static_cast<int>(x.size(1));
+    const std::int64_t n = x.numel(), rows = n / c;
+    const T* xp = in_ptr<T>(x);
     const T* yp = y != nullptr ? in_ptr<T>(*y) : nullptr;
-    grad_sums_kernel<T><<<p.grid, dim3(kChannelsPerBlock, kRowGroups), 0, d.stream()>>>(
-        in_ptr<T>(x), yp, in_ptr<T>(gy), save_mean.data<float>(), rows, c, partial);
-    DPL_CUDA_CHECK(cudaGetLastError());
-    finalize_grads_kernel<<<(c + 127) / 128, 128, 0, d.stream()>>>(partial, groups, c, static_cast<float>(rows),
-                                                                  weight.data<float>(), save_invstd.data<float>(),
-                                                                  gweight.data<float>(), gbias.data<float>(), coef);
-    DPL_CUDA_CHECK(cudaGetLastError());
-    const std::int64_t n = p.n;
+    const T* gyp = in_ptr<T>(gy);
+    T* gxp = out_ptr<T>(gx);
     T* gzp = gz != nullptr ? out_ptr<T>(*gz) : nullptr;
-    const unsigned blocks = elementwise_blocks(d.device(), n);
-    with_index_type(n, [&](auto index) {
-      using Index = decltype(index);
-      grad_apply_kernel<T, Index><<<blocks, kThreads, 0, d.stream()>>>(in_ptr<T>(x), yp, in_ptr<T>(gy),
-                                                                       save_mean.data<float>(), coef,
-                                                                       static_cast<Index>(n), c, beta, out_ptr<T>(gx),
-                                                                       gzp);
+    with_pack_width<T>(c, {xp, yp, gyp, gxp, gzp}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
+      // Scratch: the partial sums (2 floats per group and channel), then gx's three coefficients.
+      Tensor holder;
+      float* work = scratch(x, (2 * static_cast<std::int64_t>(l.groups) + 3) * c, holder);
+      auto* partial = reinterpret_cast<float2*>(work);
+      float* coef = work + 2 * static_cast<std::int64_t>(l.groups) * c;
+      grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(float2), V), d.stream()>>>(
+          xp, yp, gyp, save_mean.data<float>(), rows, c, partial);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                              d.stream()>>>(partial, l.groups, c, static_cast<float>(rows), weight.data<float>(),
+                                            save_invstd.data<float>(), gweight.data<float>(), gbias.data<float>(),
+                                            coef);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      const std::int64_t packs = n / V;
+      const unsigned blocks = elementwise_blocks(d.device(), packs);
+      with_index_type(n, [&](auto index) {
+        using Index = decltype(index);
+        grad_apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(
+            xp, yp, gyp, save_mean.data<float>(), coef, static_cast<Index>(packs), c, beta, gxp, gzp);
+      });
+      DPL_CUDA_CHECK(cudaGetLastError());
     });
-    DPL_CUDA_CHECK(cudaGetLastError());
   });
 }
 

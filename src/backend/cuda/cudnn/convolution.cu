@@ -10,7 +10,8 @@
 // One execution plan per problem (device, kind, dtype, extents, strides, pointer alignment,
 // geometry, beta, math, search mode), built on the problem's first call and kept. With
 // DPL_CUDNN_BENCHMARK=1 (the default) that first call times the candidate plans on scratch
-// buffers (a one-time host wait) and keeps the fastest; with 0 it takes the first deterministic
+// buffers (a one-time host wait) and keeps the fastest, or one within 3% of it with a smaller
+// workspace; with 0 it takes the first deterministic
 // plan of cuDNN's heuristics, so results repeat bit for bit. float32 data uses TF32 tensor cores
 // only when dpl::cuda::allow_tf32() is on; every dtype accumulates in float32. Workspaces come
 // from the device's caching allocator and every call is queued on the compute stream: after the
@@ -317,9 +318,11 @@ std::string describe(const Problem& pr) {
   return s.str();
 }
 
-// The fastest of the candidate plans, each timed on scratch buffers (so an output that is
-// accumulated into is never touched by the search). Candidates that need more than 1 GiB of
-// workspace or fail to run are left out.
+// The plan to use among the candidates, each timed on scratch buffers (so an output that is
+// accumulated into is never touched by the search): of those within kNearlyFastest of the fastest,
+// the one with the smallest workspace, because a workspace lives beside the step's activations
+// and a few percent of one convolution's time is not worth hundreds of megabytes of peak memory.
+// Candidates that need more than 1 GiB of workspace or fail to run are left out.
 std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<Plan>& plans, const void* a,
                      const void* b, std::size_t out_bytes) {
   constexpr std::int64_t kMaxWorkspace = std::int64_t{1} << 30;
@@ -332,8 +335,8 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
   cudaEvent_t start = nullptr, stop = nullptr;
   DPL_CUDA_CHECK(cudaEventCreate(&start));
   DPL_CUDA_CHECK(cudaEventCreate(&stop));
-  std::size_t best = plans.size();
-  float best_ms = 0.f;
+  constexpr float kNearlyFastest = 1.03f;
+  std::vector<float> times(plans.size(), -1.f);  // < 0: not a candidate
   for (std::size_t i = 0; i < plans.size(); ++i) {
     if (plans[i].workspace > kMaxWorkspace) continue;
     void* x = const_cast<void*>(a);
@@ -350,10 +353,17 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
     DPL_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
     DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (ok && (best == plans.size() || ms < best_ms)) {
+    if (ok) times[i] = ms;
+  }
+  float fastest_ms = -1.f;
+  for (float ms : times)
+    if (ms >= 0.f && (fastest_ms < 0.f || ms < fastest_ms)) fastest_ms = ms;
+  std::size_t best = plans.size();
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    if (times[i] < 0.f || times[i] > fastest_ms * kNearlyFastest) continue;
+    if (best == plans.size() || plans[i].workspace < plans[best].workspace ||
+        (plans[i].workspace == plans[best].workspace && times[i] < times[best]))
       best = i;
-      best_ms = ms;
-    }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
