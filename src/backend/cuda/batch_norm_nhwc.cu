@@ -125,6 +125,22 @@ __global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std
   reduce_lanes_and_store<V>(acc, reinterpret_cast<Moments*>(smem), c, ch0, partial);
 }
 
+// Backward's per-element inputs at element i: g = gy masked by y > 0 (when y is given: the
+// fused ReLU's output) and x.
+template <int V, typename T, typename Index>
+__device__ __forceinline__ void load_grad_and_input(const T* x, const T* y, const T* gy, Index i, float (&g)[V],
+                                                    float (&xv)[V]) {
+  load_vec<V>(gy + i, g);
+  load_vec<V>(x + i, xv);
+  if (y != nullptr) {
+    float yv[V];
+    load_vec<V>(y + i, yv);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (!(yv[j] > 0.f)) g[j] = 0.f;
+  }
+}
+
 // Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by y > 0.
 template <typename T, int V>
 __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, const T* y, const T* gy,
@@ -143,15 +159,7 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, c
     for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
       const std::int64_t i = r * c + ch0;
       float g[V], xv[V];
-      load_vec<V>(gy + i, g);
-      load_vec<V>(x + i, xv);
-      if (y != nullptr) {
-        float yv[V];
-        load_vec<V>(y + i, yv);
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-          if (!(yv[j] > 0.f)) g[j] = 0.f;
-      }
+      load_grad_and_input<V>(x, y, gy, i, g, xv);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         acc[j].x += g[j];
@@ -268,15 +276,7 @@ __global__ void grad_apply_kernel(const T* x, const T* y, const T* gy, const flo
     const Index i = p * V;
     const int ch0 = static_cast<int>(i % static_cast<Index>(c));
     float g[V], xv[V];
-    load_vec<V>(gy + i, g);
-    load_vec<V>(x + i, xv);
-    if (y != nullptr) {
-      float yv[V];
-      load_vec<V>(y + i, yv);
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        if (!(yv[j] > 0.f)) g[j] = 0.f;
-    }
+    load_grad_and_input<V>(x, y, gy, i, g, xv);
     if (gz != nullptr) store_vec<V>(gz + i, g);
     float out[V];
 #pragma unroll
