@@ -1,11 +1,12 @@
 // 2-D convolution on the CPU through oneDNN.
 //
-// Image descriptors are built from the tensors' layout (nchw or nhwc), so oneDNN reads and writes
-// dpl's memory directly. Weights are described the same way (oihw / ohwi and their grouped forms)
-// for NCHW, where oneDNN's GEMM kernels take them as they are. For NHWC, oneDNN's fast kernels
-// want blocked weights and would fall back to the reference loop (about 100x slower) on ohwi, so
-// the primitive picks the weights' layout (`format_tag::any`) and the small weight tensor is
-// reordered into it (or, for the weight gradient, out of it). Creating primitives costs far more
+// Channels-last images are described as they are (nhwc), so oneDNN reads and writes dpl's memory
+// directly; for NCHW images the primitive picks its own (blocked) layout and the images are
+// reordered into it and the result out of it, because oneDNN's plain-NCHW route is a GEMM
+// fallback well behind its blocked kernels. Weights always take the primitive's layout
+// (`format_tag::any`): on plain ohwi the fast kernels would fall back to the reference loop
+// (about 100x slower); the small weight tensor is reordered into it (or, for the weight
+// gradient, out of it). Creating primitives costs far more
 // than a small convolution, so each one, with its reorder, is kept in a map keyed by the whole
 // problem (kind, layout, extents, geometry, bias) and reused.
 //
@@ -80,19 +81,42 @@ std::string problem_key(ConvKind kind, const ConvShapes& s, const Conv2dParams& 
   return k.str();
 }
 
-// A convolution primitive and, when its weights' layout differs from dpl's, the reorder between
-// the two (dpl's into the primitive's for forward and backward data, the reverse for the weight
-// gradient).
-struct ConvPrimitive {
-  dnnl::primitive conv;
-  dnnl::memory::desc weights;
+// One operand of a primitive: the layout dpl holds it in, the layout the primitive wants, and
+// when they differ the reorder between them (into the primitive's layout for an input, out of it
+// for the output).
+struct Operand {
+  dnnl::memory::desc user, prim;
   std::optional<dnnl::primitive> reorder;
 };
 
+Operand operand(const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool input) {
+  Operand o{user, prim, std::nullopt};
+  if (prim != user) {
+    auto& engine = dnnl_engine();
+    o.reorder = dnnl::reorder(input ? dnnl::reorder::primitive_desc(engine, user, engine, prim)
+                                    : dnnl::reorder::primitive_desc(engine, prim, engine, user));
+  }
+  return o;
+}
+
+// A convolution primitive with its three operands x, w, y (for the backward kinds: gx or gy, and
+// gw, in those places).
+struct ConvPrimitive {
+  dnnl::primitive conv;
+  Operand x, w, y;
+};
+
 ConvPrimitive make_primitive(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, bool bias) {
-  const auto x_md = image_desc(s.x, nhwc), y_md = image_desc(s.y, nhwc);
-  const auto user_w_md = weight_desc(s.w, p.groups, nhwc);
-  const auto w_md = nhwc ? dnnl::memory::desc(user_w_md.dims(), dnnl::memory::data_type::f32, Tag::any) : user_w_md;
+  const auto user_x = image_desc(s.x, nhwc), user_y = image_desc(s.y, nhwc);
+  const auto user_w = weight_desc(s.w, p.groups, nhwc);
+  const auto any = [](const dnnl::memory::desc& md) {
+    return dnnl::memory::desc(md.dims(), dnnl::memory::data_type::f32, Tag::any);
+  };
+  // Images stay in dpl's memory for NHWC, which oneDNN's fast kernels read directly; for NCHW
+  // the primitive picks blocked layouts and the images are reordered around it (as PyTorch does),
+  // since the plain-NCHW route is a GEMM fallback that ran at 0.6x of PyTorch.
+  const auto x_md = nhwc ? user_x : any(user_x), y_md = nhwc ? user_y : any(user_y);
+  const auto w_md = any(user_w);
   const dnnl::memory::dims strides{p.stride[0], p.stride[1]};
   const dnnl::memory::dims dilates{p.dilation[0] - 1, p.dilation[1] - 1};  // oneDNN counts the gaps
   const dnnl::memory::dims pad{p.padding[0], p.padding[1]};
@@ -103,31 +127,30 @@ ConvPrimitive make_primitive(ConvKind kind, const ConvShapes& s, const Conv2dPar
   using Bww = dnnl::convolution_backward_weights;
   const auto training = dnnl::prop_kind::forward_training;
   ConvPrimitive out;
-  if (kind == ConvKind::kForward && bias) {
+  if (kind == ConvKind::kForward) {
     const dnnl::memory::desc b_md({s.w[0]}, dnnl::memory::data_type::f32, Tag::a);
-    const Fwd::primitive_desc pd(Fwd::desc(training, algo, x_md, w_md, b_md, y_md, strides, dilates, pad, pad), engine);
+    const Fwd::primitive_desc pd =
+        bias ? Fwd::primitive_desc(Fwd::desc(training, algo, x_md, w_md, b_md, y_md, strides, dilates, pad, pad), engine)
+             : Fwd::primitive_desc(Fwd::desc(training, algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine);
     out.conv = Fwd(pd);
-    out.weights = pd.weights_desc();
-  } else {
-    const Fwd::primitive_desc fwd(Fwd::desc(training, algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine);
-    if (kind == ConvKind::kForward) {
-      out.conv = Fwd(fwd);
-      out.weights = fwd.weights_desc();
-    } else if (kind == ConvKind::kBackwardData) {
-      const Bwd::primitive_desc pd(Bwd::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
-      out.conv = Bwd(pd);
-      out.weights = pd.weights_desc();
-    } else {
-      const Bww::primitive_desc pd(Bww::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
-      out.conv = Bww(pd);
-      out.weights = pd.diff_weights_desc();
-    }
+    out.x = operand(user_x, pd.src_desc(), true);
+    out.w = operand(user_w, pd.weights_desc(), true);
+    out.y = operand(user_y, pd.dst_desc(), false);
+    return out;
   }
-  if (out.weights != user_w_md) {
-    const bool into_primitive = kind != ConvKind::kBackwardWeight;
-    const auto& from = into_primitive ? user_w_md : out.weights;
-    const auto& to = into_primitive ? out.weights : user_w_md;
-    out.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(engine, from, engine, to));
+  const Fwd::primitive_desc fwd(Fwd::desc(training, algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine);
+  if (kind == ConvKind::kBackwardData) {
+    const Bwd::primitive_desc pd(Bwd::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
+    out.conv = Bwd(pd);
+    out.x = operand(user_x, pd.diff_src_desc(), false);
+    out.w = operand(user_w, pd.weights_desc(), true);
+    out.y = operand(user_y, pd.diff_dst_desc(), true);
+  } else {
+    const Bww::primitive_desc pd(Bww::desc(algo, x_md, w_md, y_md, strides, dilates, pad, pad), engine, fwd);
+    out.conv = Bww(pd);
+    out.x = operand(user_x, pd.src_desc(), true);
+    out.w = operand(user_w, pd.diff_weights_desc(), false);
+    out.y = operand(user_y, pd.diff_dst_desc(), true);
   }
   return out;
 }
@@ -152,29 +175,43 @@ dnnl::memory memory_of(const dnnl::memory::desc& md, const Tensor& t) {
 void execute(ConvKind kind, const ConvShapes& s, const Conv2dParams& p, bool nhwc, const Tensor& a, const Tensor& b,
              const Tensor& bias, const Tensor& out) {
   const ConvPrimitive& prim = cached_primitive(kind, s, p, nhwc, bias.defined());
-  const auto x_md = image_desc(s.x, nhwc), y_md = image_desc(s.y, nhwc);
-  const dnnl::memory user_w = memory_of(weight_desc(s.w, p.groups, nhwc), kind == ConvKind::kBackwardWeight ? out : b);
-  const dnnl::memory w = prim.reorder ? dnnl::memory(prim.weights, dnnl_engine()) : user_w;
   auto& stream = dnnl_stream();
-  if (prim.reorder && kind != ConvKind::kBackwardWeight)
-    prim.reorder->execute(stream, {{DNNL_ARG_FROM, user_w}, {DNNL_ARG_TO, w}});
+  // The primitive's memory for an operand: dpl's tensor itself, or a buffer in the primitive's
+  // layout (filled from the tensor for an input).
+  const auto bind = [&](const Operand& op, const Tensor& t, bool input) {
+    const dnnl::memory user = memory_of(op.user, t);
+    if (!op.reorder) return user;
+    dnnl::memory m(op.prim, dnnl_engine());
+    if (input) op.reorder->execute(stream, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, m}});
+    return m;
+  };
+  const Operand* out_op = nullptr;
   std::unordered_map<int, dnnl::memory> args;
   switch (kind) {
     case ConvKind::kForward:
-      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, memory_of(y_md, out)}};
+      out_op = &prim.y;
+      args = {{DNNL_ARG_SRC, bind(prim.x, a, true)}, {DNNL_ARG_WEIGHTS, bind(prim.w, b, true)},
+              {DNNL_ARG_DST, bind(prim.y, out, false)}};
       if (bias.defined())
         args.emplace(DNNL_ARG_BIAS, memory_of({{s.w[0]}, dnnl::memory::data_type::f32, Tag::a}, bias));
       break;
     case ConvKind::kBackwardData:
-      args = {{DNNL_ARG_DIFF_DST, memory_of(y_md, a)}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, memory_of(x_md, out)}};
+      out_op = &prim.x;
+      args = {{DNNL_ARG_DIFF_DST, bind(prim.y, a, true)}, {DNNL_ARG_WEIGHTS, bind(prim.w, b, true)},
+              {DNNL_ARG_DIFF_SRC, bind(prim.x, out, false)}};
       break;
     case ConvKind::kBackwardWeight:
-      args = {{DNNL_ARG_SRC, memory_of(x_md, a)}, {DNNL_ARG_DIFF_DST, memory_of(y_md, b)}, {DNNL_ARG_DIFF_WEIGHTS, w}};
+      out_op = &prim.w;
+      args = {{DNNL_ARG_SRC, bind(prim.x, a, true)}, {DNNL_ARG_DIFF_DST, bind(prim.y, b, true)},
+              {DNNL_ARG_DIFF_WEIGHTS, bind(prim.w, out, false)}};
       break;
   }
+  const int out_arg = kind == ConvKind::kForward        ? DNNL_ARG_DST
+                      : kind == ConvKind::kBackwardData ? DNNL_ARG_DIFF_SRC
+                                                        : DNNL_ARG_DIFF_WEIGHTS;
   prim.conv.execute(stream, args);
-  if (prim.reorder && kind == ConvKind::kBackwardWeight)
-    prim.reorder->execute(stream, {{DNNL_ARG_FROM, w}, {DNNL_ARG_TO, user_w}});
+  if (out_op->reorder)
+    out_op->reorder->execute(stream, {{DNNL_ARG_FROM, args.at(out_arg)}, {DNNL_ARG_TO, memory_of(out_op->user, out)}});
   stream.wait();
 }
 
