@@ -9,6 +9,7 @@
 
 #include "comm/environment.hpp"
 #include "core/stable_hash.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl::comm::detail {
 
@@ -62,7 +63,10 @@ void ensure_mpi() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // The collective watchdog's thread talks to the other ranks while this one may be blocked in a
+    // collective, which needs MPI_THREAD_MULTIPLE; without a watchdog, FUNNELED is all dpl needs.
+    const int level = settings().collective_timeout > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    const int rc = MPI_Init_thread(nullptr, nullptr, level, &provided);
     DPL_CHECK(rc == MPI_SUCCESS, "create_communicator: MPI_Init_thread failed with code ", rc);
 #ifdef __GLIBC__
     on_exit(&leave_mpi_on_exit, nullptr);  // unlike atexit, tells us the exit status

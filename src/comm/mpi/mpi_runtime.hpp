@@ -19,7 +19,8 @@ namespace dpl::comm::detail {
 
 void mpi_check(int code, const std::string& what);
 
-/// Initialises MPI (MPI_THREAD_FUNNELED) unless the program already has, and then arranges for
+/// Initialises MPI (MPI_THREAD_MULTIPLE for the collective watchdog's thread, or
+/// MPI_THREAD_FUNNELED when DPL_COLLECTIVE_TIMEOUT=0) unless the program already has, and then arranges for
 /// MPI_Finalize at a clean exit; an MPI the program initialised is left for it to finalise.
 /// Installs the terminate handler that aborts the job. Throws when MPI has been finalised.
 void ensure_mpi();
