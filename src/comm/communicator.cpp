@@ -128,8 +128,9 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name, const
   // Creating a communicator is collective too: a rank that never comes is reported like any other.
   detail::WatchScope scope("create_communicator", detail::interned_name(name));
   const auto rpn = settings().ranks_per_node;
-  detail::check_same_request("'" + name + "' allreduce_dtype " + dtype_name(dt) +
-                             " DPL_RANKS_PER_NODE=" + (rpn.empty() ? std::string("unset") : detail::node_sizes_text(rpn)));
+  detail::check_same_request({{"communicator", name},
+                              {"allreduce_dtype", dtype_name(dt)},
+                              {"DPL_RANKS_PER_NODE", rpn.empty() ? std::string("unset") : detail::node_sizes_text(rpn)}});
 #endif
   DPL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, "create_communicator('", name,
             "'): expected CommOptions::allreduce_dtype float32, bfloat16 or float16, got ", dt);

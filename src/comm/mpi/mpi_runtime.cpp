@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/environment.hpp"
+#include "comm/setting_differences.hpp"
 #include "core/stable_hash.hpp"
 #include "dpl/core/settings.hpp"
 
@@ -77,16 +78,17 @@ void ensure_mpi() {
   install_terminate_handler();
 }
 
-void check_same_request(const std::string& request) {
+void check_same_request(const std::vector<NamedValue>& named) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size == 1) return;
+  const std::string request = encode_settings(named);
   const std::uint64_t mine = dpl::detail::stable_hash(request);
   std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size));
   mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
             "create_communicator: MPI_Allgather");
   if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
-  // They differ: gather every rank's text so that every rank can say who asked for what.
+  // They differ: gather every rank's request so that every rank can say who asked for what.
   const int length = static_cast<int>(request.size());
   std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
   mpi_check(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
@@ -100,14 +102,13 @@ void check_same_request(const std::string& request) {
   mpi_check(MPI_Allgatherv(request.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
                            MPI_COMM_WORLD),
             "create_communicator: MPI_Allgatherv");
-  std::string listing;
+  std::vector<std::string> by_rank;
   for (int r = 0; r < size; ++r) {
-    listing += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
-               all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
-                          static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+    by_rank.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                                 static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
   }
-  DPL_FAIL("create_communicator: the ranks asked for different communicators or settings (", listing,
-           "); every rank must create the same communicator with the same options and environment");
+  DPL_FAIL("create_communicator: the ranks asked for different communicators: ", setting_differences(by_rank),
+           "; every rank must create the same communicator with the same options and environment");
 }
 
 int job_rank() noexcept {
