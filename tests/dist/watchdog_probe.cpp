@@ -5,8 +5,11 @@
 // others wait in allreduce #3 while rank 1
 //   stop:  stops itself (SIGSTOP), as a debugger or a swapped-out node would;
 //   sleep: sleeps far beyond the deadline outside any collective (a rank that took another,
-//          slower path through the program).
+//          slower path through the program);
+//   funneled: as sleep, in a program that initialised MPI itself with MPI_THREAD_FUNNELED, where
+//          the watchdog cannot ask the other ranks and ends its own process instead.
 
+#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +19,10 @@
 
 int main(int argc, char** argv) {
   const bool stop = argc > 1 && std::strcmp(argv[1], "stop") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "funneled") == 0) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  }
   auto comm = dpl::comm::create_communicator("hierarchical");
   dpl::Tensor buf = dpl::Tensor::ones({1024});
   comm->allreduce(buf);
