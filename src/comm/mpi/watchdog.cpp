@@ -85,9 +85,10 @@ class Watchdog {
     if (size_ < 2 || timeout_ <= 0) return;
     // A few polls per deadline, at most one a second: the answer to another rank's question waits
     // at most this long, and an expiry is noticed at most this late.
-    tick_ms_ = std::clamp(timeout_ * 1000 / 4, 50, 1000);
-    // Long enough for every live rank's thread to poll at least twice.
-    grace_ms_ = std::clamp(timeout_ * 1000 / 2, 4 * tick_ms_ + 500, 10000);
+    const std::int64_t timeout_ms = std::int64_t{timeout_} * 1000;  // up to a year: beyond int
+    tick_ms_ = static_cast<int>(std::clamp<std::int64_t>(timeout_ms / 4, 50, 1000));
+    // Long enough for every live rank's thread to poll several times.
+    grace_ms_ = static_cast<int>(std::clamp<std::int64_t>(timeout_ms / 2, 4 * tick_ms_ + 500, 10000));
     if (multiple_) post_query();
     thread_ = std::thread([this] { run(); });
     // MPI_Finalize deletes MPI_COMM_SELF's attributes first, while MPI still works: the thread is
