@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <iomanip>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -49,6 +51,14 @@ inline double parse_real(const std::string& flag, const std::string& text, doubl
   if (v < min) throw BadFlag{flag + " must be ≥ " + shown(min) + ", got " + text};
   if (v > max) throw BadFlag{flag + " must be ≤ " + shown(max) + ", got " + text};
   return v;
+}
+
+/// A real number as text that tells any two different values apart (for the ranks' agreement on
+/// the flags): 0.1 and 0.10 give the same text, 0.1 and 0.1000001 do not.
+inline std::string exact_text(double v) {
+  std::ostringstream s;
+  s << std::setprecision(std::numeric_limits<double>::max_digits10) << v;
+  return s.str();
 }
 
 }  // namespace dpl::examples

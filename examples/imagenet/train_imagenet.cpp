@@ -149,6 +149,35 @@ std::int64_t max_label(const data::LabeledImageDataset& set) {
 
 int run(Options o) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
+  // Ranks started with different flags would run different numbers of steps, or collectives of
+  // different sizes, and wait for each other forever: refuse that now, naming the flag and ranks.
+  // -o and --log-interval only shape rank 0's output; -j only each rank's own loader threads.
+  std::string mean_text = o.subtract_mean ? "" : "none";
+  for (const float m : o.mean) mean_text += (mean_text.empty() ? "" : ",") + examples::exact_text(m);
+  comm::check_settings_agree(*comm,
+                             {{"training list", o.train_list},
+                              {"validation list", o.val_list},
+                              {"image root (-R)", o.root},
+                              {"architecture (-a)", o.arch},
+                              {"batch size (-B)", std::to_string(o.batchsize)},
+                              {"validation batch size (--val-batchsize)", std::to_string(o.val_batchsize)},
+                              {"epochs (-E)", std::to_string(o.epochs)},
+                              {"mean (-m)", mean_text},
+                              {"communicator (--communicator)", o.communicator},
+                              {"gpu (-g)", o.gpu ? "on" : "off"},
+                              {"crop size (--crop-size)", std::to_string(o.crop_size)},
+                              {"dtype (--dtype)", dtype_name(o.dtype)},
+                              {"layout (--layout)", o.nhwc ? "nhwc" : "nchw"},
+                              {"learning rate (--lr)", o.lr < 0 ? "auto" : examples::exact_text(o.lr)},
+                              {"momentum (--momentum)", examples::exact_text(o.momentum)},
+                              {"weight decay (--weight-decay)", examples::exact_text(o.weight_decay)},
+                              {"warmup epochs (--warmup-epochs)", examples::exact_text(o.warmup_epochs)},
+                              {"label smoothing (--label-smoothing)", examples::exact_text(o.label_smoothing)},
+                              {"classes (--classes)", std::to_string(o.classes)},
+                              {"synthetic data (--synthetic)", o.synthetic ? "on" : "off"},
+                              {"test run (--test)", o.test ? "on" : "off"},
+                              {"seed (--seed)", std::to_string(o.seed)}},
+                             "train_imagenet");
   const bool root = comm->rank() == 0;
 
   const Device device = examples::device_for_rank(o.gpu, *comm);

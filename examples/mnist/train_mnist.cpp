@@ -9,6 +9,9 @@
 // MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
 // and, at the end, the phase-timer summary across ranks. A NaN or Inf gradient on any rank stops
 // every rank with the iteration, the rank(s) and the parameter (--non-finite: docs/reliability.md).
+// Ranks started with different flags are refused at the start, naming the flag and each rank's
+// value; a rank that stops taking part is reported by the collective watchdog
+// (DPL_COLLECTIVE_TIMEOUT, docs/reliability.md).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -49,8 +52,24 @@ using examples::BadFlag;
 using examples::parse_whole;
 
 int run(const Options& o) {
+  // Ranks started with different communicators are refused here, naming each rank's choice.
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
   const bool root = comm->rank() == 0;
+  // Ranks started with different flags would run different numbers of steps (or different
+  // collectives) and wait for each other forever: refuse that now, naming the flag and the ranks.
+  // --data and -o are read or written by rank 0 alone; --trace only names each rank's own file.
+  comm::check_settings_agree(*comm,
+                             {{"batch size (-b)", std::to_string(o.batchsize)},
+                              {"epochs (-e)", std::to_string(o.epochs)},
+                              {"units (-u)", std::to_string(o.units)},
+                              {"gpu (-g)", o.gpu ? "on" : "off"},
+                              {"communicator (--communicator)", o.communicator},
+                              {"seed (--seed)", std::to_string(o.seed)},
+                              {"synchronized timing (--sync-timing)", o.sync_timing ? "on" : "off"},
+                              {"snapshot interval (--snapshot-every)", std::to_string(o.snapshot_every)},
+                              {"resumed checkpoint (--resume)", o.resume},
+                              {"non-finite policy (--non-finite)", optim::to_string(o.non_finite)}},
+                             "train_mnist");
 
   const Device device = examples::device_for_rank(o.gpu, *comm);
 

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <sstream>
+#include <utility>
 
+#include "comm/setting_differences.hpp"
 #include "core/stable_hash.hpp"
 #include "dpl/core/error.hpp"
 
@@ -52,7 +55,7 @@ std::string first_difference(int rank, const std::string& reference, const std::
 }  // namespace
 
 std::vector<std::uint64_t> gather_description_hashes(Communicator& comm, const std::string& description) {
-  const std::uint64_t mine = detail::stable_hash(description);
+  const std::uint64_t mine = ::dpl::detail::stable_hash(description);
   std::int64_t word = 0;
   std::memcpy(&word, &mine, sizeof word);  // int64 carries the bits: every communicator moves it
   Tensor send = Tensor::from_vector<std::int64_t>({word}, {1});
@@ -90,5 +93,95 @@ void check_ranks_agree(Communicator& comm, const std::string& description, const
   if (differing.size() > detailed) msg << " (and " << differing.size() - detailed << " more ranks)";
   DPL_FAIL(msg.str());
 }
+
+void check_settings_agree(Communicator& comm, const std::vector<NamedValue>& values, const std::string& operation) {
+  const std::string mine = detail::encode_settings(values);
+  const std::vector<std::uint64_t> hashes = gather_description_hashes(comm, mine);
+  if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
+  // Every rank holds the same table: one broadcast per distinct text, from its lowest rank.
+  std::map<std::uint64_t, std::string> texts;
+  for (std::size_t r = 0; r < hashes.size(); ++r) {
+    if (texts.count(hashes[r])) continue;
+    const int root = static_cast<int>(r);
+    texts[hashes[r]] = broadcast_text(comm, comm.rank() == root ? mine : std::string(), root);
+  }
+  std::vector<std::string> by_rank;
+  for (const std::uint64_t h : hashes) by_rank.push_back(texts[h]);
+  std::string differences = detail::setting_differences(by_rank);
+  // Equal hashes of different texts aside, the texts differ; say so even if no value does.
+  if (differences.empty()) differences = "the ranks gave different lists of settings";
+  DPL_FAIL(operation, " (", comm.name(), "): ", differences, "; every rank must run with the same settings");
+}
+
+namespace detail {
+
+namespace {
+
+// Separators that no flag value or setting name contains (ASCII unit and record separators).
+constexpr char kNameEnd = '\x1f';
+constexpr char kValueEnd = '\x1e';
+
+std::vector<std::pair<std::string, std::string>> decode_settings(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t name_end = text.find(kNameEnd, pos);
+    const std::size_t value_end = text.find(kValueEnd, name_end == std::string::npos ? pos : name_end);
+    if (name_end == std::string::npos || value_end == std::string::npos) break;
+    out.emplace_back(text.substr(pos, name_end - pos), text.substr(name_end + 1, value_end - name_end - 1));
+    pos = value_end + 1;
+  }
+  return out;
+}
+
+// "rank 0", "ranks 0, 2", "ranks 0, 1, 2, 3, 4, 5 and 10 more".
+std::string ranks_text(const std::vector<int>& ranks) {
+  constexpr std::size_t kListed = 6;
+  std::ostringstream os;
+  os << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (std::size_t i = 0; i < ranks.size() && i < kListed; ++i) os << (i ? ", " : "") << ranks[i];
+  if (ranks.size() > kListed) os << " and " << ranks.size() - kListed << " more";
+  return os.str();
+}
+
+}  // namespace
+
+std::string encode_settings(const std::vector<NamedValue>& values) {
+  std::string out;
+  for (const NamedValue& v : values) out += v.name + kNameEnd + v.value + kValueEnd;
+  return out;
+}
+
+std::string setting_differences(const std::vector<std::string>& encoded_by_rank) {
+  std::vector<std::vector<std::pair<std::string, std::string>>> decoded;
+  std::vector<std::string> names;  // in the order the ranks list them, rank 0's first
+  for (const std::string& text : encoded_by_rank) {
+    decoded.push_back(decode_settings(text));
+    for (const auto& nv : decoded.back())
+      if (std::find(names.begin(), names.end(), nv.first) == names.end()) names.push_back(nv.first);
+  }
+  std::ostringstream os;
+  for (const std::string& name : names) {
+    // value -> ranks, in the order of the lowest rank holding each value
+    std::vector<std::pair<std::string, std::vector<int>>> groups;
+    for (std::size_t r = 0; r < decoded.size(); ++r) {
+      std::string value = "(not given)";
+      for (const auto& nv : decoded[r])
+        if (nv.first == name) value = nv.second;
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == value; });
+      if (it == groups.end()) groups.push_back({value, {static_cast<int>(r)}});
+      else it->second.push_back(static_cast<int>(r));
+    }
+    if (groups.size() < 2) continue;
+    os << (os.tellp() > 0 ? "; " : "") << "setting '" << name << "' differs between ranks: ";
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      os << (g ? ", " : "") << ranks_text(groups[g].second) << (groups[g].second.size() == 1 ? " has " : " have ")
+         << (groups[g].first.empty() ? "''" : groups[g].first);
+    }
+  }
+  return os.str();
+}
+
+}  // namespace detail
 
 }  // namespace dpl::comm

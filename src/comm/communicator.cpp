@@ -12,6 +12,7 @@
 #include "dpl/core/settings.hpp"
 #if DPL_WITH_MPI
 #include "comm/mpi/mpi_runtime.hpp"
+#include "comm/watchdog.hpp"
 #endif
 
 namespace dpl::comm {
@@ -55,8 +56,8 @@ const std::vector<Entry>& registry() {
   return entries;
 }
 
-// The communicator of one table entry, as create_communicator hands it out. Collective.
-std::unique_ptr<Communicator> build(const Entry& e) {
+// The algorithm of one table entry. Collective.
+std::unique_ptr<Communicator> build_algorithm(const Entry& e) {
   std::unique_ptr<detail::HostCommunicator> host = e.make_host(e.name);
 #if DPL_WITH_NCCL
   if (e.make_device) {
@@ -69,6 +70,15 @@ std::unique_ptr<Communicator> build(const Entry& e) {
   return detail::make_staging(std::move(host));
 #else
   return host;
+#endif
+}
+
+// The communicator of one table entry, as create_communicator hands it out. Collective.
+std::unique_ptr<Communicator> build(const Entry& e) {
+#if DPL_WITH_MPI
+  return detail::make_watched(build_algorithm(e));
+#else
+  return build_algorithm(e);
 #endif
 }
 
@@ -114,9 +124,13 @@ std::unique_ptr<Communicator> create_communicator(const std::string& name, const
   // Before any check that could fail on some ranks only, and before the algorithm's own
   // collectives: ranks that asked for different things would otherwise hang in them.
   detail::ensure_mpi();
+  detail::start_watchdog();
+  // Creating a communicator is collective too: a rank that never comes is reported like any other.
+  detail::WatchScope scope("create_communicator", detail::interned_name(name));
   const auto rpn = settings().ranks_per_node;
-  detail::check_same_request("'" + name + "' allreduce_dtype " + dtype_name(dt) +
-                             " DPL_RANKS_PER_NODE=" + (rpn.empty() ? std::string("unset") : detail::node_sizes_text(rpn)));
+  detail::check_same_request({{"communicator", name},
+                              {"allreduce_dtype", dtype_name(dt)},
+                              {"DPL_RANKS_PER_NODE", rpn.empty() ? std::string("unset") : detail::node_sizes_text(rpn)}});
 #endif
   DPL_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16, "create_communicator('", name,
             "'): expected CommOptions::allreduce_dtype float32, bfloat16 or float16, got ", dt);

@@ -31,6 +31,12 @@ std::unique_ptr<Communicator> make_single(const std::string& name);
 /// A host communicator: the named algorithm over host memory.
 using HostMaker = std::unique_ptr<HostCommunicator> (*)(const std::string& name);
 
+#if DPL_WITH_MPI
+/// Wraps the communicator create_communicator hands out so that the collective watchdog sees each
+/// of its calls (src/comm/mpi/watched_communicator.cpp).
+std::unique_ptr<Communicator> make_watched(std::unique_ptr<Communicator> inner);
+#endif
+
 /// Wraps a host communicator so that it also accepts CUDA tensors, staged through pinned host
 /// memory (src/comm/staging_communicator.cpp).
 std::unique_ptr<Communicator> make_staging(std::unique_ptr<Communicator> inner);

@@ -100,6 +100,13 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
     if (*slots < 2) bad_value("DPL_STAGING_SLOTS", value_of(lookup, "DPL_STAGING_SLOTS"), "a whole number from 2 to 2147483647");
     s.staging_slots = *slots;
   }
+  if (const char* v = value_of(lookup, "DPL_COLLECTIVE_TIMEOUT")) {
+    // Whole seconds up to a year: enough for any collective, and far from overflowing a clock.
+    const auto seconds = whole_number(v, 0, 31536000);
+    if (!seconds || std::string(v).find_first_of("+-") != std::string::npos)
+      bad_value("DPL_COLLECTIVE_TIMEOUT", v, "a whole number of seconds from 0 (no watchdog) to 31536000");
+    s.collective_timeout = static_cast<int>(*seconds);
+  }
   return s;
 }
 
@@ -127,6 +134,9 @@ const std::vector<SettingInfo>& settings_table() {
       {"DPL_STAGING_CHUNK_BYTES", "4194304",
        "Bytes per chunk when device buffers are staged through pinned host memory for MPI"},
       {"DPL_STAGING_SLOTS", "4", "Pinned chunks in flight at once when staging (at least 2)"},
+      {"DPL_COLLECTIVE_TIMEOUT", "600",
+       "Seconds a collective may wait for the other ranks; then the watchdog reports the collective, its "
+       "sequence number and the ranks that did not arrive, and aborts the job (0: no watchdog)"},
   };
   return table;
 }

@@ -7,6 +7,7 @@
 
 #include "core/atomic_file.hpp"
 #include "dpl/autograd/ops.hpp"
+#include "dpl/comm/agreement.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/core/threads.hpp"
@@ -182,6 +183,14 @@ bool Trainer::done() const {
 
 void Trainer::run() {
   const data::BatchSource& it = updater_.iterator();
+  if (comm_ != nullptr && comm_->size() > 1) {
+    std::vector<comm::NamedValue> steps = {
+        {"training length", std::to_string(length_) + (unit_ == LengthUnit::kEpoch ? " epochs" : " iterations")}};
+    // Under a length in iterations, shards of different lengths are fine: every rank still runs
+    // the same number of steps.
+    if (unit_ == LengthUnit::kEpoch) steps.push_back({"batches per epoch", std::to_string(it.batches_per_epoch())});
+    comm::check_settings_agree(*comm_, steps, "Trainer.run");
+  }
   for (const Entry& e : extensions_) e.extension->initialize(*this);
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);

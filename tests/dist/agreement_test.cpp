@@ -86,5 +86,47 @@ TEST(Agreement, SummariesOfDifferentPhasesAreRefusedOnEveryRank) {
   EXPECT_NE(what.find("expected phase 'optimize' as on rank 0, got 'optimise'"), std::string::npos) << what;
 }
 
+// Settings agreed at the start of a run: equal settings pass at the price of one allgather; a
+// difference is one error, the same on every rank, naming the setting and each rank's value.
+TEST(Agreement, EqualSettingsAgree) {
+  for (const char* name : {"naive", "hierarchical"}) {
+    auto& comm = communicator(name);
+    EXPECT_NO_THROW(comm::check_settings_agree(comm, {{"batch size", "100"}, {"epochs", "3"}}, "train"));
+    EXPECT_NO_THROW(comm::check_settings_agree(comm, {}, "train"));
+  }
+}
+
+TEST(Agreement, DifferingSettingsNameTheSettingAndEveryRanksValue) {
+  auto& comm = communicator("hierarchical");
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int last = comm.size() - 1;
+  const std::string batch = comm.rank() == last ? "50" : "100";
+  const std::string what = error_message([&] {
+    comm::check_settings_agree(comm, {{"batch size (-b)", batch}, {"epochs (-e)", "3"}, {"dtype", "bf16"}},
+                               "train_mnist");
+  });
+  const std::string others = comm.size() == 2 ? "rank 0 has 100" : "ranks 0, 1";
+  EXPECT_NE(what.find("train_mnist (hierarchical): setting 'batch size (-b)' differs between ranks: " + others),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("rank " + std::to_string(last) + " has 50; every rank must run with the same settings"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find("epochs"), std::string::npos) << what;  // only what differs
+  EXPECT_TRUE(comm::ranks_differing_from_rank0(comm, what).empty()) << what;
+}
+
+TEST(Agreement, EverySettingThatDiffersIsNamed) {
+  auto& comm = communicator("naive");
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const bool odd = comm.rank() % 2 == 1;
+  const std::string what = error_message([&] {
+    comm::check_settings_agree(comm, {{"epochs (-e)", odd ? "2" : "1"}, {"communicator", odd ? "naive" : "flat"}}, "run");
+  });
+  EXPECT_NE(what.find("setting 'epochs (-e)' differs between ranks: rank"), std::string::npos) << what;
+  EXPECT_NE(what.find("; setting 'communicator' differs between ranks: "), std::string::npos) << what;
+  EXPECT_NE(what.find(comm.size() >= 4 ? "ranks 1, 3 have naive" : "rank 1 has naive"), std::string::npos) << what;
+}
+
 }  // namespace
 }  // namespace dpl::test

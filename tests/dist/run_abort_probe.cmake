@@ -2,7 +2,7 @@
 # ends every rank: a non-zero exit, the expected message in the output, and well within the time
 # limit. Inputs (-D): MPIEXEC, NP_FLAG, NP, EXTRA_FLAGS (;-list), PROBE, MODE (the probe's
 # argument: "throw" or "exit"; "dist" or "single"),
-# EXPECT (a string the output must contain), LIMIT (seconds).
+# EXPECT (a string the output must contain), EXPECT2 (optional: a second one), LIMIT (seconds).
 
 string(TIMESTAMP start "%s")
 execute_process(
@@ -25,6 +25,12 @@ endif()
 string(FIND "${out}" "${EXPECT}" at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the output lacks '${EXPECT}'")
+endif()
+if(DEFINED EXPECT2)
+  string(FIND "${out}" "${EXPECT2}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the output lacks '${EXPECT2}'")
+  endif()
 endif()
 if(elapsed GREATER LIMIT)
   message(FATAL_ERROR "the job took ${elapsed} s to end; expected at most ${LIMIT} s")

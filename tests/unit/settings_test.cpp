@@ -45,6 +45,7 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_EQ(s.output, OutputSetting::kAuto);
     EXPECT_EQ(s.staging_chunk_bytes, 4 << 20);
     EXPECT_EQ(s.staging_slots, 4);
+    EXPECT_EQ(s.collective_timeout, 600);
   }
 }
 
@@ -60,7 +61,8 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_MPI_CUDA_AWARE", "0"},
                             {"DPL_OUTPUT", "plain"},
                             {"DPL_STAGING_CHUNK_BYTES", "65536"},
-                            {"DPL_STAGING_SLOTS", "3"}});
+                            {"DPL_STAGING_SLOTS", "3"},
+                            {"DPL_COLLECTIVE_TIMEOUT", "5"}});
   EXPECT_THAT(s.ranks_per_node, ElementsAre(2));
   EXPECT_EQ(s.num_threads, 7);
   EXPECT_TRUE(s.omp_num_threads_set);
@@ -73,6 +75,8 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_EQ(s.output, OutputSetting::kPlain);
   EXPECT_EQ(s.staging_chunk_bytes, 65536);
   EXPECT_EQ(s.staging_slots, 3);
+  EXPECT_EQ(s.collective_timeout, 5);
+  EXPECT_EQ(parse({{"DPL_COLLECTIVE_TIMEOUT", "0"}}).collective_timeout, 0);  // no watchdog
   EXPECT_EQ(parse({{"DPL_OUTPUT", "terminal"}}).output, OutputSetting::kTerminal);
   EXPECT_EQ(parse({{"DPL_MPI_CUDA_AWARE", "1"}}).mpi_cuda_aware, true);
 }
@@ -103,6 +107,9 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_CUDA_DEVICE", "0,,1", "comma-separated"}, {"DPL_CUDA_DEVICE", "-1", "device number"},
       {"DPL_CUDA_DEVICE", "gpu0", "device number"},   {"DPL_OUTPUT", "fancy", "plain or terminal"},
       {"DPL_STAGING_SLOTS", "1", "from 2"},           {"DPL_STAGING_CHUNK_BYTES", "4M", "whole number"},
+      {"DPL_COLLECTIVE_TIMEOUT", "-1", "whole number of seconds"},
+      {"DPL_COLLECTIVE_TIMEOUT", "2.5", "whole number of seconds"},
+      {"DPL_COLLECTIVE_TIMEOUT", "99999999", "31536000"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);

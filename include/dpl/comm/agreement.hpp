@@ -42,4 +42,23 @@ struct AgreementError {
 /// detail costs a few broadcasts, paid only when the ranks differ.
 void check_ranks_agree(Communicator& comm, const std::string& description, const AgreementError& error);
 
+/// A setting that every rank of a run must hold alike, as text: a program's batch size, length,
+/// communicator, dtype...
+struct NamedValue {
+  /// How the message names it, e.g. "batch size (-b)".
+  std::string name;
+  /// Its value on this rank, e.g. "100".
+  std::string value;
+};
+
+/// Collective over comm, for the start of a run: ranks started with different settings would
+/// otherwise run different numbers of steps, or different collectives, and hang. Returns when
+/// every rank passed the same names with the same values in the same order. Otherwise every rank
+/// throws the same dpl::Error naming each setting that differs and the ranks' values, e.g.
+///   "<operation> (<communicator>): setting 'batch size (-b)' differs between ranks: rank 0 has
+///   100, rank 1 has 50; every rank must run with the same settings"
+/// Costs one allgather of 8 bytes when the ranks agree; the values themselves travel only when
+/// they do not.
+void check_settings_agree(Communicator& comm, const std::vector<NamedValue>& values, const std::string& operation);
+
 }  // namespace dpl::comm

@@ -180,7 +180,13 @@ std::vector<std::string> communicator_names();
 /// The first call sets the host threads of this process to cores / processes-on-this-host unless
 /// DPL_NUM_THREADS (used as given) or OMP_NUM_THREADS is set.
 /// After this call an uncaught exception on any rank prints "rank R: what()" and aborts every rank.
-/// Throws dpl::Error listing the valid names for an unknown name.
+/// Throws dpl::Error listing the valid names for an unknown name, and on every rank, naming the
+/// setting and each rank's value, when the ranks asked for different names, options or
+/// DPL_RANKS_PER_NODE.
+/// Every call of the returned communicator (and this one) has a deadline: when one waits longer
+/// than DPL_COLLECTIVE_TIMEOUT seconds (default 600; 0: none) the collective watchdog reports the
+/// operation, its sequence number and the ranks that did not arrive, and aborts the job (see
+/// docs/reliability.md). For it the first call initialises MPI with MPI_THREAD_MULTIPLE.
 ///
 /// In a build without MPI every name gives a one-process communicator (rank 0 of size 1) whose
 /// collectives are local copies, so single-process programs run unchanged.

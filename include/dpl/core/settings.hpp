@@ -42,6 +42,9 @@ struct Settings {
   int staging_chunk_bytes = 4 << 20;
   /// DPL_STAGING_SLOTS: pinned chunks in flight at once (at least 2).
   int staging_slots = 4;
+  /// DPL_COLLECTIVE_TIMEOUT: seconds a collective may wait for the other ranks before the
+  /// watchdog reports it and aborts the job (0: no watchdog). See docs/reliability.md.
+  int collective_timeout = 600;
 };
 
 /// One row of the table of variables: its name, default and meaning.

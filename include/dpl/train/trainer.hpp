@@ -181,6 +181,10 @@ class Trainer {
   /// Runs every initialize(), then the loop until the length is reached: before_update hooks,
   /// update, triggered extensions; then end() extensions and every finalize(). Returns at once when a resumed run
   /// had already reached the length (after the end extensions and finalize).
+  /// With a communicator of several ranks, first checks that every rank runs the same length
+  /// (and, for a length in epochs, the same number of batches per epoch): ranks that would run
+  /// different numbers of steps throw the same dpl::Error naming the setting and each rank's
+  /// value, instead of waiting for each other at the end (comm::check_settings_agree).
   void run();
 
   /// Collective: writes a checkpoint of the model, optimizer, iterator, generators, log and

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "comm/environment.hpp"
+#include "comm/setting_differences.hpp"
 #include "core/stable_hash.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl::comm::detail {
 
@@ -62,7 +64,10 @@ void ensure_mpi() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // The collective watchdog's thread talks to the other ranks while this one may be blocked in a
+    // collective, which needs MPI_THREAD_MULTIPLE; without a watchdog, FUNNELED is all dpl needs.
+    const int level = settings().collective_timeout > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    const int rc = MPI_Init_thread(nullptr, nullptr, level, &provided);
     DPL_CHECK(rc == MPI_SUCCESS, "create_communicator: MPI_Init_thread failed with code ", rc);
 #ifdef __GLIBC__
     on_exit(&leave_mpi_on_exit, nullptr);  // unlike atexit, tells us the exit status
@@ -73,16 +78,17 @@ void ensure_mpi() {
   install_terminate_handler();
 }
 
-void check_same_request(const std::string& request) {
+void check_same_request(const std::vector<NamedValue>& named) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size == 1) return;
+  const std::string request = encode_settings(named);
   const std::uint64_t mine = dpl::detail::stable_hash(request);
   std::vector<std::uint64_t> hashes(static_cast<std::size_t>(size));
   mpi_check(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD),
             "create_communicator: MPI_Allgather");
   if (std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; })) return;
-  // They differ: gather every rank's text so that every rank can say who asked for what.
+  // They differ: gather every rank's request so that every rank can say who asked for what.
   const int length = static_cast<int>(request.size());
   std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
   mpi_check(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD),
@@ -96,14 +102,13 @@ void check_same_request(const std::string& request) {
   mpi_check(MPI_Allgatherv(request.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
                            MPI_COMM_WORLD),
             "create_communicator: MPI_Allgatherv");
-  std::string listing;
+  std::vector<std::string> by_rank;
   for (int r = 0; r < size; ++r) {
-    listing += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
-               all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
-                          static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+    by_rank.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                                 static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
   }
-  DPL_FAIL("create_communicator: the ranks asked for different communicators or settings (", listing,
-           "); every rank must create the same communicator with the same options and environment");
+  DPL_FAIL("create_communicator: the ranks asked for different communicators: ", setting_differences(by_rank),
+           "; every rank must create the same communicator with the same options and environment");
 }
 
 int job_rank() noexcept {

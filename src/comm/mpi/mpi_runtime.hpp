@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "dpl/comm/agreement.hpp"
 #include "dpl/core/dtype.hpp"
 #include "dpl/core/error.hpp"
 
@@ -19,17 +21,18 @@ namespace dpl::comm::detail {
 
 void mpi_check(int code, const std::string& what);
 
-/// Initialises MPI (MPI_THREAD_FUNNELED) unless the program already has, and then arranges for
+/// Initialises MPI (MPI_THREAD_MULTIPLE for the collective watchdog's thread, or
+/// MPI_THREAD_FUNNELED when DPL_COLLECTIVE_TIMEOUT=0) unless the program already has, and then arranges for
 /// MPI_Finalize at a clean exit; an MPI the program initialised is left for it to finalise.
 /// Installs the terminate handler that aborts the job. Throws when MPI has been finalised.
 void ensure_mpi();
 
 /// Collective over MPI_COMM_WORLD, and the same call whatever the rank asked for: checks that
-/// every rank passed the same `request` (the communicator's name and options, as text) before
-/// any algorithm-specific collective could hang on a mismatch. One allgather of a stable hash;
-/// only when they differ, the texts are gathered too, and every rank throws the same dpl::Error
-/// naming each rank's request. Requires ensure_mpi().
-void check_same_request(const std::string& request);
+/// every rank passed the same `request` (the communicator's name, options and environment)
+/// before any algorithm-specific collective could hang on a mismatch. One allgather of a stable
+/// hash; only when they differ, the requests are gathered too, and every rank throws the same
+/// dpl::Error naming each setting that differs and the ranks' values. Requires ensure_mpi().
+void check_same_request(const std::vector<NamedValue>& request);
 
 /// The MPI datatype that carries dtype. 16-bit types map to a 2-byte integer type: fine for
 /// moving data, never used for reductions (the checks refuse them first).

@@ -47,6 +47,7 @@ NcclContext::NcclContext(std::string name, const MpiGroups& groups, Communicator
 
 NcclContext::~NcclContext() {
   if (device_ < 0) return;
+  if (watched_) remove_device_work(this);  // before anything it polls goes
   cudaSetDevice(device_);
   cudaStreamSynchronize(stream_);
   if (world_) ncclCommDestroy(world_);
@@ -69,6 +70,8 @@ void NcclContext::bind(const Tensor& t, const char* collective) {
   DPL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
   enable_peer_access(d);
   device_ = d;
+  add_device_work(this);
+  watched_ = true;
 }
 
 cudaStream_t NcclContext::compute_stream() const { return backend::comm_interop::compute_stream(device_); }
@@ -111,7 +114,11 @@ ncclComm_t NcclContext::create(MPI_Comm group) {
 ncclComm_t NcclContext::world() {
   if (!world_tried_) {
     world_tried_ = true;
-    if (!sharing().in_job) world_ = create(groups_.world);
+    if (!sharing().in_job) {
+      ncclComm_t c = create(groups_.world);
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      world_ = c;
+    }
   }
   return world_;
 }
@@ -119,7 +126,11 @@ ncclComm_t NcclContext::world() {
 ncclComm_t NcclContext::intra() {
   if (!intra_tried_) {
     intra_tried_ = true;
-    if (!sharing().in_a_node) intra_ = create(groups_.intra);
+    if (!sharing().in_a_node) {
+      ncclComm_t c = create(groups_.intra);
+      std::lock_guard<std::mutex> lock(watch_mu_);
+      intra_ = c;
+    }
   }
   return intra_;
 }
@@ -130,8 +141,34 @@ void NcclContext::begin() {
 }
 
 void NcclContext::end() {
-  DPL_CUDA_CHECK(cudaEventRecord(comm_done_, stream_));
+  {
+    // The event and what it stands for change together, under the lock the watchdog polls with.
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    DPL_CUDA_CHECK(cudaEventRecord(comm_done_, stream_));
+    queued_ = current_op();
+    if (queued_.start_ns == 0) queued_.start_ns = steady_ns();  // a call outside any watched one
+  }
   DPL_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), comm_done_, 0));
+}
+
+WatchedOp NcclContext::unfinished() noexcept {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  if (queued_.start_ns == 0) return {};
+  cudaSetDevice(device_);  // the watchdog thread's current device; it runs no other CUDA work
+  const cudaError_t rc = cudaEventQuery(comm_done_);
+  if (rc == cudaErrorNotReady) return queued_;
+  if (rc != cudaSuccess) cudaGetLastError();  // a failed query is the host call's to report
+  queued_.start_ns = 0;
+  return {};
+}
+
+void NcclContext::abort() noexcept {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  // ncclCommAbort ends the kernels that wait for ranks that will never come, so that no GPU is
+  // left spinning on a communicator nobody will use again.
+  if (world_) ncclCommAbort(world_);
+  if (intra_) ncclCommAbort(intra_);
+  world_ = intra_ = nullptr;
 }
 
 }  // namespace dpl::comm::detail

@@ -11,9 +11,11 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <mutex>
 #include <string>
 
 #include "comm/mpi/mpi_communicator.hpp"
+#include "comm/watchdog.hpp"
 #include "dpl/comm/communicator.hpp"
 
 /// Throws dpl::Error("<what>: NCCL call <call> failed: <NCCL's text>") unless call succeeds.
@@ -30,14 +32,16 @@ namespace dpl::comm::detail {
 /// The NCCL element type of dtype (every dtype dpl has).
 ncclDataType_t nccl_type(DType dtype);
 
-class NcclContext {
+/// Also the collective watchdog's view of this communicator's GPU work (DeviceWork): the NCCL
+/// kernels of a collective outlive its host call, and ranks that fail to meet hang there.
+class NcclContext final : public DeviceWork {
  public:
   /// For the communicator `name` over `groups`. `host` is a communicator over the same ranks for
   /// host buffers, over which the ranks find out whether they share GPUs. Creates nothing on a GPU.
   NcclContext(std::string name, const MpiGroups& groups, Communicator& host);
   /// Waits for this stream's work and frees everything; never throws (it may run at exit, after
   /// the CUDA runtime is gone).
-  ~NcclContext();
+  ~NcclContext() override;
   NcclContext(const NcclContext&) = delete;
   NcclContext& operator=(const NcclContext&) = delete;
 
@@ -61,8 +65,14 @@ class NcclContext {
 
   /// Our stream starts after the compute stream's work queued so far.
   void begin();
-  /// The compute stream continues after our stream's work queued so far.
+  /// The compute stream continues after our stream's work queued so far, and the watchdog
+  /// watches that work as the current collective's until it has finished on the GPU.
   void end();
+
+  /// DeviceWork: the collective whose work end() queued last, while the GPU has not finished it.
+  WatchedOp unfinished() noexcept override;
+  /// DeviceWork: ncclCommAbort on both NCCL communicators (the job is aborted next).
+  void abort() noexcept override;
 
   /// The MPI groups of the wrapped host communicator, for the algorithms' MPI steps.
   const MpiGroups& groups() const { return groups_; }
@@ -87,6 +97,11 @@ class NcclContext {
   GpuSharing sharing_;
   bool world_tried_ = false, intra_tried_ = false;
   ncclComm_t world_ = nullptr, intra_ = nullptr;
+  // Guards what the watchdog thread reads: the NCCL communicators, the last queued collective and
+  // the event recorded after it.
+  std::mutex watch_mu_;
+  WatchedOp queued_;
+  bool watched_ = false;
 };
 
 }  // namespace dpl::comm::detail
