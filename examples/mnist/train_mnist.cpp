@@ -4,6 +4,7 @@
 //                                           [--communicator hierarchical] [--data DIR]
 //                                           [--snapshot-every N] [--resume PATH]
 //                                           [--non-finite stop|skip|off]
+//                                           [--overlap] [--bucket-mb 25] [--first-bucket-mb 1]
 //
 // Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
 // MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
@@ -41,6 +42,7 @@ struct Options {
   std::string data = data::kDefaultMnistDir;
   std::uint64_t seed = 0;
   bool sync_timing = false;
+  parallel::OverlapOptions overlap;
   bool trace = false;
   std::int64_t snapshot_every = 0;
   std::int64_t keep = 1;
@@ -115,6 +117,7 @@ int run(const Options& o) {
       std::make_unique<optim::Adam>(), comm,
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
   optimizer->set_non_finite_policy(o.non_finite);
+  optimizer->set_overlap(o.overlap);
   optimizer->setup(model);
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
@@ -146,7 +149,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "100", epochs = "20", units = "1000", seed = "0", snapshot_every = "0", keep = "1";
-  std::string non_finite = "stop";
+  std::string non_finite = "stop", bucket_mb = "25", first_bucket_mb = "1";
   CLI::App app{"Data-parallel MNIST MLP training with dpl (ChainerMN's example)"};
   app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)");
   app.add_option("-e,--epoch", epochs, "Number of sweeps over the data set to train");
@@ -157,6 +160,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", o.data, "Folder of the MNIST-format files (Fashion-MNIST by default)");
   app.add_option("--seed", seed, "Seed for initialisation and shuffling");
   app.add_flag("--sync-timing", o.sync_timing, "Barriers between phases for clean phase times");
+  app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs (host memory)");
+  app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
+  app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
   app.add_option("--snapshot-every", snapshot_every, "Write a checkpoint into the output folder every N epochs (0: never)");
   app.add_option("--keep", keep, "Number of the newest checkpoints to keep");
@@ -171,6 +177,10 @@ int main(int argc, char** argv) {
     o.seed = parse_whole("--seed", seed, 0, kMax);
     o.snapshot_every = static_cast<std::int64_t>(parse_whole("--snapshot-every", snapshot_every, 0, 1000000));
     o.keep = static_cast<std::int64_t>(parse_whole("--keep", keep, 1, 1000000));
+    const double mib = 1024.0 * 1024.0;
+    o.overlap.bucket_bytes = static_cast<std::size_t>(examples::parse_real("--bucket-mb", bucket_mb, 1e-6, 1e6) * mib);
+    o.overlap.first_bucket_bytes =
+        static_cast<std::size_t>(examples::parse_real("--first-bucket-mb", first_bucket_mb, 1e-6, 1e6) * mib);
     if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
     bool known = false;
     for (auto p : {optim::NonFinitePolicy::kStop, optim::NonFinitePolicy::kSkip, optim::NonFinitePolicy::kOff}) {

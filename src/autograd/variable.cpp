@@ -171,6 +171,22 @@ void Variable::set_requires_grad(bool on) {
                                    "gradients while its graph exists");
   impl_->requires_grad = on;
 }
+void Variable::add_gradient_ready_hook(const void* owner, std::function<void()> hook) const {
+  DPL_CHECK(impl_, "add_gradient_ready_hook: the variable is undefined");
+  DPL_CHECK(!impl_->creator && impl_->requires_grad,
+            "add_gradient_ready_hook: expected a leaf that requires gradients (a parameter), got ",
+            impl_->creator ? "the result of an op" : "a leaf without requires_grad");
+  DPL_CHECK(static_cast<bool>(hook), "add_gradient_ready_hook: expected a callable hook, got an empty one");
+  impl_->gradient_ready_hooks.emplace_back(owner, std::move(hook));
+}
+
+void Variable::remove_gradient_ready_hooks(const void* owner) const {
+  if (!impl_) return;
+  auto& hooks = impl_->gradient_ready_hooks;
+  hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [&](const auto& e) { return e.first == owner; }),
+              hooks.end());
+}
+
 bool Variable::is_leaf() const { return !impl_ || !impl_->creator; }
 
 const std::shared_ptr<Node>& Variable::creator() const {
@@ -190,17 +206,41 @@ void Variable::backward() const {
                                     "that does");
     if (impl_->grad.defined()) backend::axpby(1.f, seed, 1.f, impl_->grad);
     else impl_->grad = seed.clone();
+    for (const auto& entry : impl_->gradient_ready_hooks) entry.second();
     return;
   }
 
   Backprop bp;
   bp.output_grads.emplace(impl_->creator.get(), seed);
   const auto order = topological_order(impl_->creator);
+  // The leaves with gradient-ready hooks, listed after the last node (in this order) that uses
+  // them: their gradients are final once that node has run.
+  std::vector<std::vector<VariableImpl*>> ready_after(order.size());
+  {
+    std::unordered_map<VariableImpl*, std::size_t> last_use;
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (const Variable& in : order[i]->inputs()) {
+        VariableImpl* leaf = in.impl().get();
+        if (leaf && !leaf->creator && leaf->requires_grad && !leaf->gradient_ready_hooks.empty()) last_use[leaf] = i;
+      }
+    for (const auto& [leaf, i] : last_use) ready_after[i].push_back(leaf);
+    // Several leaves finished by one node: in their order among the node's inputs, not the map's.
+    for (std::size_t i = 0; i < order.size(); ++i)
+      if (ready_after[i].size() > 1) {
+        std::vector<VariableImpl*> ordered;
+        for (const Variable& in : order[i]->inputs())
+          if (std::find(ready_after[i].begin(), ready_after[i].end(), in.impl().get()) != ready_after[i].end() &&
+              std::find(ordered.begin(), ordered.end(), in.impl().get()) == ordered.end())
+            ordered.push_back(in.impl().get());
+        ready_after[i] = std::move(ordered);
+      }
+  }
   std::vector<GradTarget> targets;
   std::vector<Tensor> scratch;
   std::vector<Tensor*> merge;
   std::unordered_set<const VariableImpl*> seen;
-  for (const auto& node : order) {
+  for (std::size_t index = 0; index < order.size(); ++index) {
+    const auto& node = order[index];
     auto it = bp.output_grads.find(node.get());
     const Tensor grad_out = it->second;
     bp.output_grads.erase(it);  // this node's output gradient is consumed now; free it early
@@ -215,6 +255,8 @@ void Variable::backward() const {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (merge[i]) backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
     }
+    for (VariableImpl* leaf : ready_after[index])
+      for (const auto& entry : leaf->gradient_ready_hooks) entry.second();
     // Free the graph as we go. Every consumer of this node's output ran before it (topological
     // order), so the output can forget its creator now; the node drops its saved tensors.
     if (auto out = node->output().lock()) {

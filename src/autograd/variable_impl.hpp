@@ -1,7 +1,10 @@
 #pragma once
 // The shared state behind a Variable handle.
 
+#include <functional>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "dpl/tensor/tensor.hpp"
 
@@ -22,6 +25,8 @@ struct VariableImpl {
   bool requires_grad = false;
   // Set once backward() has consumed the graph that produced this variable.
   bool graph_freed = false;
+  // Leaves only: run when a backward pass has finished this variable's gradient (owner, hook).
+  std::vector<std::pair<const void*, std::function<void()>>> gradient_ready_hooks;
 };
 
 }  // namespace dpl

@@ -108,6 +108,14 @@ void Communicator::allreduce_narrowed(Tensor&, ReduceOp, DType wire_dtype) {
            "); '", name(), "' reduces in float32 only");
 }
 
+bool calls_from_other_threads_allowed() {
+#if DPL_WITH_MPI
+  return detail::serialized_threads();
+#else
+  return true;
+#endif
+}
+
 std::vector<std::string> communicator_names() {
   std::vector<std::string> names;
   for (const auto& e : registry()) names.emplace_back(e.name);

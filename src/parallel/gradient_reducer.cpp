@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "dpl/comm/agreement.hpp"
+#include "parallel/bucket_worker.hpp"
 
 namespace dpl::parallel {
 
@@ -24,6 +25,123 @@ std::string model_description(const nn::Module& model) {
 }  // namespace
 
 GradientReducer::GradientReducer(nn::Module& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
+
+GradientReducer::~GradientReducer() {
+  // Destroyed while armed means an error unwinds a step: the worker may be blocked in a collective
+  // that the other ranks will never join, and joining it would hang the error's way out (to
+  // comm::abort_all). Leave the thread and its state behind: the process is about to end.
+  if (armed_) static_cast<void>(worker_.release()->abandon());
+  worker_.reset();  // joins the thread first: no hook may race with its removal
+  remove_hooks();
+}
+
+std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t element_bytes,
+                                 std::size_t first_bucket_bytes, std::size_t bucket_bytes) {
+  DPL_CHECK(element_bytes >= 1 && first_bucket_bytes >= 1 && bucket_bytes >= 1,
+            "plan_buckets: expected element and bucket sizes >= 1 byte, got element ", element_bytes,
+            ", first bucket ", first_bucket_bytes, ", bucket ", bucket_bytes);
+  std::vector<Bucket> out;
+  const auto& entries = arena.entries();
+  if (arena.numel() == 0 || entries.empty()) return out;
+  Bucket current;
+  current.end = arena.numel();
+  for (std::size_t i = entries.size(); i-- > 0;) {
+    current.parameters.insert(current.parameters.begin(), i);
+    current.begin = entries[i].offset;
+    const std::size_t limit = out.empty() ? first_bucket_bytes : bucket_bytes;
+    const auto bytes = static_cast<std::size_t>(current.end - current.begin) * element_bytes;
+    if (bytes >= limit || i == 0) {
+      if (i == 0) current.begin = 0;
+      out.push_back(std::move(current));
+      current = Bucket();
+      current.end = out.back().begin;
+    }
+  }
+  return out;
+}
+
+void GradientReducer::set_overlap(const OverlapOptions& options) {
+  DPL_CHECK(options.bucket_bytes >= 1 && options.first_bucket_bytes >= 1,
+            "GradientReducer.set_overlap: expected bucket sizes >= 1 byte, got first bucket ",
+            options.first_bucket_bytes, ", bucket ", options.bucket_bytes);
+  DPL_CHECK(!armed_, "GradientReducer.set_overlap: a backward pass is armed; call finish_backward() first");
+  overlap_ = options;
+  bucket_arena_ = 0;  // re-plan at the next use
+}
+
+const std::vector<Bucket>& GradientReducer::buckets() {
+  nn::ParameterArena& arena = model_.arena();
+  if (bucket_arena_ == arena.id()) return buckets_;
+  remove_hooks();
+  buckets_ = plan_buckets(arena, dtype_size(kFloat32), overlap_.first_bucket_bytes, overlap_.bucket_bytes);
+  const auto params = model_.named_parameters();
+  const auto& entries = arena.entries();
+  DPL_CHECK(params.size() == entries.size(), "GradientReducer: the model has ", params.size(),
+            " parameters but its arena ", entries.size());
+  bucket_of_.assign(entries.size(), 0);
+  for (std::size_t k = 0; k < buckets_.size(); ++k)
+    for (std::size_t j : buckets_[k].parameters) bucket_of_[j] = k;
+  hooks_in_bucket_.assign(buckets_.size(), 0);
+  for (std::size_t j = 0; j < params.size(); ++j) {
+    DPL_CHECK(params[j].first == entries[j].name, "GradientReducer: parameter ", j, " is ", params[j].first,
+              " but the arena's entry is ", entries[j].name);
+    const Variable& v = params[j].second;
+    if (!v.requires_grad()) continue;
+    v.add_gradient_ready_hook(this, [this, j] { on_gradient_ready(j); });
+    hooked_.push_back(v);
+    ++hooks_in_bucket_[bucket_of_[j]];
+  }
+  bucket_arena_ = arena.id();
+  return buckets_;
+}
+
+void GradientReducer::remove_hooks() {
+  for (const Variable& v : hooked_) v.remove_gradient_ready_hooks(this);
+  hooked_.clear();
+}
+
+void GradientReducer::on_gradient_ready(std::size_t parameter) {
+  if (!armed_) return;  // a backward pass the reducer was not armed for (hand-driven training)
+  const std::size_t k = bucket_of_[parameter];
+  if (pending_[k] > 0 && --pending_[k] == 0) worker_->ready(k);
+}
+
+void GradientReducer::check_overlap_supported(const char* who) {
+  const nn::ParameterArena& arena = model_.arena();
+  DPL_CHECK(arena.dtype() == kFloat32, who, ": expected a float32 gradient arena, got ", arena.dtype(),
+            " (a model cast to 16 bits is reduced through its optimizer's master gradients, after backward)");
+  DPL_CHECK(arena.device().is_cpu(), who, ": the overlapped allreduce runs on gradients in host memory; this "
+            "arena is on ", arena.device(), " (on GPUs the gradients are reduced after backward)");
+  DPL_CHECK(comm::calls_from_other_threads_allowed(), who, ": MPI was initialised with less than ",
+            "MPI_THREAD_SERIALIZED, so the allreduce cannot run on a worker thread; initialise it with ",
+            "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or leave it to dpl");
+}
+
+void GradientReducer::begin_backward(Tensor* local_flag) {
+  const char* who = "GradientReducer.begin_backward";
+  DPL_CHECK(overlap_.enabled, who, ": overlap is off; enable it with set_overlap({true, ...}) first");
+  DPL_CHECK(!armed_, who, ": a backward pass is already armed; call finish_backward() first");
+  check_overlap_supported(who);
+  nn::ParameterArena& arena = model_.arena();
+  const auto& plan = buckets();
+  pending_ = hooks_in_bucket_;
+  if (!worker_) worker_ = std::make_unique<BucketWorker>(comm_);
+  std::vector<Tensor> slices;
+  const Tensor grads = arena.grads();
+  for (const Bucket& b : plan) slices.push_back(grads.narrow(0, b.begin, b.end - b.begin));
+  worker_->start(std::move(slices), comm_.options().allreduce_dtype, local_flag);
+  armed_ = true;
+  // A bucket of parameters that need no gradient is ready from the start.
+  for (std::size_t k = 0; k < plan.size(); ++k)
+    if (pending_[k] == 0) worker_->ready(k);
+}
+
+OverlapTimes GradientReducer::finish_backward() {
+  DPL_CHECK(armed_, "GradientReducer.finish_backward: no backward pass is armed; call begin_backward() first");
+  armed_ = false;
+  communicated_ = false;  // the communicator's sub-phases would describe the last bucket only
+  return worker_->finish();
+}
 
 void GradientReducer::broadcast_parameters() {
   comm::check_ranks_agree(comm_, model_description(model_),

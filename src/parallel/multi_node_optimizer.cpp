@@ -33,12 +33,30 @@ void MultiNodeOptimizer::set_timing_mode(profile::TimingMode mode) {
 void MultiNodeOptimizer::setup(nn::Module& model) {
   target_ = &model;
   reducer_ = std::make_unique<GradientReducer>(model, *comm_);
+  reducer_->set_overlap(overlap_);
   broadcast_parameters();
   actual_->setup(model);
   // The wrapped optimizer may have recast the model (MixedPrecision builds its float32 masters
   // from the weights just broadcast, then casts them): check and align the ranks on the arena
   // that training will use, now rather than at the first update.
   if (reducer_->needs_broadcast()) broadcast_parameters();
+  if (overlap_.enabled) reducer_->check_overlap_supported("MultiNodeOptimizer with overlap");
+}
+
+void MultiNodeOptimizer::set_overlap(const OverlapOptions& options) {
+  if (reducer_) {
+    reducer_->set_overlap(options);
+    if (options.enabled) reducer_->check_overlap_supported("MultiNodeOptimizer.set_overlap");
+  }
+  overlap_ = options;
+}
+
+void MultiNodeOptimizer::record_overlap(const OverlapTimes& times) {
+  for (std::size_t k = 0; k < times.buckets.size(); ++k)
+    timer_.record("allreduce/bucket" + std::to_string(k), times.buckets[k].start, times.buckets[k].seconds,
+                  iteration_);
+  timer_.record("allreduce/hidden", times.backward_end - times.hidden, times.hidden, iteration_);
+  timer_.record("allreduce/total", times.backward_end, times.total, iteration_);
 }
 
 void MultiNodeOptimizer::broadcast_parameters() {
@@ -55,8 +73,36 @@ void MultiNodeOptimizer::sync_point() {
   comm_->barrier();
 }
 
-void MultiNodeOptimizer::allreduce_and_step() {
+// The wrapped optimizer's step, timed as "optimize", once the gradients are averaged.
+void MultiNodeOptimizer::step() {
+  loss_ = Tensor();
+  sync_point();
+  {
+    profile::ScopedPhase phase(timer_, "optimize", iteration_);
+    actual_->update();
+    if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+  }
+  ++iteration_;
+}
+
+void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
   nn::Module& model = target();
+  if (overlapped) {
+    // The buckets were averaged during backward; the exposed part is what is left to wait for.
+    OverlapTimes times;
+    {
+      profile::ScopedPhase phase(timer_, "allreduce", iteration_);
+      times = reducer_->finish_backward();
+    }
+    record_overlap(times);
+    // The wrapped optimizer's flag pass now reads the averaged gradients, the same on every
+    // rank, so its verdict needs no allreduce; local_flag_ holds this rank's own.
+    const std::vector<Tensor> buffers = actual_->prepare_gradients();
+    if (buffers.size() > 1 && actual_->stops_on_non_finite() && !actual_->gradients_finite())
+      stop_on_every_rank(buffers.front());
+    step();
+    return;
+  }
   if (reducer_->needs_broadcast()) broadcast_parameters();
   // What is averaged is what the wrapped optimizer will read: the arena's gradients, or a mixed
   // precision optimizer's float32 master gradients and overflow flag.
@@ -80,34 +126,38 @@ void MultiNodeOptimizer::allreduce_and_step() {
     timer_.record("allreduce/" + sub.name, profile::now_seconds() - sub.seconds, sub.seconds, iteration_);
   // The same averaged flag on every rank: all stop here together, or none does.
   if (checked && actual_->stops_on_non_finite() && !actual_->gradients_finite()) stop_on_every_rank(buffers.front());
-  loss_ = Tensor();
-  sync_point();
-  {
-    profile::ScopedPhase phase(timer_, "optimize", iteration_);
-    actual_->update();
-    if (mode_ == profile::TimingMode::kSynchronized) synchronize(model.device());
-  }
-  ++iteration_;
+  step();
 }
 
 void MultiNodeOptimizer::update() {
   DPL_CHECK(target_ != nullptr, "MultiNodeOptimizer: call setup(model) before update()");
-  allreduce_and_step();
+  allreduce_and_step(false);
 }
 
 Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
   DPL_CHECK(target_ != nullptr, "MultiNodeOptimizer: call setup(model) before update()");
   sync_point();
   Variable loss;
+  const bool overlapped = overlap_.enabled && comm_->size() > 1;
   {
     profile::ScopedPhase phase(timer_, "compute", iteration_);
     zero_grad();
     loss = loss_fn();
+    if (overlapped) {
+      if (reducer_->needs_broadcast()) broadcast_parameters();
+      // This rank's own non-finite verdict, raised bucket by bucket before averaging.
+      if (actual_->non_finite_policy() != optim::NonFinitePolicy::kOff) {
+        if (!local_flag_.defined() || local_flag_.device() != target().device())
+          local_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, target().device()));
+        local_flag_.fill_(0.0);
+      }
+      reducer_->begin_backward(actual_->non_finite_policy() != optim::NonFinitePolicy::kOff ? &local_flag_ : nullptr);
+    }
     actual_->backward(loss);
     loss_ = loss.data();
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
-  allreduce_and_step();
+  allreduce_and_step(overlapped);
   return loss;
 }
 

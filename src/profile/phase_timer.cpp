@@ -121,11 +121,14 @@ Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_
   const double L = static_cast<double>(out.allreduce_bytes);
   const double factor = ranks > 1 ? 2.0 * (ranks - 1) / ranks : 0.0;
   out.traffic_bytes = L * factor;
-  for (const auto& p : out.phases) {
-    if (p.name == "allreduce" && p.mean > 0) {
-      out.algbw_gbps = L / p.mean / 1e9;
-      out.busbw_gbps = out.algbw_gbps * factor;
-    }
+  // The bandwidth is the allreduce's own: its whole time, which under overlap is
+  // "allreduce/total" (the "allreduce" phase is then only the part the step waited for).
+  const PhaseSummary* timed = nullptr;
+  for (const auto& p : out.phases)
+    if (p.name == "allreduce/total" || (p.name == "allreduce" && timed == nullptr)) timed = &p;
+  if (timed != nullptr && timed->mean > 0) {
+    out.algbw_gbps = L / timed->mean / 1e9;
+    out.busbw_gbps = out.algbw_gbps * factor;
   }
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
+#include "support/parameter_bag.hpp"
 
 namespace dpl {
 namespace {
@@ -16,16 +17,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// A module whose parameters the test chooses, registered in an order unlike the alphabetical one.
-class Bag : public nn::Module {
- public:
-  Variable forward(const Variable& x) override { return x; }
-  Variable add(const std::string& name, Tensor value) { return register_parameter(name, std::move(value)); }
-  template <typename M>
-  std::shared_ptr<M> child(const std::string& name, std::shared_ptr<M> m) {
-    return register_module(name, std::move(m));
-  }
-};
+using Bag = test::ParameterBag;
 
 // zeta (5,), alpha (2, 3), inner.w (17,), inner.b (16,): sizes on both sides of the alignment.
 std::shared_ptr<Bag> make_bag() {

@@ -2,6 +2,7 @@
 // Variable: a tensor that remembers how it was computed, so that backward() can find gradients.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,17 @@ class Variable {
   DType dtype() const { return data().dtype(); }
   /// The value of a one-element variable, on the host.
   float item() const { return data().item(); }
+
+  /// Adds a hook that each backward() reaching this leaf runs once the leaf's gradient is final
+  /// for that pass: after the last op of the graph that uses the leaf has added its share, before
+  /// backward() goes on to the ops that remain. Hooks run on the thread calling backward(), in the
+  /// order backward finishes the leaves (about the reverse of the forward order), and in the
+  /// order added for one leaf. `owner` groups hooks for remove_gradient_ready_hooks. This is
+  /// what lets a data-parallel reducer start a bucket's allreduce while backward continues.
+  /// Requires a leaf that requires gradients and a callable hook; throws dpl::Error otherwise.
+  void add_gradient_ready_hook(const void* owner, std::function<void()> hook) const;
+  /// Removes every hook added with `owner` (none: nothing happens).
+  void remove_gradient_ready_hooks(const void* owner) const;
 
   /// Back-propagates from this one-element variable: every leaf that requires gradients and was
   /// used to compute it gets d(this)/d(leaf) added to its grad(). The graph is freed afterwards

@@ -164,6 +164,11 @@ class Communicator {
   CommOptions options_;
 };
 
+/// Whether communicators may be called from a thread other than the one that created them, one
+/// thread at a time (MPI initialised with at least MPI_THREAD_SERIALIZED, as dpl initialises it;
+/// always true without MPI). The overlapped gradient allreduce needs it.
+bool calls_from_other_threads_allowed();
+
 /// The names create_communicator accepts in this build, in a stable order.
 std::vector<std::string> communicator_names();
 

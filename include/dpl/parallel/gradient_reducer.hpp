@@ -1,13 +1,57 @@
 #pragma once
 // GradientReducer: the communication of data-parallel training over one model's flat arenas.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dpl/comm/communicator.hpp"
 #include "dpl/nn/module.hpp"
 
 namespace dpl::parallel {
+
+/// Overlap of the gradient allreduce with backward (see docs/communicators.md, "Overlap").
+struct OverlapOptions {
+  /// Start each bucket's allreduce while backward still runs. Off: one allreduce of the whole
+  /// arena after backward.
+  bool enabled = false;
+  /// Bytes of gradients per bucket (PyTorch DDP's default, 25 MiB) ...
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// ... and of the first bucket, the one backward finishes first: small, so that communication
+  /// starts early (DDP's 1 MiB).
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+};
+
+/// One bucket of a gradient arena: elements [begin, end) of it, holding whole parameters
+/// (indices into the arena's entries(), in arena order) and the padding after them.
+struct Bucket {
+  std::int64_t begin = 0, end = 0;
+  std::vector<std::size_t> parameters;
+};
+
+/// Cuts an arena into buckets in the order backward finishes its gradients: the last parameters
+/// registered (the output layer) first. Walking from the arena's end, a bucket closes at a
+/// parameter boundary once it holds at least first_bucket_bytes (the first) or bucket_bytes
+/// (the others) of element_bytes-sized elements; a parameter larger than that is a bucket of its
+/// own. The buckets cover the arena exactly, without overlap; an empty arena has none. Requires
+/// both sizes and element_bytes >= 1 (else dpl::Error).
+std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t element_bytes,
+                                 std::size_t first_bucket_bytes, std::size_t bucket_bytes);
+
+/// Times of one overlapped allreduce, in profile::now_seconds() terms.
+struct OverlapTimes {
+  struct Interval {
+    double start = 0.0, seconds = 0.0;
+  };
+  std::vector<Interval> buckets;  // each bucket's allreduce, in bucket order
+  double backward_end = 0.0;      // when finish_backward() was called
+  double exposed = 0.0;           // seconds finish_backward() waited for the buckets
+  double hidden = 0.0;            // seconds of bucket allreduces that ran before backward_end
+  double total = 0.0;             // seconds of all bucket allreduces
+};
+
+class BucketWorker;
 
 /// Keeps the ranks' copies of one model in step: once, every rank takes rank 0's parameters;
 /// every step, every rank's gradients become their mean over all ranks. Each is one collective
@@ -53,6 +97,40 @@ class GradientReducer {
   /// for single-step algorithms); see comm::Communicator::last_phases.
   const std::vector<comm::SubPhase>& last_phases() const;
 
+  /// Sets the overlap options (see OverlapOptions); they apply from the next begin_backward().
+  /// Requires positive bucket sizes (else dpl::Error).
+  void set_overlap(const OverlapOptions& options);
+  const OverlapOptions& overlap() const { return overlap_; }
+  /// The buckets of the current arena under the overlap options (float32 elements).
+  const std::vector<Bucket>& buckets();
+
+  /// Arms the overlapped allreduce for the one backward pass that follows: as backward finishes
+  /// the last gradient of a bucket, that bucket's allreduce (kMean, in the communicator's
+  /// CommOptions::allreduce_dtype) starts on a worker thread; buckets start in bucket order on
+  /// every rank whatever order backward finishes them in, so the collectives match. When
+  /// local_flag is given (a one-element float32 tensor on the arena's device), each bucket is
+  /// checked for Inf and NaN before its allreduce and the flag raised (set to 1) when one is
+  /// found: this rank's own verdict, before averaging mixes the ranks'. Requires overlap
+  /// enabled, a float32 arena in host memory, an MPI runtime that allows calls from a second
+  /// thread, and no begin_backward() armed already (else dpl::Error). Nothing may use the
+  /// communicator or the gradient arena, other than backward writing it, until
+  /// finish_backward() returns.
+  void begin_backward(Tensor* local_flag = nullptr);
+  /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now (not
+  /// a float32 arena in host memory, or MPI without MPI_THREAD_SERIALIZED), naming `who`.
+  void check_overlap_supported(const char* who);
+  /// Ends what begin_backward() armed: starts the buckets backward did not complete (parameters
+  /// it never reached keep their zero gradients), waits until every bucket is reduced, and
+  /// returns the times. Rethrows the first error of a bucket's allreduce. Requires a
+  /// begin_backward() before it.
+  OverlapTimes finish_backward();
+  /// Whether begin_backward() is armed and finish_backward() not yet called.
+  bool backward_armed() const { return armed_; }
+
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
   /// The model whose arenas this reducer communicates.
   nn::Module& model() const { return model_; }
   /// The communicator this reducer runs its collectives on.
@@ -63,6 +141,19 @@ class GradientReducer {
   comm::Communicator& comm_;
   std::uint64_t broadcast_arena_ = 0;  // id of the arena last checked and broadcast (0: none)
   bool communicated_ = false;          // whether the last allreduce_gradients() called the communicator
+  // Overlap: the options, the buckets of arena `bucket_arena_` with each parameter's bucket, the
+  // parameters carrying this reducer's gradient-ready hooks, and the worker thread.
+  void on_gradient_ready(std::size_t parameter);
+  void remove_hooks();
+  OverlapOptions overlap_;
+  std::uint64_t bucket_arena_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::vector<Variable> hooked_;
+  std::vector<std::size_t> hooks_in_bucket_;  // per bucket: parameters that require gradients
+  std::vector<std::size_t> pending_;          // per bucket: of those, the ones not final yet
+  bool armed_ = false;
+  std::unique_ptr<BucketWorker> worker_;
 };
 
 /// One-off GradientReducer(model, comm).broadcast_parameters(), for programs that drive the

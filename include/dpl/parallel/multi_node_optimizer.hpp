@@ -84,6 +84,17 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void add_gradient_hook(optim::GradientHook hook) override { actual_->add_gradient_hook(std::move(hook)); }
   std::size_t gradient_hook_count() const override { return actual_->gradient_hook_count(); }
 
+  /// Overlap of the allreduce with backward (OverlapOptions; off by default). With it on,
+  /// update(loss_fn) arms the reducer before backward, so each bucket of gradients is averaged on
+  /// a worker thread as soon as backward has finished it; the "allreduce" phase is then the
+  /// exposed part (what the step waited for after backward), and the phases "allreduce/hidden"
+  /// (bucket time that ran during backward), "allreduce/total" and "allreduce/bucket<k>" say the
+  /// rest. update() after a hand-driven backward reduces after backward as before. Results are
+  /// bit-identical to the same buckets reduced after backward. Requires a float32 model in host
+  /// memory (checked at setup(), or here when already set up; dpl::Error otherwise).
+  void set_overlap(const OverlapOptions& options);
+  const OverlapOptions& overlap() const { return overlap_; }
+
   /// The wrapped optimizer.
   optim::Optimizer& actual() const { return *actual_; }
   comm::Communicator& communicator() const { return *comm_; }
@@ -101,7 +112,9 @@ class MultiNodeOptimizer : public optim::Optimizer {
 
  private:
   void broadcast_parameters();
-  void allreduce_and_step();
+  void allreduce_and_step(bool overlapped);
+  void step();
+  void record_overlap(const OverlapTimes& times);
   void sync_point();
   // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
   // same everywhere); throws the message naming the ranks.
@@ -114,6 +127,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
   std::unique_ptr<GradientReducer> reducer_;  // over target(), from setup()
   std::int64_t iteration_ = 0;
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
+  OverlapOptions overlap_;
 };
 
 /// ChainerMN's spelling: wraps actual in a MultiNodeOptimizer over comm.

@@ -65,8 +65,11 @@ void ensure_mpi() {
   if (!initialized) {
     int provided = 0;
     // The collective watchdog's thread talks to the other ranks while this one may be blocked in a
-    // collective, which needs MPI_THREAD_MULTIPLE; without a watchdog, FUNNELED is all dpl needs.
-    const int level = settings().collective_timeout > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    // collective, which needs MPI_THREAD_MULTIPLE. Without a watchdog, SERIALIZED (calls from any
+    // thread, one at a time) is enough: the overlapped gradient allreduce runs the buckets'
+    // collectives on a worker thread while the main thread runs backward
+    // (src/parallel/bucket_worker.cpp).
+    const int level = settings().collective_timeout > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
     const int rc = MPI_Init_thread(nullptr, nullptr, level, &provided);
     DPL_CHECK(rc == MPI_SUCCESS, "create_communicator: MPI_Init_thread failed with code ", rc);
 #ifdef __GLIBC__
@@ -76,6 +79,15 @@ void ensure_mpi() {
 #endif
   }
   install_terminate_handler();
+}
+
+bool serialized_threads() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return false;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level >= MPI_THREAD_SERIALIZED;
 }
 
 void check_same_request(const std::vector<NamedValue>& named) {

@@ -22,10 +22,14 @@ namespace dpl::comm::detail {
 void mpi_check(int code, const std::string& what);
 
 /// Initialises MPI (MPI_THREAD_MULTIPLE for the collective watchdog's thread, or
-/// MPI_THREAD_FUNNELED when DPL_COLLECTIVE_TIMEOUT=0) unless the program already has, and then arranges for
+/// MPI_THREAD_SERIALIZED when DPL_COLLECTIVE_TIMEOUT=0) unless the program already has, and then arranges for
 /// MPI_Finalize at a clean exit; an MPI the program initialised is left for it to finalise.
 /// Installs the terminate handler that aborts the job. Throws when MPI has been finalised.
 void ensure_mpi();
+
+/// Whether MPI is initialised with at least MPI_THREAD_SERIALIZED (a program that initialised
+/// MPI itself may have asked for less).
+bool serialized_threads();
 
 /// Collective over MPI_COMM_WORLD, and the same call whatever the rank asked for: checks that
 /// every rank passed the same `request` (the communicator's name, options and environment)

@@ -1,0 +1,104 @@
+#include "parallel/bucket_worker.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "backend/kernels.hpp"
+#include "dpl/profile/phase_timer.hpp"
+
+namespace dpl::parallel {
+
+BucketWorker::BucketWorker(comm::Communicator& comm) : comm_(comm), thread_([this] { run(); }) {}
+
+BucketWorker::~BucketWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+BucketWorker* BucketWorker::abandon() {
+  thread_.detach();
+  return this;
+}
+
+void BucketWorker::start(std::vector<Tensor> slices, DType wire_dtype, Tensor* flag) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slices_ = std::move(slices);
+    ready_.assign(slices_.size(), false);
+    times_.assign(slices_.size(), {});
+    done_ = 0;
+    wire_ = wire_dtype;
+    flag_ = flag;
+    error_ = nullptr;
+    armed_ = true;
+  }
+  changed_.notify_all();
+}
+
+void BucketWorker::ready(std::size_t k) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (k < ready_.size()) ready_[k] = true;
+  }
+  changed_.notify_all();
+}
+
+OverlapTimes BucketWorker::finish() {
+  OverlapTimes out;
+  out.backward_end = profile::now_seconds();
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::fill(ready_.begin(), ready_.end(), true);
+  changed_.notify_all();
+  changed_.wait(lock, [&] { return done_ == slices_.size(); });
+  const double end = profile::now_seconds();
+  armed_ = false;
+  slices_.clear();
+  flag_ = nullptr;
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  out.exposed = end - out.backward_end;
+  out.buckets = times_;
+  for (const auto& t : times_) {
+    out.total += t.seconds;
+    out.hidden += std::max(0.0, std::min(t.start + t.seconds, out.backward_end) - t.start);
+  }
+  return out;
+}
+
+void BucketWorker::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] { return stop_ || (armed_ && done_ < slices_.size() && ready_[done_]); });
+    if (stop_) return;
+    const std::size_t k = done_;
+    Tensor slice = slices_[k];
+    Tensor* flag = flag_;
+    const DType wire = wire_;
+    const bool failed = error_ != nullptr;
+    lock.unlock();
+    // After an error the remaining buckets are only counted off: the step is lost, and the main
+    // thread rethrows once finish() sees them all done.
+    OverlapTimes::Interval t;
+    if (!failed) {
+      try {
+        if (flag != nullptr) backend::flag_non_finite(slice, *flag);
+        t.start = profile::now_seconds();
+        comm_.allreduce(slice, comm::ReduceOp::kMean, wire);
+        t.seconds = profile::now_seconds() - t.start;
+      } catch (...) {
+        lock.lock();
+        error_ = std::current_exception();
+        lock.unlock();
+      }
+    }
+    lock.lock();
+    times_[k] = t;
+    ++done_;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace dpl::parallel

@@ -1,0 +1,63 @@
+#pragma once
+// The thread that runs the overlapped gradient allreduce: one blocking allreduce per bucket, in
+// bucket order, each as soon as the main thread (running backward) has marked it ready.
+//
+// A thread rather than non-blocking collectives: every communicator (the composed hierarchical
+// and two_dimensional ones too) is a sequence of blocking calls, and MPI's non-blocking
+// collectives make progress only while some thread is inside MPI, which during backward none
+// would be. MPI is initialised MPI_THREAD_SERIALIZED: while a step is armed only this thread
+// calls the communicator; the main thread waits in finish() before it calls it again.
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "dpl/comm/communicator.hpp"
+#include "dpl/parallel/gradient_reducer.hpp"
+#include "dpl/tensor/tensor.hpp"
+
+namespace dpl::parallel {
+
+class BucketWorker {
+ public:
+  explicit BucketWorker(comm::Communicator& comm);
+  ~BucketWorker();  // stops and joins the thread
+  BucketWorker(const BucketWorker&) = delete;
+  BucketWorker& operator=(const BucketWorker&) = delete;
+
+  /// Arms one step over `slices` (views of the gradient arena, in bucket order), each reduced
+  /// with kMean in wire_dtype; `flag`, when not null, is raised before a slice's allreduce when
+  /// that slice holds an Inf or NaN.
+  void start(std::vector<Tensor> slices, DType wire_dtype, Tensor* flag);
+  /// Marks bucket k ready (its gradients are final). Called by the main thread.
+  void ready(std::size_t k);
+  /// Marks every bucket ready, waits until all are reduced, and returns their times; rethrows
+  /// the first error a bucket's allreduce raised.
+  OverlapTimes finish();
+  /// Detaches the thread, which may be blocked in a collective that will not complete; the
+  /// worker must then never be destroyed (its thread may still read it). Returns this.
+  BucketWorker* abandon();
+
+ private:
+  void run();
+
+  comm::Communicator& comm_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  // The armed step (guarded by mutex_).
+  std::vector<Tensor> slices_;
+  std::vector<bool> ready_;
+  std::vector<OverlapTimes::Interval> times_;
+  std::size_t done_ = 0;
+  bool armed_ = false;
+  bool stop_ = false;
+  DType wire_ = DType::kFloat32;
+  Tensor* flag_ = nullptr;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace dpl::parallel
