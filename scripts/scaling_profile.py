@@ -229,9 +229,9 @@ def plot(profile, out):
     ax.set_ylabel("img/s (all processes)")
     if base:
         ax2 = ax.twinx()
-        ax2.plot(range(len(runs)), [r["img_per_s"] / base["img_per_s"] / r["processes"] for r in runs], marker="s",
-                 color="tab:red", label="efficiency")
-        ax2.set_ylim(0, 1.1)
+        effs = [r["img_per_s"] / base["img_per_s"] / r["processes"] for r in runs]
+        ax2.plot(range(len(runs)), effs, marker="s", color="tab:red", label="efficiency")
+        ax2.set_ylim(0, max(1.1, 1.1 * max(effs)))
         ax2.set_ylabel("efficiency", color="tab:red")
     ax.legend(loc="upper left")
     ax.set_title(f"throughput and efficiency {label}")
