@@ -271,6 +271,25 @@ def predict_cpu(profile, cores=None):
     return rows
 
 
+def measured_gpu_points(model=RESNET50, intra=INTRA, stage=STAGE):
+    """The GPU figures measured so far, each with the model's prediction for the same setting:
+    (what, measured seconds, predicted seconds). They are the model's own inputs, so the errors
+    show only what the latency terms add; they check that the inputs are used as measured."""
+    L = model["grad_bytes"]
+    # Two virtual nodes on one host: the "link" is the host's shared memory, never the limit.
+    host = {"name": "one host", "Bps": float("inf"), "alpha_s": stage["shm_alpha_s"]}
+    one = predict_gpu(model, "hierarchical", 1, 1, LINKS[0], intra, stage)
+    return [
+        ("ResNet-50 step, 1 H200 (bf16, batch 128)", model["batch"] / model["img_per_s_1gpu"], one["step_s"]),
+        ("allreduce of L, hierarchical, 2 H200 of one node", 375.7e-6,
+         allreduce_seconds("hierarchical", 1, 2, L, host, intra, stage)),
+        ("allreduce of L, flat (staged), 2 H200 of one node", 33.102e-3,
+         allreduce_seconds("flat", 1, 2, L, host, intra, stage)),
+        ("allreduce of L, hierarchical, 2 virtual nodes of 1 H200", 31.2e-3,
+         allreduce_seconds("hierarchical", 2, 1, L, host, intra, stage)),
+    ]
+
+
 # --- output --------------------------------------------------------------------------------------------
 
 def print_inputs(out=None):
@@ -290,6 +309,14 @@ def print_inputs(out=None):
     for link in LINKS:
         print(f"  {link['name']}: {link['Bps'] / 1e9:.2f} GB/s, {link['alpha_s'] * 1e6:.0f} us  "
               f"[{link['source']}]", file=out)
+
+
+def print_measured_gpu_points(out=None):
+    out = out or sys.stdout
+    print("\nMeasured GPU points (performance.md) and the model's prediction of each:", file=out)
+    for what, measured, predicted in measured_gpu_points():
+        print(f"  {what:<58} measured {measured * 1e3:9.3f} ms  predicted {predicted * 1e3:9.3f} ms  "
+              f"error {(predicted / measured - 1) * 100:+5.1f}%", file=out)
 
 
 def pick(rows, **want):
@@ -382,6 +409,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rows = predict_all(bucket_bytes=int(args.bucket_mb * 2**20))
     print_inputs()
+    print_measured_gpu_points()
     print_predictions(rows)
     result = {"inputs": {"model": RESNET50, "intra": INTRA, "stage": STAGE, "links": LINKS,
                          "bucket_bytes": int(args.bucket_mb * 2**20)}, "predictions": rows}

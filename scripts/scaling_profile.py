@@ -407,9 +407,12 @@ def measure(args):
         "allreduce": allreduce,
         "p2p": p2p,
     }
-    profile["link"] = next((s for s in p2p if s["kind"] == "Bandwidth" and
-                            ("device" in s["what"]) == (args.mode == "gpu")), None) or \
-        next((s for s in p2p if s["kind"] == "Bandwidth"), None)
+    # The link the allreduce runs over: host MPI on CPUs; on GPUs NCCL's send/recv where the build
+    # has it (NVLink inside a node), else the staged device path.
+    wanted = ["NCCL", "device"] if args.mode == "gpu" else ["host memory"]
+    bandwidth = [s for s in p2p if s["kind"] == "Bandwidth"]
+    profile["link"] = next((s for w in wanted for s in bandwidth if w in s["what"]), None) or \
+        next(iter(bandwidth), None)
     return profile
 
 

@@ -30,8 +30,9 @@ struct TrainedRun {
   double data_seconds = 0.0;
 };
 
-// kIterations steps of a small model under a Trainer, as a program would run them.
-TrainedRun train_a_little() {
+// kIterations steps of a small model under a Trainer, as a program would run them; with an
+// output folder, the PhaseSummary extension too.
+TrainedRun train_a_little(const std::string& out = "") {
   TrainedRun run;
   run.comm = comm::create_communicator("hierarchical");
   Generator gen(11);
@@ -45,7 +46,9 @@ TrainedRun train_a_little() {
   train::StandardUpdater updater(batches, *run.opt, [&](const data::Batch& b, train::Observation&) {
     return softmax_cross_entropy(model(Variable(b.x)), b.y);
   });
-  train::Trainer trainer(updater, kIterations, train::LengthUnit::kIteration, run.comm.get(), "");
+  train::Trainer trainer(updater, kIterations, train::LengthUnit::kIteration, run.comm.get(), out);
+  std::ostringstream table;
+  if (!out.empty()) trainer.extend(std::make_shared<train::extensions::PhaseSummary>(1, table));
   trainer.run();
   run.data_seconds = updater.data_seconds();
   return run;
@@ -119,6 +122,27 @@ TEST(Trace, EveryRankRecordsTheSameAgreedMomentAndWritesIt) {
     }
   }
   EXPECT_EQ(data_events, kIterations);
+}
+
+TEST(Trace, ThePhaseSummaryFileCarriesTheRunsShape) {
+  TempDir dir("dpl_phase_summary");
+  const TrainedRun run = train_a_little(dir.path().string());
+  if (run.comm->rank() != 0) return;  // rank 0 writes the file
+  std::ifstream in(dir.file("phase_summary.json"));
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str());
+  EXPECT_EQ(j.at("ranks").get<int>(), run.comm->size());
+  EXPECT_EQ(j.at("communicator").get<std::string>(), "hierarchical");
+  EXPECT_EQ(j.at("nodes").get<int>(), run.comm->inter_size());
+  EXPECT_EQ(j.at("timing").get<std::string>(), "non-intrusive");
+  EXPECT_EQ(j.at("training_iterations").get<std::int64_t>(), kIterations);
+  EXPECT_GT(j.at("training_seconds").get<double>(), 0.0);
+  EXPECT_GE(j.at("data_seconds").get<double>(), 0.0);
+  EXPECT_LE(j.at("data_seconds").get<double>(), j.at("training_seconds").get<double>());
+  EXPECT_GE(j.at("threads_per_process").get<int>(), 1);
+  EXPECT_EQ(j.at("phases").at(0).at("name").get<std::string>(), "data");
 }
 
 }  // namespace

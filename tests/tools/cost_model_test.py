@@ -104,6 +104,14 @@ class PredictionTest(unittest.TestCase):
                     for link in cm.LINKS]
             self.assertEqual(effs, sorted(effs))
 
+    def test_every_measured_gpu_point_is_predicted_close_to_its_measurement(self):
+        points = cm.measured_gpu_points()
+        self.assertEqual(len(points), 4)
+        for what, measured, predicted in points:
+            # Inputs are used as measured: only the latency terms (microseconds) may differ.
+            self.assertLess(abs(predicted / measured - 1), 0.01, what)
+        self.assertAlmostEqual(points[1][2], 375.7e-6, places=9)
+
     def test_predict_all_covers_every_combination(self):
         rows = cm.predict_all()
         self.assertEqual(len(rows), len(cm.LINKS) * len(cm.LAYOUTS) * 2 * 2 * 2 * 2)

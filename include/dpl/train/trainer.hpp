@@ -364,7 +364,10 @@ class LrSchedule : public Extension {
 
 /// At the end of training: the phase summary of a parallel::MultiNodeOptimizer across ranks
 /// (collective), printed on rank 0 with the training throughput (and peak GPU memory on a GPU),
-/// and written to <out>/phase_summary.json. With another optimizer, only the throughput.
+/// and written to <out>/phase_summary.json: profile::to_json's fields plus "communicator",
+/// "nodes", "timing", "threads_per_process", "training_iterations", "training_seconds" and
+/// "data_seconds" (rank 0's), what a scaling profile needs. With another optimizer, only the
+/// throughput.
 class PhaseSummary : public Extension {
  public:
   /// skip_warmup iterations are left out of the summary. Requires out to outlive the extension.
