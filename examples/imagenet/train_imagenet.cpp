@@ -7,6 +7,7 @@
 //       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
+//       [--trace]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
 // decodes, crops and flips its shard's JPEG files; a MultiNodeOptimizer averages the gradients;
@@ -72,6 +73,7 @@ struct Options {
   std::int64_t log_interval = 0;  // iterations; 0: every epoch
   bool synthetic = false;
   bool test = false;
+  bool trace = false;
   std::uint64_t seed = 0;
 };
 
@@ -309,6 +311,9 @@ int run(Options o) {
   trainer.extend(std::make_shared<train::extensions::ProgressBar>());
   trainer.extend(std::make_shared<train::extensions::PhaseSummary>());
   trainer.run();
+  // Each rank writes its own timeline; tools/merge_traces.py puts them on one time axis.
+  if (o.trace)
+    optimizer->timer().write_chrome_trace(o.out + "/trace_rank" + std::to_string(comm->rank()) + ".json", comm->rank());
   return 0;
 }
 
@@ -360,6 +365,7 @@ int main(int argc, char** argv) {
   app.add_option("--classes", classes, "Number of classes (default: the lists' largest label + 1)");
   app.add_option("--log-interval", log_interval, "Report every N iterations (default 0: every epoch)");
   app.add_flag("--synthetic", o.synthetic, "Random images resident on the device instead of files (throughput)");
+  app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
   CLI11_PARSE(app, argc, argv);

@@ -20,6 +20,20 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
+ClockReference agree_on_clock(comm::Communicator* comm) {
+  if (comm != nullptr && comm->size() > 1) {
+    // The first barrier waits for the slowest rank; after it every rank is running, so the
+    // second one ends for all within one round of messages rather than a rank's start-up time.
+    comm->barrier();
+    comm->barrier();
+  }
+  ClockReference r;
+  r.steady = now_seconds();
+  r.wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.method = comm != nullptr && comm->size() > 1 ? "barrier" : "single process";
+  return r;
+}
+
 void PhaseTimer::record(const std::string& name, double start, double seconds, std::int64_t iteration) {
   auto it = std::find_if(series_.begin(), series_.end(), [&](const PhaseSeries& s) { return s.name == name; });
   if (it == series_.end()) {
@@ -47,8 +61,20 @@ void PhaseTimer::write_chrome_trace(const std::string& path, int rank) const {
                         {"ts", x.start * 1e6}, {"dur", x.seconds * 1e6}, {"args", {{"iteration", x.iteration}}}});
     }
   }
-  detail::write_file_atomically(path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump(),
-                                "write_chrome_trace");
+  // Both clocks read back to back: a merger without an agreed moment can still align ranks by
+  // the system clock (as well as the hosts' clocks agree).
+  nlohmann::json other{{"rank", rank},
+                       {"steady_s", now_seconds()},
+                       {"wall_s", std::chrono::duration<double>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count()}};
+  if (!clock_.method.empty()) {
+    other["sync_steady_s"] = clock_.steady;
+    other["sync_wall_s"] = clock_.wall;
+    other["sync_method"] = clock_.method;
+  }
+  detail::write_file_atomically(
+      path, nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}}.dump(),
+      "write_chrome_trace");
 }
 
 namespace {

@@ -120,6 +120,12 @@ void StandardUpdater::update(Observation& observation) {
   const double t0 = profile::now_seconds();
   const data::Batch host = iterator_.next();
   const data::Batch batch{host.x.to(device_), host.y.to(device_)};
+  const double waited = profile::now_seconds() - t0;
+  data_seconds_ += waited;
+  // Recorded with the optimizer's phases, under the iteration its update will have, so a loop
+  // starved by its loader shows in the timeline and in the summary next to compute and allreduce.
+  if (auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&optimizer_))
+    parallel->timer().record("data", t0, waited, updates_);
   observation.reserve("main/loss");
   const Variable loss = optimizer_.update([&] { return loss_(batch, observation); });
   observation.observe("main/loss", loss.data());
@@ -191,6 +197,10 @@ void Trainer::run() {
     if (unit_ == LengthUnit::kEpoch) steps.push_back({"batches per epoch", std::to_string(it.batches_per_epoch())});
     comm::check_settings_agree(*comm_, steps, "Trainer.run");
   }
+  // The moment every rank's trace is aligned on (profile::agree_on_clock): collective, and every
+  // rank runs the same trainer over the same kind of optimizer.
+  if (auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&updater_.optimizer()))
+    parallel->timer().set_clock_reference(profile::agree_on_clock(&parallel->communicator()));
   for (const Entry& e : extensions_) e.extension->initialize(*this);
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);
@@ -378,8 +388,17 @@ void PhaseSummary::operator()(Trainer& trainer) {
     std::error_code ec;
     std::filesystem::create_directories(trainer.out(), ec);
     DPL_CHECK(!ec, "PhaseSummary: cannot create the output folder ", trainer.out(), ": ", ec.message());
+    // What a scaling study needs beside the phases: the run's shape and its measured rate.
+    nlohmann::json j = nlohmann::json::parse(profile::to_json(summary));
+    j["communicator"] = parallel->communicator().name();
+    j["nodes"] = parallel->communicator().inter_size();
+    j["timing"] = parallel->timing_mode() == profile::TimingMode::kSynchronized ? "synchronized" : "non-intrusive";
+    j["threads_per_process"] = num_threads();
+    j["training_iterations"] = updater.updates();
+    j["training_seconds"] = seconds;
+    j["data_seconds"] = updater.data_seconds();
     detail::write_file_atomically((std::filesystem::path(trainer.out()) / "phase_summary.json").string(),
-                                  profile::to_json(summary) + "\n", "PhaseSummary");
+                                  j.dump(2) + "\n", "PhaseSummary");
   }
 }
 

@@ -21,6 +21,23 @@ enum class TimingMode { kNonIntrusive, kSynchronized };
 /// Wall-clock seconds since an arbitrary fixed point (steady clock).
 double now_seconds();
 
+/// A moment on this rank's clocks that per-rank traces can be aligned on. The steady clock that
+/// timestamps the phases has an arbitrary origin on each process, so traces of different ranks
+/// share no time axis until each records its steady time at a moment the ranks agree on.
+struct ClockReference {
+  double steady = 0.0;  ///< now_seconds() at the moment
+  double wall = 0.0;    ///< the system clock at the same moment, seconds since the Unix epoch
+  /// "barrier": every rank read its clocks on leaving the same barrier (agree_on_clock), so the
+  /// steady times name one instant to within a barrier's exit skew; "" when none was set.
+  std::string method;
+};
+
+/// Collective over comm (every rank must call it; comm may be null for one process): a barrier to
+/// gather the ranks, a second one they leave together, then both clocks read back to back.
+/// Ensures the returned steady times of all ranks name the same instant to within the second
+/// barrier's exit skew (about one message latency: microseconds on one host).
+ClockReference agree_on_clock(comm::Communicator* comm);
+
 /// One timed interval of one phase.
 struct PhaseSample {
   double start = 0.0;    // now_seconds() at the start
@@ -30,7 +47,7 @@ struct PhaseSample {
 
 /// All samples of one named phase on this rank, in recording order.
 struct PhaseSeries {
-  std::string name;  // "compute", "allreduce", "optimize", or "allreduce/<sub-phase>"
+  std::string name;  // "data", "compute", "allreduce", "optimize", or "allreduce/<sub-phase>"
   std::vector<PhaseSample> samples;
 };
 
@@ -55,12 +72,22 @@ class PhaseTimer {
   std::size_t allreduce_bytes() const { return bytes_; }
   int ranks() const { return ranks_; }
 
-  /// Writes every sample as a Chrome trace (chrome://tracing, Perfetto) JSON file; pid = rank.
-  /// Throws dpl::Error when the file cannot be written.
+  /// Keeps the agreed moment write_chrome_trace records (see agree_on_clock; the Trainer sets it
+  /// when training starts). clear() keeps it.
+  void set_clock_reference(const ClockReference& reference) { clock_ = reference; }
+  const ClockReference& clock_reference() const { return clock_; }
+
+  /// Writes every sample as a Chrome trace (chrome://tracing, Perfetto) JSON file; pid = rank,
+  /// top-level phases on thread 0, sub-phases ("allreduce/...") on thread 1, times in
+  /// microseconds of this rank's steady clock. "otherData" holds what tools/merge_traces.py needs
+  /// to put several ranks on one time axis: "rank", "steady_s" and "wall_s" (both clocks read
+  /// back to back while writing) and, when a clock reference was set, "sync_steady_s",
+  /// "sync_wall_s" and "sync_method". Throws dpl::Error when the file cannot be written.
   void write_chrome_trace(const std::string& path, int rank) const;
 
  private:
   std::vector<PhaseSeries> series_;
+  ClockReference clock_;
   std::size_t bytes_ = 0;
   int ranks_ = 1;
 };

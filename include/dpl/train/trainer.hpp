@@ -94,7 +94,10 @@ class StandardUpdater {
   StandardUpdater(data::BatchSource& iterator, optim::Optimizer& optimizer, LossFunction loss,
                   Device device = Device::cpu());
 
-  /// One iteration. Ensures: iterator().iteration() grew by one and "main/loss" was observed;
+  /// One iteration. The wait for the batch (the source's next() and the copy to the device) is
+  /// timed as the "data" phase; under a parallel::MultiNodeOptimizer it is recorded into the
+  /// optimizer's timer() before the update's own phases, so traces and the phase summary show it.
+  /// Ensures: iterator().iteration() grew by one and "main/loss" was observed;
   /// under optim::NonFinitePolicy::kSkip also "main/skipped_steps" (1 for a skipped step, else 0:
   /// a log row's mean is the fraction of its steps that were skipped). Under kStop a non-finite
   /// step throws the optimizer's dpl::Error out of here (and out of Trainer::run).
@@ -110,6 +113,8 @@ class StandardUpdater {
   /// Updates run by this object, and the seconds they took (evaluation and reports excluded).
   std::int64_t updates() const { return updates_; }
   double update_seconds() const { return update_seconds_; }
+  /// Of update_seconds(), the seconds spent waiting for batches (the "data" phase).
+  double data_seconds() const { return data_seconds_; }
 
  private:
   data::BatchSource& iterator_;
@@ -118,6 +123,7 @@ class StandardUpdater {
   Device device_;
   std::int64_t updates_ = 0;
   double update_seconds_ = 0.0;
+  double data_seconds_ = 0.0;
 };
 
 class Trainer;
@@ -358,7 +364,10 @@ class LrSchedule : public Extension {
 
 /// At the end of training: the phase summary of a parallel::MultiNodeOptimizer across ranks
 /// (collective), printed on rank 0 with the training throughput (and peak GPU memory on a GPU),
-/// and written to <out>/phase_summary.json. With another optimizer, only the throughput.
+/// and written to <out>/phase_summary.json: profile::to_json's fields plus "communicator",
+/// "nodes", "timing", "threads_per_process", "training_iterations", "training_seconds" and
+/// "data_seconds" (rank 0's), what a scaling profile needs. With another optimizer, only the
+/// throughput.
 class PhaseSummary : public Extension {
  public:
   /// skip_warmup iterations are left out of the summary. Requires out to outlive the extension.

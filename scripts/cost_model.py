@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Predicts the step time and scaling efficiency of data-parallel training from measured parts.
+
+    python3 scripts/cost_model.py                                  # ResNet-50 on H200s, 1..16 GPUs
+    python3 scripts/cost_model.py --cpu-profile /tmp/scaling/scaling_profile.json   # + CPU check
+    python3 scripts/cost_model.py --json /tmp/model.json --plot /tmp/model.png
+
+The model (docs/scaling.md explains it with its numbers):
+
+  step = data + forward + backward + exposed allreduce + optimize
+
+  allreduce of b bytes over N nodes of n GPUs (p = N n ranks), alpha-beta terms:
+    ring(r, b, B, a)   = 2(r-1)/r * b / B + 2(r-1) a                 (0 for r = 1)
+    hierarchical       = intra(n, b) + ring(N, b, min(B_link, B_stage), a_link)
+    flat               = ring(p, b, min(B_link, B_stage_flat), a)   (every rank on one ring through
+                          host-staged MPI; a = a_link across nodes, a_shm on one node)
+    intra(n, b)        = ring(n, b, B_intra, a_intra)             (NCCL inside a node)
+  B_stage caps the inter-node step of a non-CUDA-aware MPI, whose data crosses host memory (the
+  measured staged rate); "unstaged" variants drop it (CUDA-aware MPI or NCCL across nodes).
+
+  Overlap: the gradient arena is cut into buckets of --bucket-mb; gradients become ready at a
+  uniform rate over backward, in arena order, and bucket i's allreduce starts when it is ready
+  and the previous bucket's allreduce is done, on its own stream, without slowing backward. The
+  exposed allreduce is what is left after backward ends:
+      exposed = max(0, end of the last bucket's allreduce - end of backward)
+  so allreduce hides behind backward up to backward's length, and at least the last bucket is
+  always exposed. Without overlap: exposed = one allreduce of the whole arena after backward.
+
+  16-bit gradients: b is halved (the allreduce's wire dtype), nothing else changes.
+
+Every input is printed with its origin: "measured" (with where) or "assumed" (with why). The
+CPU check (--cpu-profile) predicts every measured train_mnist point from the one-process runs
+and the measured allreduce curves, and prints the error beside each.
+
+Python 3 standard library only; --plot needs matplotlib.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+# ResNet-50 on one H200, bfloat16 channels-last, batch 128: bench_resnet measured 5274 and 5242
+# img/s on 2026-12-01 (docs/performance.md, "ResNet-50 training on the GPU").
+RESNET50 = {
+    "name": "ResNet-50, batch 128 per GPU, bfloat16, channels-last, H200",
+    "batch": 128,
+    "img_per_s_1gpu": (5274 + 5242) / 2,
+    "img_per_s_source": "measured: bench_resnet on one H200, 5274 and 5242 img/s, mean of the two runs "
+                        "(docs/performance.md, 2026-12-01)",
+    # float32 gradients: the MultiNodeOptimizer reduces the float32 master gradients.
+    "grad_bytes": 102228128,
+    "grad_bytes_source": "measured: ResNet-50's float32 gradient arena (docs/performance.md)",
+    "optimize_s": 0.2e-3,
+    "optimize_source": "assumed: MomentumSGD over 25.6M float32 masters reads and writes about 0.56 GB; "
+                       "at about 3 TB/s of HBM that is 0.2 ms",
+    "backward_share": 2.0 / 3.0,
+    "backward_source": "assumed: backward takes 2/3 of forward + backward (two products per forward one)",
+    "data_s": 0.0,
+    "data_source": "assumed: the loader keeps up (docs/performance.md: 16 loader threads deliver 2.5x what "
+                   "one H200 consumes), so no wait for data",
+}
+
+# NCCL inside a node: 2 H200s, 102228128 bytes in 375.7 us with the hierarchical communicator
+# (busbw 272.1 GB/s; raw ncclAllReduce 370.6 us), docs/performance.md, 2026-11-30.
+INTRA = {
+    "bytes": 102228128,
+    "ranks": 2,
+    "seconds": 375.7e-6,
+    "source": "measured: bench_allreduce, hierarchical, 2 H200s of one node, 102228128 B in 375.7 us "
+              "(docs/performance.md, 2026-11-30)",
+    "alpha_s": 10e-6,
+    "alpha_source": "assumed: 10 us per ring step inside a node (NCCL small-message latency; not measured here)",
+    "more_gpus_source": "assumed: 4 and 8 GPUs of one node reach the same bus bandwidth as the measured 2 "
+                        "(NVLink through NVSwitch gives each GPU its own links); no 4- or 8-GPU machine was "
+                        "available to measure",
+}
+
+# The host-staged paths of this build (Open MPI 4.1.6, not CUDA-aware), 102228128 bytes on 2 H200s
+# (docs/performance.md, 2026-11-30): hierarchical over 2 virtual nodes 31.2 ms, flat on one node
+# 33.1 ms. Each moved 2(p-1)/p b = b bytes per rank, so these are the staged rates of traffic.
+STAGE = {
+    "hierarchical_Bps": 102228128 / 31.2e-3,
+    "flat_Bps": 102228128 / 33.102e-3,
+    "source": "measured: bench_allreduce on one H200 host (docs/performance.md, 2026-11-30): the staged "
+              "inter-node step (2 virtual nodes) moved 102 MB in 31.2 ms, flat in 33.1 ms; taken as the "
+              "ceiling of the staged path over a network too (assumed: its host copies and host reduction "
+              "remain when the wire is faster)",
+    "shm_alpha_s": 5e-6,
+}
+
+# Links for the inter-node step. Only 10 GbE's rate was measured, by ChainerMN's users, not here.
+LINKS = [
+    {"name": "10 GbE", "Bps": 8.5 * 2**30 / 8, "alpha_s": 25e-6,
+     "source": "ChainerMN users' measurement on 10 GbE (reference write-up): MPI point to point 8-9 Gibit/s, "
+               "netperf 1119.74 MB/s; 8.5 Gibit/s taken. Latency assumed 25 us (MPI over TCP)"},
+    {"name": "25 GbE", "Bps": 25e9 / 8 * 0.91, "alpha_s": 20e-6,
+     "source": "assumed: 91% of the line rate (10 GbE's measured share), 20 us latency"},
+    {"name": "IB 100 Gb (EDR)", "Bps": 100e9 / 8 * 0.9, "alpha_s": 2e-6,
+     "source": "assumed: 90% of the line rate, 2 us latency"},
+    {"name": "IB 200 Gb (HDR)", "Bps": 200e9 / 8 * 0.9, "alpha_s": 2e-6,
+     "source": "assumed: 90% of the line rate, 2 us latency"},
+    {"name": "IB 400 Gb (NDR)", "Bps": 400e9 / 8 * 0.9, "alpha_s": 2e-6,
+     "source": "assumed: 90% of the line rate, 2 us latency"},
+]
+
+# GPU counts and the layouts (nodes x GPUs per node) predicted for each.
+LAYOUTS = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4)]
+
+
+# --- the model ---------------------------------------------------------------------------------------
+
+def ring(ranks, nbytes, bandwidth, alpha):
+    """Seconds of a ring allreduce of nbytes over ranks: 2(r-1)/r bytes per rank at bandwidth
+    bytes/s, plus 2(r-1) steps of latency alpha."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * nbytes / bandwidth + 2.0 * (ranks - 1) * alpha
+
+
+def intra_bandwidth(intra):
+    """Bus bandwidth (bytes/s) of the measured intra-node point, its latency terms taken out."""
+    r = intra["ranks"]
+    traffic = 2.0 * (r - 1) / r * intra["bytes"]
+    rest = intra["seconds"] - 2.0 * (r - 1) * intra["alpha_s"]
+    if rest <= 0:
+        raise ValueError(f"intra-node point: {intra['seconds']} s is not more than its assumed latency terms")
+    return traffic / rest
+
+
+def allreduce_seconds(comm, nodes, per_node, nbytes, link, intra, stage, staged=True):
+    """Seconds of one allreduce of nbytes with comm ("hierarchical" or "flat") on nodes x per_node."""
+    b_intra = intra_bandwidth(intra)
+    p = nodes * per_node
+    if comm == "hierarchical":
+        t = ring(per_node, nbytes, b_intra, intra["alpha_s"])
+        if nodes > 1:
+            bw = min(link["Bps"], stage["hierarchical_Bps"]) if staged else link["Bps"]
+            t += ring(nodes, nbytes, bw, link["alpha_s"])
+        return t
+    if comm == "flat":
+        if p <= 1:
+            return 0.0
+        if nodes > 1:
+            bw = min(link["Bps"], stage["flat_Bps"]) if staged else link["Bps"]
+            return ring(p, nbytes, bw, link["alpha_s"])
+        bw = stage["flat_Bps"] if staged else b_intra
+        return ring(p, nbytes, bw, stage["shm_alpha_s"])
+    raise ValueError(f"expected communicator 'hierarchical' or 'flat', got {comm!r}")
+
+
+def exposed_allreduce(backward_s, nbytes, bucket_bytes, reduce_seconds, overlap):
+    """Seconds the step waits for the allreduce after backward (see the module's help).
+
+    reduce_seconds(b) gives one allreduce of b bytes."""
+    if not overlap:
+        return reduce_seconds(nbytes)
+    buckets = max(1, math.ceil(nbytes / bucket_bytes))
+    done = 0.0   # when the previous bucket's allreduce ended, from the start of backward
+    ready = 0
+    for i in range(buckets):
+        size = min(bucket_bytes, nbytes - i * bucket_bytes)
+        ready += size
+        start = max(backward_s * ready / nbytes, done)
+        done = start + reduce_seconds(size)
+    return max(0.0, done - backward_s)
+
+
+def predict_gpu(model, comm, nodes, per_node, link, intra=INTRA, stage=STAGE, overlap=True, half=False,
+                bucket_bytes=25 * 2**20, staged=True):
+    """Predicted step for one configuration: a dict of seconds per phase, img/s and efficiency."""
+    step1 = model["batch"] / model["img_per_s_1gpu"]
+    compute = step1 - model["optimize_s"] - model["data_s"]
+    backward = compute * model["backward_share"]
+    forward = compute - backward
+    nbytes = model["grad_bytes"] / (2 if half else 1)
+    p = nodes * per_node
+
+    def reduce_seconds(b):
+        return allreduce_seconds(comm, nodes, per_node, b, link, intra, stage, staged)
+
+    total = reduce_seconds(nbytes)
+    exposed = exposed_allreduce(backward, nbytes, bucket_bytes, reduce_seconds, overlap) if p > 1 else 0.0
+    step = model["data_s"] + forward + backward + exposed + model["optimize_s"]
+    return {
+        "gpus": p, "nodes": nodes, "per_node": per_node, "communicator": comm, "link": link["name"],
+        "overlap": overlap, "grad_dtype": "16-bit" if half else "float32", "staged": staged,
+        "bytes": nbytes, "forward_s": forward, "backward_s": backward, "allreduce_s": total,
+        "exposed_allreduce_s": exposed, "optimize_s": model["optimize_s"], "step_s": step,
+        "img_per_s": p * model["batch"] / step, "efficiency": step1 / step,
+    }
+
+
+def predict_all(model=RESNET50, links=LINKS, layouts=LAYOUTS, bucket_bytes=25 * 2**20):
+    rows = []
+    for link in links:
+        for nodes, per_node in layouts:
+            for comm in ("hierarchical", "flat"):
+                for staged in (True, False):
+                    for overlap in (False, True):
+                        for half in (False, True):
+                            rows.append(predict_gpu(model, comm, nodes, per_node, link, overlap=overlap,
+                                                    half=half, bucket_bytes=bucket_bytes, staged=staged))
+    return rows
+
+
+# --- the CPU check against train_mnist runs -------------------------------------------------------
+
+def interpolate_loglog(points, x):
+    """y at x on the piecewise log-log line through points [(x, y)], extended along the end pieces."""
+    pts = sorted(points)
+    if not pts:
+        raise ValueError("expected measured points to interpolate, got none")
+    if len(pts) == 1:
+        return pts[0][1] * x / pts[0][0]
+    for i in range(len(pts) - 1):
+        (x0, y0), (x1, y1) = pts[i], pts[i + 1]
+        if x <= x1 or i == len(pts) - 2:
+            slope = (math.log(y1) - math.log(y0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + slope * (math.log(x) - math.log(x0)))
+    return pts[-1][1]
+
+
+def predict_cpu(profile, cores=None):
+    """Predicts each measured train_mnist point of a scaling profile (scripts/scaling_profile.py) from
+    its one-process runs and its measured allreduce curves. Returns rows with measured, predicted
+    and the relative error of the step time and img/s.
+
+    Per process, compute, optimize and data scale with the share of a core each process gets:
+    from the one-thread run, times max(1, processes / cores); the one-process point itself is
+    predicted from the one-process run with all cores (its error is 0 by construction). The
+    allreduce comes from bench_allreduce at the same process count and layout, interpolated at
+    the gradient bytes L."""
+    cores = cores or profile["machine"]["cores"]
+    runs = profile["runs"]
+    one = next((r for r in runs if r["processes"] == 1 and not r.get("threads_override")), None)
+    one_thread = next((r for r in profile.get("calibration", []) if r.get("threads_override") == 1), None)
+    if one is None or one_thread is None:
+        raise ValueError("expected a one-process run and a one-thread calibration run in the profile")
+    rows = []
+    for r in runs:
+        p = r["processes"]
+        if p == 1:
+            base, factor = one, 1.0
+        else:
+            base, factor = one_thread, max(1.0, p / cores)
+        compute = base["phases_ms"].get("compute", 0.0) * factor
+        optimize = base["phases_ms"].get("optimize", 0.0) * factor
+        data = base["phases_ms"].get("data", 0.0) * factor
+        allreduce = 0.0
+        if p > 1:
+            curve = [(c["bytes"], c["time_us"] / 1e3) for c in profile.get("allreduce", [])
+                     if c["processes"] == p and c["comm"] == r["communicator"] and
+                     c.get("ranks_per_node") == r.get("ranks_per_node")]
+            if not curve:
+                raise ValueError(f"expected bench_allreduce points for {p} processes, {r['communicator']}, "
+                                 f"ranks per node {r.get('ranks_per_node')}; the profile has none")
+            allreduce = interpolate_loglog(curve, r["grad_bytes"])
+        step = compute + optimize + data + allreduce
+        measured_step = r["step_ms"]
+        rows.append({
+            "processes": p, "nodes": r["nodes"], "communicator": r["communicator"],
+            "measured_step_ms": measured_step, "predicted_step_ms": step,
+            "measured_img_per_s": r["img_per_s"], "predicted_img_per_s": p * r["batch"] / step * 1e3,
+            "predicted_allreduce_ms": allreduce, "measured_allreduce_ms": r["phases_ms"].get("allreduce", 0.0),
+            "error": step / measured_step - 1.0,
+        })
+    return rows
+
+
+def measured_gpu_points(model=RESNET50, intra=INTRA, stage=STAGE):
+    """The GPU figures measured so far, each with the model's prediction for the same setting:
+    (what, measured seconds, predicted seconds). They are the model's own inputs, so the errors
+    show only what the latency terms add; they check that the inputs are used as measured."""
+    L = model["grad_bytes"]
+    # Two virtual nodes on one host: the "link" is the host's shared memory, never the limit.
+    host = {"name": "one host", "Bps": float("inf"), "alpha_s": stage["shm_alpha_s"]}
+    one = predict_gpu(model, "hierarchical", 1, 1, LINKS[0], intra, stage)
+    return [
+        ("ResNet-50 step, 1 H200 (bf16, batch 128)", model["batch"] / model["img_per_s_1gpu"], one["step_s"]),
+        ("allreduce of L, hierarchical, 2 H200 of one node", 375.7e-6,
+         allreduce_seconds("hierarchical", 1, 2, L, host, intra, stage)),
+        ("allreduce of L, flat (staged), 2 H200 of one node", 33.102e-3,
+         allreduce_seconds("flat", 1, 2, L, host, intra, stage)),
+        ("allreduce of L, hierarchical, 2 virtual nodes of 1 H200", 31.2e-3,
+         allreduce_seconds("hierarchical", 2, 1, L, host, intra, stage)),
+    ]
+
+
+# --- output --------------------------------------------------------------------------------------------
+
+def print_inputs(out=None):
+    out = out or sys.stdout
+    print("Inputs (measured = measured, with where; assumed = not measurable here):", file=out)
+    m = RESNET50
+    print(f"  one-GPU step: {m['batch']} / {m['img_per_s_1gpu']:.0f} img/s = "
+          f"{m['batch'] / m['img_per_s_1gpu'] * 1e3:.2f} ms  [{m['img_per_s_source']}]", file=out)
+    print(f"  gradient bytes L = {m['grad_bytes']}  [{m['grad_bytes_source']}]", file=out)
+    print(f"  optimize {m['optimize_s'] * 1e3:.1f} ms  [{m['optimize_source']}]", file=out)
+    print(f"  backward share {m['backward_share']:.2f}  [{m['backward_source']}]", file=out)
+    print(f"  data 0 ms  [{m['data_source']}]", file=out)
+    print(f"  intra-node bus bandwidth {intra_bandwidth(INTRA) / 1e9:.1f} GB/s  [{INTRA['source']}; "
+          f"{INTRA['alpha_source']}; {INTRA['more_gpus_source']}]", file=out)
+    print(f"  staged inter-node ceiling {STAGE['hierarchical_Bps'] / 1e9:.2f} GB/s (hierarchical), "
+          f"{STAGE['flat_Bps'] / 1e9:.2f} GB/s (flat)  [{STAGE['source']}]", file=out)
+    for link in LINKS:
+        print(f"  {link['name']}: {link['Bps'] / 1e9:.2f} GB/s, {link['alpha_s'] * 1e6:.0f} us  "
+              f"[{link['source']}]", file=out)
+
+
+def print_measured_gpu_points(out=None):
+    out = out or sys.stdout
+    print("\nMeasured GPU points (performance.md) and the model's prediction of each:", file=out)
+    for what, measured, predicted in measured_gpu_points():
+        print(f"  {what:<58} measured {measured * 1e3:9.3f} ms  predicted {predicted * 1e3:9.3f} ms  "
+              f"error {(predicted / measured - 1) * 100:+5.1f}%", file=out)
+
+
+def pick(rows, **want):
+    return [r for r in rows if all(r[k] == v for k, v in want.items())]
+
+
+def print_predictions(rows, out=None):
+    out = out or sys.stdout
+    print("\nPredicted efficiency (step time on 1 GPU / step time on p GPUs), ResNet-50 bf16 batch 128 per GPU,",
+          file=out)
+    print("hierarchical communicator, inter-node step staged through host memory as this build does "
+          "(unstaged in brackets: CUDA-aware MPI):", file=out)
+    layouts = [(n, g) for n, g in LAYOUTS]
+    head = "link".ljust(18) + "".join(f"{f'{n}x{g}':>15}" for n, g in layouts)
+    for overlap, half in ((False, False), (True, False), (True, True)):
+        print(f"\n  overlap {'on' if overlap else 'off'}, {'16-bit' if half else 'float32'} gradients", file=out)
+        print("  " + head, file=out)
+        for link in LINKS:
+            cells = []
+            for n, g in layouts:
+                s = pick(rows, link=link["name"], nodes=n, per_node=g, communicator="hierarchical",
+                         overlap=overlap, grad_dtype="16-bit" if half else "float32", staged=True)[0]
+                u = pick(rows, link=link["name"], nodes=n, per_node=g, communicator="hierarchical",
+                         overlap=overlap, grad_dtype="16-bit" if half else "float32", staged=False)[0]
+                cells.append(f"{s['efficiency']:.2f} [{u['efficiency']:.2f}]")
+            print("  " + link["name"].ljust(18) + "".join(f"{c:>15}" for c in cells), file=out)
+    print("\n  flat communicator, overlap on, float32 gradients (staged [unstaged])", file=out)
+    print("  " + head, file=out)
+    for link in LINKS:
+        cells = []
+        for n, g in layouts:
+            s = pick(rows, link=link["name"], nodes=n, per_node=g, communicator="flat", overlap=True,
+                     grad_dtype="float32", staged=True)[0]
+            u = pick(rows, link=link["name"], nodes=n, per_node=g, communicator="flat", overlap=True,
+                     grad_dtype="float32", staged=False)[0]
+            cells.append(f"{s['efficiency']:.2f} [{u['efficiency']:.2f}]")
+        print("  " + link["name"].ljust(18) + "".join(f"{c:>15}" for c in cells), file=out)
+
+
+def print_cpu_check(rows, out=None):
+    out = out or sys.stdout
+    print("\nCPU check: train_mnist measured against predicted (per-process step time)", file=out)
+    print(f"  {'processes':>9} {'nodes':>5} {'comm':>13} {'measured ms':>12} {'predicted ms':>13} {'error':>7} "
+          f"{'meas. img/s':>12} {'pred. img/s':>12} {'allreduce ms meas/pred':>23}", file=out)
+    for r in rows:
+        print(f"  {r['processes']:>9} {r['nodes']:>5} {r['communicator']:>13} {r['measured_step_ms']:>12.2f} "
+              f"{r['predicted_step_ms']:>13.2f} {r['error'] * 100:>6.1f}% {r['measured_img_per_s']:>12.0f} "
+              f"{r['predicted_img_per_s']:>12.0f} {r['measured_allreduce_ms']:>11.2f} / "
+              f"{r['predicted_allreduce_ms']:<9.2f}", file=out)
+
+
+def plot(rows, path):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from scaling_profile import ensure_matplotlib  # the same import, install and message
+    if not ensure_matplotlib():
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, staged in zip(axes, (True, False)):
+        layouts = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (2, 8), (4, 4)]
+        for link in LINKS:
+            effs = [pick(rows, link=link["name"], nodes=n, per_node=g, communicator="hierarchical", overlap=True,
+                         grad_dtype="float32", staged=staged)[0]["efficiency"] for n, g in layouts]
+            ax.plot(range(len(layouts)), effs, marker="o", label=link["name"])
+        ax.set_xticks(range(len(layouts)))
+        ax.set_xticklabels([f"{n * g}\n{n}x{g}" for n, g in layouts])
+        ax.axvline(3.5, color="k", lw=0.8, ls=":")
+        ax.set_xlabel("GPUs, nodes x GPUs per node (left of the line: one node)")
+        ax.set_ylim(0, 1.05)
+        ax.grid(alpha=0.3)
+        ax.set_title("staged inter-node step (this build)" if staged else "unstaged (CUDA-aware MPI)")
+    axes[0].set_ylabel("predicted scaling efficiency")
+    axes[1].legend(loc="lower left", fontsize=8)
+    fig.suptitle("ResNet-50 bf16, batch 128/GPU, H200: hierarchical, overlap on, float32 gradients (model)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Predict data-parallel step time and efficiency (alpha-beta model).")
+    parser.add_argument("--cpu-profile", help="scaling_profile.json of train_mnist runs to predict and compare")
+    parser.add_argument("--cores", type=int, help="cores of the machine the CPU profile ran on (default: its record)")
+    parser.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size for overlap (MiB)")
+    parser.add_argument("--json", help="write every prediction here")
+    parser.add_argument("--plot", help="write the efficiency plot (PNG) here")
+    args = parser.parse_args(argv)
+    rows = predict_all(bucket_bytes=int(args.bucket_mb * 2**20))
+    print_inputs()
+    print_measured_gpu_points()
+    print_predictions(rows)
+    result = {"inputs": {"model": RESNET50, "intra": INTRA, "stage": STAGE, "links": LINKS,
+                         "bucket_bytes": int(args.bucket_mb * 2**20)}, "predictions": rows}
+    if args.cpu_profile:
+        try:
+            with open(args.cpu_profile, encoding="utf-8") as f:
+                profile = json.load(f)
+            cpu = predict_cpu(profile, args.cores)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"cost_model: cannot check {args.cpu_profile}: {e}", file=sys.stderr)
+            return 2
+        print_cpu_check(cpu)
+        result["cpu_check"] = cpu
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

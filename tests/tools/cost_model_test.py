@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Tests of scripts/cost_model.py: the alpha-beta terms, the overlap simulation, the predictions'
+limits and the CPU check on a small hand-made profile."""
+
+import math
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import cost_model as cm  # noqa: E402
+from tool_test_support import run_main_on_json  # noqa: E402
+
+
+class AlphaBetaTest(unittest.TestCase):
+    def test_ring_moves_2_p_minus_1_over_p_bytes_and_pays_2_p_minus_1_latencies(self):
+        self.assertEqual(cm.ring(1, 1e9, 1e9, 1e-3), 0.0)
+        self.assertAlmostEqual(cm.ring(2, 1e9, 1e9, 0.0), 1.0)
+        self.assertAlmostEqual(cm.ring(4, 1e9, 1e9, 0.0), 1.5)
+        self.assertAlmostEqual(cm.ring(4, 1e9, 2e9, 1e-3), 0.75 + 0.006)
+
+    def test_intra_bandwidth_takes_the_latency_terms_out(self):
+        point = {"bytes": 1000, "ranks": 2, "seconds": 4e-6, "alpha_s": 1e-6}
+        # 2 ranks: traffic = bytes; 2(r-1) = 2 latency steps of 1 us leave 2 us for the bytes.
+        self.assertAlmostEqual(cm.intra_bandwidth(point), 1000 / 2e-6)
+        with self.assertRaises(ValueError):
+            cm.intra_bandwidth(dict(point, seconds=1e-6))
+
+    def test_hierarchical_adds_the_inter_node_ring_capped_by_staging(self):
+        intra = {"bytes": 1e9, "ranks": 2, "seconds": 1.0, "alpha_s": 0.0}        # B_intra = 1 GB/s
+        stage = {"hierarchical_Bps": 0.5e9, "flat_Bps": 0.25e9, "shm_alpha_s": 0.0}
+        link = {"name": "x", "Bps": 2e9, "alpha_s": 0.0}
+        # 2 nodes x 4: intra ring(4) at 1 GB/s = 1.5 s; inter ring(2) at min(2, 0.5) GB/s = 2 s.
+        self.assertAlmostEqual(cm.allreduce_seconds("hierarchical", 2, 4, 1e9, link, intra, stage), 3.5)
+        self.assertAlmostEqual(cm.allreduce_seconds("hierarchical", 2, 4, 1e9, link, intra, stage, staged=False),
+                               1.5 + 0.5)
+        # flat over 8 ranks: 2*7/8 at 0.25 GB/s = 7 s; one node of 1: nothing to do.
+        self.assertAlmostEqual(cm.allreduce_seconds("flat", 2, 4, 1e9, link, intra, stage), 7.0)
+        self.assertEqual(cm.allreduce_seconds("flat", 1, 1, 1e9, link, intra, stage), 0.0)
+        with self.assertRaises(ValueError):
+            cm.allreduce_seconds("ring", 1, 2, 1e9, link, intra, stage)
+
+
+class OverlapTest(unittest.TestCase):
+    def test_without_overlap_the_whole_allreduce_is_exposed(self):
+        self.assertAlmostEqual(cm.exposed_allreduce(1.0, 100, 25, lambda b: b * 0.01, overlap=False), 1.0)
+
+    def test_a_fast_allreduce_leaves_only_the_last_bucket_exposed(self):
+        # Buckets ready at 0.25, 0.5, 0.75, 1.0 of backward, 0.25 s each: the last ends at 1.25.
+        self.assertAlmostEqual(cm.exposed_allreduce(1.0, 100, 25, lambda b: b * 0.01, overlap=True), 0.25)
+
+    def test_a_slow_allreduce_hides_only_behind_backward(self):
+        # 2.5 s per bucket, back to back from 0.25 s: ends at 10.25, so 9.25 s after backward.
+        self.assertAlmostEqual(cm.exposed_allreduce(1.0, 100, 25, lambda b: b * 0.1, overlap=True), 9.25)
+
+    def test_one_bucket_cannot_overlap(self):
+        self.assertAlmostEqual(cm.exposed_allreduce(1.0, 100, 1000, lambda b: b * 0.01, overlap=True), 1.0)
+
+
+class PredictionTest(unittest.TestCase):
+    def setUp(self):
+        self.ten = cm.LINKS[0]
+
+    def test_one_gpu_is_the_measured_point(self):
+        r = cm.predict_gpu(cm.RESNET50, "hierarchical", 1, 1, self.ten)
+        self.assertAlmostEqual(r["efficiency"], 1.0)
+        self.assertAlmostEqual(r["img_per_s"], (5274 + 5242) / 2)
+        self.assertAlmostEqual(r["step_s"], 128 / 5258.0)
+
+    def test_16_gpus_over_10_gbe_without_overlap(self):
+        r = cm.predict_gpu(cm.RESNET50, "hierarchical", 4, 4, self.ten, overlap=False)
+        L = 102228128
+        b_intra = cm.intra_bandwidth(cm.INTRA)
+        expect = (cm.ring(4, L, b_intra, 10e-6) +
+                  2 * 3 / 4 * L / (8.5 * 2**30 / 8) + 2 * 3 * 25e-6)
+        self.assertAlmostEqual(r["allreduce_s"], expect)
+        self.assertAlmostEqual(r["exposed_allreduce_s"], expect)
+        self.assertAlmostEqual(r["step_s"], 128 / 5258.0 + expect)
+        self.assertAlmostEqual(r["efficiency"], (128 / 5258.0) / r["step_s"])
+        # About 0.135 s of allreduce against a 24 ms step: ChainerMN's users saw the same shape.
+        self.assertTrue(0.10 < r["allreduce_s"] < 0.16, r["allreduce_s"])
+
+    def test_overlap_and_half_the_bytes_only_help(self):
+        for link in cm.LINKS:
+            for nodes, per in cm.LAYOUTS:
+                plain = cm.predict_gpu(cm.RESNET50, "hierarchical", nodes, per, link, overlap=False)
+                over = cm.predict_gpu(cm.RESNET50, "hierarchical", nodes, per, link, overlap=True)
+                half = cm.predict_gpu(cm.RESNET50, "hierarchical", nodes, per, link, overlap=True, half=True)
+                self.assertLessEqual(over["exposed_allreduce_s"], plain["exposed_allreduce_s"] + 1e-12)
+                # Half the bytes may cut the arena into buckets whose last one is a little larger
+                # (fixed bucket bytes), so with overlap it may cost a hair more, never more than that.
+                self.assertLessEqual(half["step_s"], over["step_s"] * 1.001)
+                half_plain = cm.predict_gpu(cm.RESNET50, "hierarchical", nodes, per, link, overlap=False, half=True)
+                self.assertLessEqual(half_plain["step_s"], plain["step_s"] + 1e-12)
+                self.assertLessEqual(over["efficiency"], 1.0 + 1e-12)
+                # What overlap hides is at most backward.
+                self.assertLessEqual(plain["step_s"] - over["step_s"], over["backward_s"] + 1e-9)
+
+    def test_a_faster_link_never_predicts_less(self):
+        for nodes, per in ((2, 4), (2, 8), (4, 4)):
+            effs = [cm.predict_gpu(cm.RESNET50, "hierarchical", nodes, per, link, staged=False)["efficiency"]
+                    for link in cm.LINKS]
+            self.assertEqual(effs, sorted(effs))
+
+    def test_every_measured_gpu_point_is_predicted_close_to_its_measurement(self):
+        points = cm.measured_gpu_points()
+        self.assertEqual(len(points), 4)
+        for what, measured, predicted in points:
+            # Inputs are used as measured: only the latency terms (microseconds) may differ.
+            self.assertLess(abs(predicted / measured - 1), 0.01, what)
+        self.assertAlmostEqual(points[1][2], 375.7e-6, places=9)
+
+    def test_predict_all_covers_every_combination(self):
+        rows = cm.predict_all()
+        self.assertEqual(len(rows), len(cm.LINKS) * len(cm.LAYOUTS) * 2 * 2 * 2 * 2)
+
+
+class CpuCheckTest(unittest.TestCase):
+    def profile(self):
+        def run(p, compute, allreduce, step, threads=None, rpn=None, nodes=1):
+            return {"processes": p, "nodes": nodes, "ranks_per_node": rpn, "threads_override": threads,
+                    "communicator": "hierarchical", "batch": 100, "grad_bytes": 1000,
+                    "phases_ms": {"data": 1.0, "compute": compute, "allreduce": allreduce, "optimize": 2.0},
+                    "step_ms": step, "img_per_s": p * 100 / step * 1e3}
+        return {
+            "machine": {"cores": 2},
+            "runs": [run(1, 10.0, 0.0, 13.0), run(2, 21.0, 2.0, 26.0), run(4, 40.0, 3.0, 52.0)],
+            "calibration": [run(1, 20.0, 0.0, 23.0, threads=1)],
+            "allreduce": [{"processes": 2, "comm": "hierarchical", "ranks_per_node": None, "bytes": 100,
+                           "time_us": 100.0},
+                          {"processes": 2, "comm": "hierarchical", "ranks_per_node": None, "bytes": 10000,
+                           "time_us": 10000.0},
+                          {"processes": 4, "comm": "hierarchical", "ranks_per_node": None, "bytes": 1000,
+                           "time_us": 4000.0}],
+        }
+
+    def test_interpolation_is_straight_in_log_log(self):
+        self.assertAlmostEqual(cm.interpolate_loglog([(1, 1), (100, 10)], 10), math.sqrt(10))
+        self.assertAlmostEqual(cm.interpolate_loglog([(1, 1), (100, 10)], 1000), 10 * math.sqrt(10))
+        self.assertAlmostEqual(cm.interpolate_loglog([(10, 5)], 20), 10)
+
+    def test_every_measured_point_is_predicted_with_its_error(self):
+        rows = cm.predict_cpu(self.profile())
+        self.assertEqual([r["processes"] for r in rows], [1, 2, 4])
+        one, two, four = rows
+        self.assertAlmostEqual(one["predicted_step_ms"], 13.0)
+        self.assertAlmostEqual(one["error"], 0.0)
+        # 2 processes on 2 cores: the one-thread run's 23 ms + 1 ms of allreduce (1000 B on the line).
+        self.assertAlmostEqual(two["predicted_allreduce_ms"], 1.0)
+        self.assertAlmostEqual(two["predicted_step_ms"], 24.0)
+        self.assertAlmostEqual(two["error"], 24.0 / 26.0 - 1)
+        # 4 processes on 2 cores: each gets half a core, 2 x 23 ms, + 4 ms.
+        self.assertAlmostEqual(four["predicted_step_ms"], 50.0)
+        self.assertAlmostEqual(four["predicted_img_per_s"], 4 * 100 / 50.0 * 1e3)
+
+    def test_missing_inputs_are_named(self):
+        p = self.profile()
+        p["allreduce"] = [a for a in p["allreduce"] if a["processes"] != 4]
+        with self.assertRaisesRegex(ValueError, "bench_allreduce points for 4 processes"):
+            cm.predict_cpu(p)
+        p = self.profile()
+        p["calibration"] = []
+        with self.assertRaisesRegex(ValueError, "one-thread calibration run"):
+            cm.predict_cpu(p)
+
+    def test_command_line_prints_inputs_predictions_and_the_check(self):
+        status, text, written = run_main_on_json(
+            cm.main, self.profile(), lambda path, folder: ["--cpu-profile", path, "--json",
+                                                           os.path.join(folder, "m.json")])
+        self.assertEqual(status, 0)
+        self.assertIn("assumed:", text)
+        self.assertIn("measured:", text)
+        self.assertIn("IB 400 Gb (NDR)", text)
+        self.assertIn("CPU check", text)
+        self.assertEqual(len(written["m.json"]["cpu_check"]), 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
