@@ -117,13 +117,19 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
     local_flag_.copy_(flag);
   }
   sync_point();
+  const double allreduce_start = profile::now_seconds();
   {
     profile::ScopedPhase phase(timer_, "allreduce", iteration_);
     reducer_->allreduce_gradients(buffers);
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(model.device());
   }
-  for (const auto& sub : reducer_->last_phases())
-    timer_.record("allreduce/" + sub.name, profile::now_seconds() - sub.seconds, sub.seconds, iteration_);
+  // The communicator reports durations only; its sub-phases run one after another from the
+  // allreduce's start, so that is where a timeline draws them.
+  double sub_start = allreduce_start;
+  for (const auto& sub : reducer_->last_phases()) {
+    timer_.record("allreduce/" + sub.name, sub_start, sub.seconds, iteration_);
+    sub_start += sub.seconds;
+  }
   // The same averaged flag on every rank: all stop here together, or none does.
   if (checked && actual_->stops_on_non_finite() && !actual_->gradients_finite()) stop_on_every_rank(buffers.front());
   step();
