@@ -1,15 +1,18 @@
 #include "comm/mpi/node_shared_allreduce.hpp"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -149,18 +152,15 @@ void set_shared_window_allowed(bool allowed) { g_window_allowed = allowed; }
 std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world, MPI_Comm intra, MPI_Comm inter,
                                                                  const Topology& t, const std::string& comm_name) {
   const std::string what = "create_communicator('" + comm_name + "')";
-  // A virtual node may group ranks of different machines; shared memory then cannot hold it. The
-  // decision is the job's, not the node's, because every node must cut its chunks alike for the
-  // inter-node step to pair up.
+  // A virtual node may group ranks of different machines; shared memory then cannot hold it. (All
+  // ranks of a node see the same answer: the node's ranks split into the same machines.)
   MPI_Comm shared = MPI_COMM_NULL;
   DPL_MPI_CHECK(MPI_Comm_split_type(intra, MPI_COMM_TYPE_SHARED, t.intra_rank, MPI_INFO_NULL, &shared),
                 what + ": MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
   const CommHandle shared_handle(shared);
   int shared_size = 0;
   MPI_Comm_size(shared, &shared_size);
-  int usable = shared_size == t.intra_size && g_window_allowed ? 1 : 0;
-  DPL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, world), what + ": MPI_Allreduce");
-  if (!usable) return nullptr;
+  const bool shareable = shared_size == t.intra_size && g_window_allowed;
 
   std::unique_ptr<NodeSharedAllreduce> s(new NodeSharedAllreduce());
   s->what_ = what_call("allreduce", comm_name);
@@ -175,46 +175,76 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
   s->all_single_ = *largest == 1;
   s->oversubscribed_ = t.host_size > hardware_cpus();
   s->chunk_bytes_ = chunk_bytes_for(*largest);
-  if (t.intra_size == 1) return s;  // a node of one rank shares nothing
 
-  // Each rank allocates the chunk it writes its contribution into, so that on a machine with
-  // several memory domains the page lands near its writer; the node's leader also holds the
-  // barrier and the result chunk.
-  const MPI_Aint chunk = static_cast<MPI_Aint>(s->chunk_bytes_);
-  const MPI_Aint mine = t.intra_rank == 0 ? kControlBytes + 2 * chunk : chunk;
-  MPI_Info info = MPI_INFO_NULL;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "alloc_shared_noncontig", "true");
-  void* base = nullptr;
-  const int rc = MPI_Win_allocate_shared(mine, 1, info, intra, &base, &s->win_);
-  MPI_Info_free(&info);
-  DPL_MPI_CHECK(rc, what + ": MPI_Win_allocate_shared of " + std::to_string(mine) + " bytes");
-  MPI_Win_set_errhandler(s->win_, MPI_ERRORS_RETURN);
-  s->inputs_.resize(static_cast<std::size_t>(t.intra_size));
-  for (int r = 0; r < t.intra_size; ++r) {
-    MPI_Aint size = 0;
-    int unit = 0;
-    void* ptr = nullptr;
-    DPL_MPI_CHECK(MPI_Win_shared_query(s->win_, r, &size, &unit, &ptr), what + ": MPI_Win_shared_query");
-    char* p = static_cast<char*>(ptr);
-    if (r == 0) {
-      s->control_ = reinterpret_cast<Control*>(p);
-      s->result_ = p + kControlBytes;
-      p += kControlBytes + chunk;
-    }
-    s->inputs_[static_cast<std::size_t>(r)] = p;
+  // The window: the barrier's page, the result chunk, then one chunk per rank. Each page lands
+  // near the rank that writes it first (its own chunk, its slice of the result).
+  int mapped = 1;
+  if (shareable && t.intra_size > 1) {
+    s->window_bytes_ = static_cast<std::size_t>(kControlBytes + (t.intra_size + 1) * s->chunk_bytes_);
+    mapped = s->map_window(intra) ? 1 : 0;
   }
-  if (t.intra_rank == 0) new (s->control_) Control();
-  // Nobody touches the barrier before the leader has built it.
-  DPL_MPI_CHECK(MPI_Barrier(intra), what + ": MPI_Barrier");
+  // The decision is the job's, not the node's: every node must cut its chunks alike for the
+  // inter-node step to pair up. This also tells the leader that every rank has mapped the window.
+  int usable = shareable && mapped ? 1 : 0;
+  DPL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, world), what + ": MPI_Allreduce");
+  if (!s->shm_name_.empty()) shm_unlink(s->shm_name_.c_str());  // the mappings keep it alive
+  if (!usable) return nullptr;
   return s;
 }
 
+// The leader creates a POSIX shared-memory object and tells the node its name; every rank maps it.
+// Not MPI_Win_allocate_shared: freeing an MPI window is collective, and a communicator destroyed on
+// one rank alone (a rank leaving with an error while the others wait in a collective) would then
+// hang in the free instead of letting the job end. munmap is this rank's own business.
+bool NodeSharedAllreduce::map_window(MPI_Comm intra) {
+  static int created = 0;
+  char name[64] = {0};
+  char* base = nullptr;
+  if (local_rank_ == 0) {
+    for (int attempt = 0; attempt < 8 && name[0] == 0; ++attempt) {
+      std::snprintf(name, sizeof name, "/dpl-allreduce-%ld-%d", static_cast<long>(getpid()), created++);
+      const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) {
+        name[0] = 0;  // a stale object of that name (or no shared memory at all): try another
+        continue;
+      }
+      if (ftruncate(fd, static_cast<off_t>(window_bytes_)) == 0) {
+        void* p = mmap(nullptr, window_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p != MAP_FAILED) base = static_cast<char*>(p);
+      }
+      close(fd);
+      if (base == nullptr) {
+        shm_unlink(name);
+        name[0] = 0;
+        break;
+      }
+    }
+    // Built before anyone learns the name, so nobody sees the barrier half made.
+    if (base != nullptr) new (base) Control();
+  }
+  DPL_MPI_CHECK(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, intra), what_ + ": MPI_Bcast");
+  if (name[0] == 0) return false;  // the leader could not make one: the whole job falls back
+  if (local_rank_ == 0) {
+    shm_name_ = name;
+  } else {
+    const int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) return false;
+    void* p = mmap(nullptr, window_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return false;
+    base = static_cast<char*>(p);
+  }
+  window_ = base;
+  control_ = reinterpret_cast<Control*>(base);
+  result_ = base + kControlBytes;
+  inputs_.resize(static_cast<std::size_t>(local_size_));
+  for (int r = 0; r < local_size_; ++r)
+    inputs_[static_cast<std::size_t>(r)] = result_ + (r + 1) * chunk_bytes_;
+  return true;
+}
+
 NodeSharedAllreduce::~NodeSharedAllreduce() {
-  if (win_ == MPI_WIN_NULL) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Win_free(&win_);
+  if (window_ != nullptr) munmap(window_, window_bytes_);
 }
 
 // A counting barrier in shared memory: well under a microsecond when every rank has a CPU, where

@@ -36,7 +36,8 @@ class NodeSharedAllreduce {
   /// Collective over `world` (every rank of the job calls it with its own groups). Returns null
   /// on every rank when the ranks of some node cannot share memory (a virtual node spread over two
   /// machines); the caller then keeps its message-passing algorithm. Otherwise every node of
-  /// several ranks allocates one shared window over `intra`. `t` is this rank's topology.
+  /// several ranks maps one window of shared memory. `t` is this rank's topology. Destroying it is
+/// local (no communication).
   static std::unique_ptr<NodeSharedAllreduce> create(MPI_Comm world, MPI_Comm intra, MPI_Comm inter,
                                                      const Topology& t, const std::string& comm_name);
   ~NodeSharedAllreduce();
@@ -75,7 +76,11 @@ class NodeSharedAllreduce {
   bool oversubscribed_ = false;  // more processes than CPUs on this machine: waiting ranks sleep at once
   std::int64_t chunk_bytes_ = 0;
 
-  MPI_Win win_ = MPI_WIN_NULL;
+  bool map_window(MPI_Comm intra);
+
+  char* window_ = nullptr;           // this rank's mapping of the node's window
+  std::size_t window_bytes_ = 0;
+  std::string shm_name_;             // on the leader, until every rank has mapped the window
   Control* control_ = nullptr;       // the node's barrier, in the window
   char* result_ = nullptr;           // one chunk: the node's sum, slice by slice
   std::vector<char*> inputs_;        // one chunk per rank of the node: its contribution
