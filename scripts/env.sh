@@ -8,3 +8,16 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 DPL_BUILD_DIR=${DPL_BUILD_DIR:-build}
 DPL_JOBS=${DPL_JOBS:-$(nproc)}
+
+# dpl_bench_setup <target> <folder>: for the benchmark scripts, brings one target of the existing
+# build folder up to date (or fails saying how to make the folder) and creates OUT (default
+# <build folder>/<folder>) for the logs.
+dpl_bench_setup() {
+  if [ ! -d "$DPL_BUILD_DIR" ]; then
+    echo "$(basename "$0"): no build folder '$DPL_BUILD_DIR'; run scripts/build.sh first" >&2
+    exit 1
+  fi
+  cmake --build "$DPL_BUILD_DIR" -j "$DPL_JOBS" --target "$1" >/dev/null
+  OUT=${OUT:-$DPL_BUILD_DIR/$2}
+  mkdir -p "$OUT"
+}

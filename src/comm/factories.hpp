@@ -18,9 +18,12 @@ namespace dpl::comm::detail {
 using HostCommunicator = MpiCommunicator;
 /// Collectives straight over a duplicate of MPI_COMM_WORLD (src/comm/mpi/mpi_communicator.cpp).
 std::unique_ptr<MpiCommunicator> make_naive(const std::string& name);
-/// Intra-node reduce, inter-node allreduce, intra-node broadcast (src/comm/mpi/hierarchical_communicator.cpp).
+/// Reduce-scatter and allgather in the node's shared memory around an inter-node allreduce of each
+/// rank's slice; where a node cannot share memory, reduce to the node's leader, allreduce among
+/// leaders, broadcast (src/comm/mpi/hierarchical_communicator.cpp).
 std::unique_ptr<MpiCommunicator> make_hierarchical(const std::string& name);
-/// Reduce-scatter in the node, allreduce of each slice across nodes, allgather in the node
+/// Reduce-scatter in the node, allreduce of each slice across nodes, allgather in the node: through
+/// the node's shared memory as hierarchical, or by message passing where a node cannot share it
 /// (src/comm/mpi/two_dimensional_communicator.cpp).
 std::unique_ptr<MpiCommunicator> make_two_dimensional(const std::string& name);
 #else

@@ -1,15 +1,25 @@
 // "hierarchical": allreduce in three steps, so that the slow inter-node links carry each
-// node's data once instead of once per rank:
-//   1. intra_reduce     MPI_Reduce to intra_rank 0 over the node's (shared-memory) communicator;
+// node's data once instead of once per rank. Where the ranks of every node share memory (always
+// on one machine, virtual nodes included), the steps run through the node's shared window
+// (node_shared_allreduce.hpp): every rank adds up a slice of the node's sum, carries that slice
+// across nodes and copies the whole result out, so no rank handles more than its share and the
+// phases are intra_reduce, inter_allreduce, intra_bcast (the copy out). Where they do not (a
+// virtual node spread over machines), message passing through the node's leader:
+//   1. intra_reduce     MPI_Reduce to intra_rank 0 over the node's communicator;
 //   2. inter_allreduce  MPI_Allreduce among the intra_rank-0 ranks, one per node;
 //   3. intra_bcast      MPI_Bcast from intra_rank 0 over the node.
 // The other collectives are the naive ones.
 
 #include <mpi.h>
 
+#include <memory>
+#include <string>
+#include <utility>
+
 #include "comm/checks.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_communicator.hpp"
+#include "comm/mpi/node_shared_allreduce.hpp"
 
 namespace dpl::comm::detail {
 
@@ -17,12 +27,18 @@ namespace {
 
 class HierarchicalCommunicator final : public MpiCommunicator {
  public:
-  using MpiCommunicator::MpiCommunicator;
+  explicit HierarchicalCommunicator(std::string name)
+      : MpiCommunicator(std::move(name)),
+        shared_(NodeSharedAllreduce::create(world(), intra(), inter(), topology_, name_)) {}
 
   void allreduce(Tensor& buf, ReduceOp op) override {
     check_host_buffer("allreduce", name_, buf, "buf", Use::kReduce);
     check_op("allreduce", name_, buf, op);
     last_phases_.clear();
+    if (shared_) {
+      last_phases_ = shared_->allreduce(buf, op, synchronized_, "intra_bcast");
+      return;
+    }
     const bool leader = intra_rank() == 0;
     void* data = buf.raw_data();
     const std::int64_t n = buf.numel();
@@ -49,6 +65,9 @@ class HierarchicalCommunicator final : public MpiCommunicator {
     if (intra_size() > 1) bcast(intra(), data, n, dtype, 0, "allreduce");
     end_phase("intra_bcast", true);
   }
+
+ private:
+  std::unique_ptr<NodeSharedAllreduce> shared_;  // null: some node cannot share memory
 };
 
 }  // namespace

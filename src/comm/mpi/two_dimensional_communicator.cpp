@@ -1,5 +1,7 @@
 // "two_dimensional" on host memory: every rank of a node carries one slice of the buffer across
-// nodes, so all ranks (not only a leader) use the inter-node links:
+// nodes, so all ranks (not only a leader) use the inter-node links. Where the ranks of every node
+// share memory, through the node's shared window (node_shared_allreduce.hpp, the algorithm
+// hierarchical runs there too); otherwise by message passing:
 //   1. intra_reduce     MPI_Reduce_scatter over the node: rank i gets the node's sum of slice i;
 //   2. inter_allreduce  MPI_Allreduce of that slice among the ranks with this intra_rank;
 //   3. intra_gather     MPI_Allgatherv over the node.
@@ -8,12 +10,14 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "comm/checks.hpp"
 #include "comm/environment.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_communicator.hpp"
+#include "comm/mpi/node_shared_allreduce.hpp"
 
 namespace dpl::comm::detail {
 
@@ -31,11 +35,16 @@ class TwoDimensionalCommunicator final : public MpiCommunicator {
               node_sizes_text(topology_.node_sizes), " in rank order), but ", name_,
               " reduces each slice across the ranks of equal intra_rank and needs every node to have the same "
               "number of ranks; use hierarchical, naive or flat (or pure_nccl in NCCL builds) on uneven nodes");
+    shared_ = NodeSharedAllreduce::create(world(), intra(), inter(), topology_, name_);
   }
 
   void allreduce(Tensor& buf, ReduceOp op) override {
     check_host_buffer("allreduce", name_, buf, "buf", Use::kReduce);
     check_op("allreduce", name_, buf, op);
+    if (shared_) {
+      last_phases_ = shared_->allreduce(buf, op, synchronized_, "intra_gather");
+      return;
+    }
     const std::string what = what_call("allreduce", name_);
     const MPI_Datatype type = mpi_datatype(buf.dtype());
     const std::size_t esize = dtype_size(buf.dtype());
@@ -91,6 +100,7 @@ class TwoDimensionalCommunicator final : public MpiCommunicator {
   }
 
  private:
+  std::unique_ptr<NodeSharedAllreduce> shared_;  // null: some node cannot share memory
   std::vector<char> slice_;  // this rank's slice; kept, so the steady state allocates nothing
 };
 
