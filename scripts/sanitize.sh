@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer and UndefinedBehaviorSanitizer: builds dpl, its tests
+# and the fuzzing harnesses with clang (CUDA off; scripts/sanitized_build.sh) into build-sanitize,
+# then runs the whole ctest suite there, the distributed tests under mpiexec included. Any sanitizer report fails its test:
+# undefined behaviour aborts (-fno-sanitize-recover), and so does ASan. scripts/fuzz.sh shares
+# this build, so running both compiles dpl once. Extra arguments go to ctest (-R, -L, ...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/sanitized_build.sh
+source scripts/env.sh
+dir=${DPL_SANITIZE_BUILD_DIR:-build-sanitize}
+
+# Open MPI keeps allocations until the process exits (its components, hwloc's topology), which
+# every rank would report as leaks: scripts/lsan-suppressions.txt forgives those, naming only
+# third-party libraries, so a leak in dpl still fails its test.
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt:print_suppressions=0"
+export ASAN_OPTIONS="abort_on_error=1:check_initialization_order=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+ctest --test-dir "$dir" --output-on-failure -j "$DPL_JOBS" "$@"
+echo "sanitizer suite (ASan + UBSan): passed"
