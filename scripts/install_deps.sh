@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dpl needs to build, test and run its examples on Debian or Ubuntu.
 # Safe to run again: packages already present are not touched. Needs root (or sudo).
+# Arguments name further packages a script needs beyond these (clang for scripts/fuzz.sh).
 set -euo pipefail
 
 packages=(
@@ -12,6 +13,7 @@ packages=(
   libturbojpeg0-dev  # JPEG decoding for the image pipeline (optional: without it JPEG calls raise an error)
   dataset-fashion-mnist
   python3 python3-numpy  # the safetensors test checks files against a reader and writer in numpy
+  "$@"
 )
 
 missing=()

@@ -190,7 +190,13 @@ Tensor read_idx_images(const std::string& path) {
   const char* op = "read_idx_images";
   IdxBytes idx = read_ubyte_idx(op, path, 3, "images", "count, rows, cols");
   const auto n = static_cast<std::int64_t>(idx.dims[0]);
-  const auto pixels = static_cast<std::int64_t>(idx.dims[1]) * static_cast<std::int64_t>(idx.dims[2]);
+  // The header's checks bound count x rows x cols by the file's length, but a file of no images
+  // may still claim rows x cols up to 2^64 - 2^33 + 1, which no tensor extent holds.
+  const std::uint64_t pixels_u64 = static_cast<std::uint64_t>(idx.dims[1]) * idx.dims[2];
+  DPL_CHECK(pixels_u64 <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), op, ": ", path,
+            ": the header promises images of ", idx.dims[1], " x ", idx.dims[2], " = ", pixels_u64,
+            " pixels; expected at most 2^63 - 1 pixels per image");
+  const auto pixels = static_cast<std::int64_t>(pixels_u64);
   Tensor out = Tensor::empty({n, pixels}, kFloat32);
   float* dst = out.data<float>();
   const unsigned char* src = idx.bytes.data() + idx.data_offset;

@@ -203,7 +203,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& te
 
   const auto live = state();
   for (const auto& [name, src] : tensors) {
-    const auto it = std::find_if(live.begin(), live.end(), [&](const auto& e) { return e.first == name; });
+    const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
     DPL_CHECK(it != live.end(), who, ": unexpected state tensor '", name, "'");
     DPL_CHECK(src.defined() && src.dtype() == it->second.dtype() && src.shape() == it->second.shape(), who,
               ": state tensor '", name, "' must be ", it->second.dtype(), " of shape ", shape_str(it->second.shape()),
@@ -211,7 +211,10 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& te
               src.defined() ? detail::concat(src.dtype(), " of shape ", shape_str(src.shape())) : "undefined");
   }
   for (const auto& [name, dst] : live) {
-    const bool given = std::any_of(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == name; });
+    // Named in the capture: C++17 lets no lambda capture a structured binding implicitly
+    // (clang refuses it, which the sanitizer and fuzzing builds use).
+    const bool given =
+        std::any_of(tensors.begin(), tensors.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
     DPL_CHECK(given, who, ": missing state tensor '", name, "'");
   }
   const auto keys = state_scalars();

@@ -149,15 +149,21 @@ struct Reader {
       fail("tensor '", name, "': unknown dtype ", dtype.dump(), " (dpl reads F32, BF16, F16, I32 and I64)");
     const nlohmann::json& shape = v["shape"];
     if (!shape.is_array()) fail("tensor '", name, "': expected \"shape\" to be an array, got ", shape.dump());
-    std::uint64_t bytes = dtype_size(e.dtype);
+    // span: the bytes of the non-zero extents alone. An empty tensor ([0, 2^62, 2^62]) holds no
+    // bytes, but its other extents must still multiply to a count a tensor can hold.
+    std::uint64_t span = dtype_size(e.dtype);
+    bool empty = false;
     for (const nlohmann::json& d : shape) {
       const std::uint64_t extent = count(d, name, "shape");
       if (extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
-          (extent != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / extent))
-        fail("tensor '", name, "': shape ", shape.dump(), " is too large");
-      bytes *= extent;
+          (extent != 0 && span > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / extent))
+        fail("tensor '", name, "': shape ", shape.dump(), " is too large: its non-zero extents must multiply to at "
+             "most 2^63 - 1 bytes");
+      if (extent == 0) empty = true;
+      else span *= extent;
       e.shape.push_back(static_cast<std::int64_t>(extent));
     }
+    const std::uint64_t bytes = empty ? 0 : span;
     const nlohmann::json& offsets = v["data_offsets"];
     if (!offsets.is_array() || offsets.size() != 2)
       fail("tensor '", name, "': expected \"data_offsets\" to be [begin, end], got ", offsets.dump());
@@ -280,6 +286,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
     // e.byte counts from 1 within the header text.
     r.fail("malformed JSON header near byte offset ", kHeaderLengthBytes + (e.byte > 0 ? e.byte - 1 : 0), ": ",
            e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // The parser also throws other errors than parse_error: a number beyond a double's range is
+    // out_of_range (406), and carries no byte offset.
+    r.fail("malformed JSON header: ", e.what());
   }
   if (!header.is_object()) r.fail("expected the header (from byte offset 8) to be a JSON object, got ", header.type_name());
   if (!repeated.empty()) r.fail("the header names '", repeated, "' more than once");

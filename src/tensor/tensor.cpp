@@ -16,6 +16,12 @@ std::int64_t normalize_dim(std::int64_t d, std::int64_t ndim, const char* op) {
 }
 void check_shape_valid(const Shape& shape, const char* op) {
   for (auto e : shape) DPL_CHECK(e >= 0, op, ": extents must be non-negative, got shape ", shape_str(shape));
+  // The strides multiply every suffix of the extents, and the element count every prefix; a zero
+  // extent makes the tensor empty but does not keep the others' product from overflowing there.
+  std::int64_t span = 1;
+  for (auto e : shape)
+    DPL_CHECK(e == 0 || !__builtin_mul_overflow(span, e, &span), op, ": the non-zero extents of shape ",
+              shape_str(shape), " multiply to more than 2^63 - 1 elements");
 }
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <system_error>
@@ -104,7 +105,9 @@ std::string failure_of(const char* operation, const std::string& path, Fn&& fn) 
     fn();
     return "";
   } catch (const Error& e) {
-    return e.what();
+    // Errors of the parts being restored (a log, an iterator) do not know the file; name it.
+    const std::string message = e.what();
+    return message.find(path) != std::string::npos ? message : detail::concat(operation, ": ", path, ": ", message);
   } catch (const std::exception& e) {
     return detail::concat(operation, ": ", path, ": ", e.what());
   }
@@ -123,19 +126,34 @@ Json log_json(const LogReport& log) {
   return {{"elapsed_time", log.elapsed_time()}, {"entries", entries}, {"pending", pending}};
 }
 
-void restore_log(LogReport& log, const Json& j) {
+// A whole number of the metadata in [low, high]. nlohmann's get<> would convert a float (1e300)
+// to an integer type, which is undefined behaviour beyond the type's range; files are input.
+std::int64_t whole_of(const Json& j, const std::string& path, const char* what, std::int64_t low,
+                      std::int64_t high) {
+  // Unsigned above int64's range compares as such; every other integer fits in int64.
+  const bool in_range = j.is_number_unsigned() ? j.get<std::uint64_t>() <= static_cast<std::uint64_t>(high)
+                                               : j.is_number_integer() && j.get<std::int64_t>() <= high;
+  DPL_CHECK(in_range && j.get<std::int64_t>() >= low, "load_checkpoint: ", path, ": expected ", what,
+            " to be a whole number in [", low, ", ", high, "], got ", j.dump());
+  return j.get<std::int64_t>();
+}
+
+void restore_log(LogReport& log, const Json& j, const std::string& path) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::vector<LogEntry> entries;
   for (const Json& e : j.at("entries")) {
     LogEntry entry;
-    entry.epoch = e.at("epoch").get<std::int64_t>();
-    entry.iteration = e.at("iteration").get<std::int64_t>();
+    entry.epoch = whole_of(e.at("epoch"), path, "the log's \"epoch\"", 0, kMax);
+    entry.iteration = whole_of(e.at("iteration"), path, "the log's \"iteration\"", 0, kMax);
     entry.elapsed_time = number_of(e.at("elapsed_time"));
     for (const Json& kv : e.at("values")) entry.values.emplace_back(kv.at(0).get<std::string>(), number_of(kv.at(1)));
     entries.push_back(std::move(entry));
   }
   std::vector<LogReport::Pending> pending;
-  for (const Json& p : j.at("pending"))
-    pending.push_back({p.at(0).get<std::string>(), number_of(p.at(1)), p.at(2).get<std::int64_t>()});
+  for (const Json& p : j.at("pending")) {
+    const std::int64_t count = whole_of(p.at(2), path, "a pending count of the log", 1, kMax);
+    pending.push_back({p.at(0).get<std::string>(), number_of(p.at(1)), count});
+  }
   log.restore(std::move(entries), std::move(pending), number_of(j.at("elapsed_time")));
 }
 
@@ -271,7 +289,8 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
         DPL_CHECK(file.contains(full), who, ": ", path, " lacks the optimizer's state tensor '", full, "'");
       }
     }
-    const int saved_ranks = metadata_json(file, "ranks").get<int>();
+    const auto saved_ranks =
+        whole_of(metadata_json(file, "ranks"), path, "\"ranks\" in the metadata", 1, std::numeric_limits<int>::max());
     DPL_CHECK(!per_rank || saved_ranks == size, who, ": ", path, " was saved by ", saved_ranks,
               " processes, this job has ", size, "; each rank's data iterator and generators resume only with "
               "the same number of processes");
@@ -319,7 +338,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       state.optimizer->load_state(optimizer_tensors, scalars);
     }
     nn::load_weights(*state.model, model_tensors, path);
-    if (state.log) restore_log(*state.log, metadata_json(file, "log"));
+    if (state.log) restore_log(*state.log, metadata_json(file, "log"), path);
     state.values.clear();
     const Json values = metadata_json(file, "values");
     for (const auto& [key, value] : values.items()) state.values[key] = value.get<std::string>();

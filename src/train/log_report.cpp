@@ -63,8 +63,10 @@ const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
 }
 
 void LogReport::restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds) {
-  DPL_CHECK(std::isfinite(elapsed_seconds) && elapsed_seconds >= 0.0,
-            "LogReport::restore: expected a finite elapsed time >= 0, got ", elapsed_seconds);
+  // The clock counts nanoseconds in 64 bits (292 years); a longer time would not convert.
+  constexpr double kMaxSeconds = 1e9;
+  DPL_CHECK(std::isfinite(elapsed_seconds) && elapsed_seconds >= 0.0 && elapsed_seconds <= kMaxSeconds,
+            "LogReport::restore: expected a finite elapsed time in [0, 1e9] seconds, got ", elapsed_seconds);
   for (const Pending& p : pending)
     DPL_CHECK(p.count >= 1, "LogReport::restore: expected a count >= 1 for '", p.key, "', got ", p.count);
   log_ = std::move(log);

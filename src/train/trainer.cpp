@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -96,7 +97,15 @@ void Observation::restore_json(const std::string& text, Device device) {
   try {
     const nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
     for (const auto& e : j) {
-      Sum s{e.at(0).get<std::string>(), Tensor(), e.at(2).get<double>(), e.at(3).get<std::int64_t>()};
+      // get<std::int64_t>() of a float beyond int64's range (1e300) is undefined behaviour, and a
+      // checkpoint's values are input: take counts only as the integers to_json writes.
+      const auto& count = e.at(3);
+      constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+      const bool whole = count.is_number_unsigned() ? count.get<std::uint64_t>() <= kMax
+                                                    : count.is_number_integer() && count.get<std::int64_t>() >= 0;
+      DPL_CHECK(whole, "Observation::restore_json: expected counts that are whole numbers >= 0, got ", count.dump(),
+                " in '", text, "'");
+      Sum s{e.at(0).get<std::string>(), Tensor(), e.at(2).get<double>(), count.get<std::int64_t>()};
       if (!e.at(1).is_null())
         s.device_sum = Tensor::full({}, e.at(1).get<double>(), TensorOptions(kFloat32, device));
       sums.push_back(std::move(s));

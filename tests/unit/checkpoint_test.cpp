@@ -149,6 +149,58 @@ TEST(Checkpoint, DamagedTruncatedOrForeignFilesAreRefusedByName) {
   EXPECT_EQ(other.it.iteration(), 0);
 }
 
+// Numbers in the metadata are input too: each of these was once converted from a float beyond an
+// integer's range (undefined behaviour), or to a clock duration that overflowed. The fuzzing
+// seeds of the checkpoint reader hold them as regressions.
+TEST(Checkpoint, MetadataNumbersOutOfRangeAreRefusedByName) {
+  test::TempDir dir("dpl_checkpoint_numbers");
+  const std::string path = dir.file("c.safetensors");
+  Replica run(1);
+  run.steps(4);  // past the end of the first epoch: the log has an entry
+  train::save_checkpoint(path, run.state());
+  const serialize::SafetensorsFile good = serialize::load_safetensors(path);
+
+  struct Case {
+    const char* key;
+    std::string from, to;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"ranks", "1", "1e300", "expected \"ranks\" in the metadata to be a whole number in [1, 2147483647], got 1e+300"},
+      {"ranks", "1", "0", "\"ranks\" in the metadata to be a whole number in [1, 2147483647], got 0"},
+      {"log", "\"epoch\":1,", "\"epoch\":1e300,", "expected the log's \"epoch\" to be a whole number"},
+      {"log", "\"epoch\":1,", "\"epoch\":-1,", "expected the log's \"epoch\" to be a whole number in [0, "},
+      {"log", "{\"elapsed_time\":", "{\"elapsed_time\":1e300,\"x\":", "a finite elapsed time in [0, 1e9] seconds"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.to);
+    std::map<std::string, std::string> metadata = good.metadata;
+    std::string& value = metadata.at(c.key);
+    const std::size_t at = value.find(c.from);
+    ASSERT_NE(at, std::string::npos) << value;
+    value.replace(at, c.from.size(), c.to);
+    const std::string bad = dir.file("bad.safetensors");
+    serialize::save_safetensors(bad, good.tensors, metadata);  // the tensors' checksums still hold
+    Replica other(3);
+    train::TrainingState state = other.state();
+    DPL_EXPECT_ERROR(train::load_checkpoint(bad, state), AllOf(HasSubstr(bad), HasSubstr(c.message)));
+  }
+}
+
+// The Trainer's pending observations come back from a checkpoint's values, input as well.
+TEST(Checkpoint, ObservationCountsMustBeWholeNumbers) {
+  train::Observation observation;
+  for (const char* count : {"1e300", "-1", "1.5", "\"2\""}) {
+    SCOPED_TRACE(count);
+    const std::string text = std::string(R"([["main/loss", null, 2.5, )") + count + "]]";
+    DPL_EXPECT_ERROR(observation.restore_json(text, Device::cpu()), HasSubstr("Observation::restore_json: expected "));
+  }
+  observation.restore_json(R"([["main/loss", null, 2.5, 2]])", Device::cpu());
+  const auto means = observation.take_means();
+  ASSERT_EQ(means.size(), 1u);
+  EXPECT_DOUBLE_EQ(means[0].second, 1.25);
+}
+
 TEST(Checkpoint, SnapshotsKeepTheNewestOnes) {
   test::TempDir dir("dpl_snapshots");
   Generator init(1);

@@ -189,6 +189,22 @@ TEST(DataIdx, EmptyCountIsValid) {
   EXPECT_EQ(read_idx_images(dir.file("images")).shape(), (Shape{0, 784}));
 }
 
+// Found by fuzzing (its seeds keep the input): rows x cols was multiplied in int64 and overflowed.
+TEST(DataIdx, NoImagesOfMorePixelsThanATensorHoldsAreRefused) {
+  TempDir dir;
+  Bytes b = idx_images(0, 28, 28);
+  for (int i = 8; i < 16; ++i) b[static_cast<std::size_t>(i)] = 0xff;  // 4294967295 x 4294967295
+  write_file(dir.file("huge"), b);
+  const std::string msg = error_of([&] { read_idx_images(dir.file("huge")); });
+  EXPECT_NE(msg.find(dir.file("huge")), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4294967295 x 4294967295 = 18446744065119617025 pixels; expected at most 2^63 - 1"),
+            std::string::npos)
+      << msg;
+  b[8] = 0x7f;  // 2147483647 x 4294967295 pixels fit: an empty tensor of that width
+  write_file(dir.file("wide"), b);
+  EXPECT_EQ(read_idx_images(dir.file("wide")).shape(), (Shape{0, std::int64_t{2147483647} * 4294967295}));
+}
+
 TEST(DataIdx, TruncatedDataNamesFileAndOffsets) {
   TempDir dir;
   Bytes b = idx_images(4, 3, 3);  // header 16 bytes + 36 pixels = 52 bytes

@@ -247,6 +247,9 @@ std::vector<Corruption> corruptions() {
   // 'x' is header byte 6, so byte offset 8 + 6 in the file.
   c.push_back({"malformed JSON", hand_made(R"({"a": x})", 0), {"malformed JSON header near byte offset 14"}});
   c.push_back({"JSON cut short", hand_made(R"({"a": {"dtype": "F32",)", 0), {"malformed JSON header"}});
+  // Found by fuzzing: the parser's out_of_range error escaped as a foreign exception type.
+  c.push_back({"a number beyond a double", hand_made(R"({"w":{"dtype":"F32","shape":[1e999]}})", 0),
+               {"malformed JSON header: ", "number overflow parsing '1e999'"}});
   c.push_back({"header not an object", hand_made("[1, 2]", 0), {"expected the header", "JSON object", "array"}});
   c.push_back({"unknown dtype", hand_made(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
                {"tensor 'w'", "unknown dtype \"F64\""}});
@@ -270,6 +273,10 @@ std::vector<Corruption> corruptions() {
   c.push_back({"trailing garbage", hand_made(one, 7),
                {"3 trailing bytes after the last tensor, from byte offset " + std::to_string(8 + one.size() + 4)}});
   c.push_back({"metadata not strings", hand_made(R"({"__metadata__":{"epoch":3}})", 0), {"'epoch'", "3"}});
+  // No bytes, but extents whose product overflowed the strides' arithmetic.
+  c.push_back({"an empty tensor with huge extents",
+               hand_made(R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", 0),
+               {"tensor 'w'", "is too large: its non-zero extents must multiply to at most 2^63 - 1 bytes"}});
   c.push_back({"a name twice", hand_made(R"({"w":)" + f32x2 + R"([0,8]},"w":)" + f32x2 + "[0,8]}}", 8),
                {"names 'w' more than once"}});
   return c;

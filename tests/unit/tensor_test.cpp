@@ -58,6 +58,18 @@ TEST(TensorCreation, ScalarHasOneElement) {
   EXPECT_FLOAT_EQ(s.item(), 3.f);
 }
 
+// A safetensors file could ask for such a shape: a zero extent empties a tensor, but the strides and
+// the element count still multiply the other extents, which overflowed.
+TEST(TensorCreation, ExtentsThatOverflowAreRefusedEvenWhenEmpty) {
+  constexpr std::int64_t k = std::int64_t{1} << 62;
+  for (const Shape& s : {Shape{0, k, 4}, Shape{k, 4, 0}, Shape{3, k}}) {
+    SCOPED_TRACE(shape_str(s));
+    DPL_EXPECT_ERROR(Tensor::empty(s),
+                     AllOf(HasSubstr("Tensor::empty"), HasSubstr(shape_str(s)), HasSubstr("more than 2^63 - 1")));
+  }
+  EXPECT_EQ(Tensor::empty({0, k, 1}).numel(), 0);
+}
+
 TEST(TensorCreation, Arange) {
   EXPECT_THAT(Tensor::arange(0, 5).to_vector<float>(), ElementsAre(0, 1, 2, 3, 4));
   EXPECT_THAT(Tensor::arange(1, 2, 0.25).to_vector<float>(), ElementsAre(1.f, 1.25f, 1.5f, 1.75f));

@@ -60,7 +60,7 @@ class LogReport {
   /// Continues a log saved elsewhere: log and pending replace this report's, and elapsed_time
   /// counts on from elapsed_seconds. Rewrites the file (when out_dir is set) so it shows the
   /// restored entries at once.
-  /// Requires: counts >= 1 and a finite elapsed_seconds >= 0; throws dpl::Error naming the key or
+  /// Requires: counts >= 1 and a finite elapsed_seconds in [0, 1e9] (31 years); throws dpl::Error naming the key or
   /// the value otherwise, with the report unchanged.
   void restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds);
 
