@@ -1,5 +1,7 @@
 #include "parallel/bucket_worker.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -69,6 +71,11 @@ OverlapTimes BucketWorker::finish() {
 }
 
 void BucketWorker::run() {
+  // A new thread starts from OpenMP's initial thread count (every core), not the rank's
+  // DPL_NUM_THREADS: the host loops of a bucket's allreduce (sums, the mean's scaling, the
+  // non-finite check) would each start a team whose idle threads spin on the cores backward is
+  // computing on. This thread is one core's worth of communication; its loops run on it alone.
+  omp_set_num_threads(1);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] { return stop_ || (armed_ && done_ < slices_.size() && ready_[done_]); });
