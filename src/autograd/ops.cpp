@@ -666,13 +666,36 @@ class BatchNormNode final : public Node {
   void release() override { x = weight = save_mean = save_invstd = Tensor(); }
 };
 
+// Evaluation mode is an affine map per channel, y = (x - mean) * invstd * weight + bias with the
+// running statistics as constants (fine-tuning with frozen statistics trains through it):
+// gx = gy * weight * invstd, gweight = sum(gy * xhat), gbias = sum(gy). Both come from the
+// forward kernels: gx is batch_norm_infer of gy with a zero mean and bias; xhat is
+// batch_norm_infer of x with a unit weight, and the training backward kernel over xhat with a
+// mean of 0 and an invstd of 1 sums gy * xhat and gy (its own gx is discarded).
 class BatchNormEvalNode final : public Node {
  public:
+  Tensor x, weight, running_mean, running_var;  // the statistics as they were at forward
+  float eps = 0.f;
   const char* name() const override { return "batch_norm"; }
-  void backward(const Tensor&, std::vector<GradTarget>&) override {
-    DPL_FAIL("batch_norm: backward through evaluation mode (running statistics) is not supported; run it under a ",
-             "NoGradGuard, or in training mode to train through it");
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const std::int64_t c = x.size(1);
+    const Tensor zeros = Tensor::zeros({c}, TensorOptions(kFloat32, x.device()));
+    if (t[0].needed()) {
+      Tensor gx = empty_image(x.shape(), gy);
+      backend::batch_norm_infer(gy, weight, zeros, zeros, running_var, eps, gx);
+      add_into(gx, t[0]);
+    }
+    const bool affine = t.size() > 1;
+    if (!affine || !(t[1].needed() || t[2].needed())) return;
+    const Tensor ones = Tensor::ones({c}, TensorOptions(kFloat32, x.device()));
+    Tensor xhat = empty_image(x.shape(), x), discarded = empty_image(x.shape(), x);
+    backend::batch_norm_infer(x, ones, zeros, running_mean, running_var, eps, xhat);
+    Tensor gw = empty_on({c}, weight), gb = empty_on({c}, weight);
+    backend::batch_norm_backward(xhat, gy, ones, zeros, ones, 0.f, 0.f, discarded, gw, gb);
+    if (t[1].needed()) accumulate_channel(gw, t[1]);
+    if (t[2].needed()) accumulate_channel(gb, t[2]);
   }
+  void release() override { x = weight = running_mean = running_var = Tensor(); }
 };
 
 }  // namespace
@@ -709,6 +732,11 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     const bool record = weight.defined() ? any_requires_grad({&x, &weight, &bias}) : any_requires_grad({&x});
     if (!record) return Variable(y);
     auto node = std::make_shared<BatchNormEvalNode>();
+    node->x = tx;
+    node->weight = args.w;
+    node->running_mean = running_mean.clone();
+    node->running_var = running_var.clone();
+    node->eps = static_cast<float>(eps);
     if (weight.defined()) node->set_inputs({x, weight, bias});
     else node->set_inputs({x});
     return Variable::make_result(y, node);

@@ -147,6 +147,22 @@ TEST_F(NormPoolTest, BatchNormEvaluationAgrees) {
   }
 }
 
+// Backward through evaluation mode (frozen statistics): the gradients of x, weight and bias.
+TEST_F(NormPoolTest, BatchNormEvaluationBackwardAgrees) {
+  const Tensor x = rand({3, 4, 5, 5}), w = rand({4}), b = rand({4}), rm = rand({4}), rv = rand({4}, 0.5f, 2.f);
+  const Tensor gy = rand({3, 4, 5, 5});
+  for (bool nhwc : {false, true}) {
+    Variable xc(nhwc ? channels_last(x) : x.clone(), true), wc(w.clone(), true), bc(b.clone(), true);
+    Variable xg(nhwc ? channels_last(on_gpu(x)) : on_gpu(x), true), wg(on_gpu(w), true), bg(on_gpu(b), true);
+    sum(mul(batch_norm(xc, wc, bc, rm, rv, false), Variable(gy))).backward();
+    sum(mul(batch_norm(xg, wg, bg, on_gpu(rm), on_gpu(rv), false), Variable(on_gpu(gy)))).backward();
+    const char* what = nhwc ? "eval backward channels-last" : "eval backward NCHW";
+    expect_close(xg.grad().to(Device::cpu()), xc.grad(), 1e-5f, 1e-5f, what);
+    expect_close(wg.grad().to(Device::cpu()), wc.grad(), 1e-4f, 1e-4f, what);
+    expect_close(bg.grad().to(Device::cpu()), bc.grad(), 1e-4f, 1e-4f, what);
+  }
+}
+
 // Channels-last inputs take the GPU's fused kernels (every dtype; an odd channel count takes the
 // one-element path, 64 channels the 16-byte vector path over several row groups); NCHW float32
 // the composed path on both devices.

@@ -227,6 +227,35 @@ TEST(BatchNorm, EvaluationUsesTheRunningStatistics) {
   EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{1}));
 }
 
+TEST(BatchNorm, EvaluationGradcheckWithFrozenStatisticsInBothFormats) {
+  // Fine-tuning with frozen statistics: gradients flow through the per-channel affine map that
+  // the running statistics define, to the input, the weight and the bias.
+  Generator gen(14);
+  const Tensor x = randn({3, 2, 3, 2}, gen);
+  const Tensor w = Tensor::uniform({2}, 0.5f, 1.5f, gen), b = randn({2}, gen);
+  const Tensor rm = randn({2}, gen), rv = Tensor::uniform({2}, 0.5f, 2.f, gen);
+  const auto eval_bn = [&](const Vars& v) { return batch_norm(v[0], v[1], v[2], rm, rv, false); };
+  EXPECT_TRUE(gradcheck(eval_bn, {x, w, b}));
+  EXPECT_TRUE(gradcheck(eval_bn, {x.to_channels_last(), w, b}));
+  EXPECT_TRUE(gradcheck([&](const Vars& v) { return batch_norm(v[0], Variable(), Variable(), rm, rv, false); }, {x}));
+
+  // By hand: gx = gy * w / sqrt(rv + eps), gw = sum(gy * xhat), gb = sum(gy), with gy = 1.
+  Variable vx(x, true), vw(w, true), vb(b, true);
+  sum(batch_norm(vx, vw, vb, rm, rv, false)).backward();
+  for (std::int64_t c = 0; c < 2; ++c) {
+    const double invstd = 1.0 / std::sqrt(static_cast<double>(rv.at<float>({c})) + 1e-5);
+    double xhat_sum = 0;
+    for (std::int64_t n = 0; n < 3; ++n)
+      for (std::int64_t h = 0; h < 3; ++h)
+        for (std::int64_t k = 0; k < 2; ++k) {
+          xhat_sum += (x.at<float>({n, c, h, k}) - rm.at<float>({c})) * invstd;
+          EXPECT_NEAR(vx.grad().at<float>({n, c, h, k}), w.at<float>({c}) * invstd, 1e-5);
+        }
+    EXPECT_NEAR(vw.grad().at<float>({c}), xhat_sum, 1e-4);
+    EXPECT_NEAR(vb.grad().at<float>({c}), 18.0, 1e-4);
+  }
+}
+
 TEST(BatchNorm, ModuleRegistersParametersAndBuffers) {
   nn::BatchNorm2d bn(4);
   std::vector<std::string> names;
