@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -42,9 +43,13 @@ constexpr std::int64_t kLineBytes = 64;
 constexpr std::int64_t kWindowBudgetBytes = 12 << 20;
 constexpr std::int64_t kMinChunkBytes = 64 << 10;
 constexpr std::int64_t kMaxChunkBytes = 4 << 20;
-// Polls of the barrier (a few tens of microseconds) before a waiting rank that has a CPU of its
-// own goes to sleep; a rank of a machine with more processes than CPUs sleeps at once.
-constexpr int kSpinsBeforeSleep = 2048;
+// How long a waiting rank that has a CPU of its own polls the barrier before it sleeps; a rank of
+// a machine with more processes than CPUs sleeps at once. Milliseconds, not microseconds: a
+// sleeping rank wakes when the scheduler next gives it a CPU, and while backward computes on the
+// cores (the allreduce overlapped with it) that took about a millisecond per barrier, which
+// left most of an overlapped allreduce exposed (docs/performance.md, "Overlapped allreduce on
+// the CPU": a 0.06 ms poll left 0.61-1.08 of it exposed, a 3.4 ms poll 0.17-0.19).
+constexpr std::chrono::microseconds kPollBeforeSleep{3000};
 
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
               "the node's barrier needs lock-free atomics: they are the only ones that work across processes");
@@ -264,10 +269,14 @@ void NodeSharedAllreduce::node_barrier() {
     if (c.sleepers.load(std::memory_order_seq_cst) > 0) wake_all(c.generation);
     return;
   }
-  const int spins = oversubscribed_ ? 0 : kSpinsBeforeSleep;
-  for (int i = 0; i < spins; ++i) {
-    if (c.generation.load(std::memory_order_acquire) != generation) return;
-    cpu_relax();
+  if (!oversubscribed_) {
+    // The clock is read once per 256 polls: a poll is a few nanoseconds, a clock read tens.
+    const auto until = std::chrono::steady_clock::now() + kPollBeforeSleep;
+    for (unsigned i = 1;; ++i) {
+      if (c.generation.load(std::memory_order_acquire) != generation) return;
+      cpu_relax();
+      if (i % 256 == 0 && std::chrono::steady_clock::now() >= until) break;
+    }
   }
   while (c.generation.load(std::memory_order_acquire) == generation) {
     c.sleepers.fetch_add(1, std::memory_order_seq_cst);
