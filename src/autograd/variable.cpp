@@ -215,7 +215,8 @@ void Variable::backward() const {
   const auto order = topological_order(impl_->creator);
   // The leaves with gradient-ready hooks, listed after the last node (in this order) that uses
   // them: their gradients are final once that node has run.
-  std::vector<std::vector<VariableImpl*>> ready_after(order.size());
+  // Empty (no allocation) when no leaf has hooks, as in training without overlap.
+  std::vector<std::vector<VariableImpl*>> ready_after;
   {
     std::unordered_map<VariableImpl*, std::size_t> last_use;
     for (std::size_t i = 0; i < order.size(); ++i)
@@ -223,9 +224,10 @@ void Variable::backward() const {
         VariableImpl* leaf = in.impl().get();
         if (leaf && !leaf->creator && leaf->requires_grad && !leaf->gradient_ready_hooks.empty()) last_use[leaf] = i;
       }
+    if (!last_use.empty()) ready_after.resize(order.size());
     for (const auto& [leaf, i] : last_use) ready_after[i].push_back(leaf);
     // Several leaves finished by one node: in their order among the node's inputs, not the map's.
-    for (std::size_t i = 0; i < order.size(); ++i)
+    for (std::size_t i = 0; i < ready_after.size(); ++i)
       if (ready_after[i].size() > 1) {
         std::vector<VariableImpl*> ordered;
         for (const Variable& in : order[i]->inputs())
@@ -255,8 +257,9 @@ void Variable::backward() const {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       if (merge[i]) backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
     }
-    for (VariableImpl* leaf : ready_after[index])
-      for (const auto& entry : leaf->gradient_ready_hooks) entry.second();
+    if (!ready_after.empty())
+      for (VariableImpl* leaf : ready_after[index])
+        for (const auto& entry : leaf->gradient_ready_hooks) entry.second();
     // Free the graph as we go. Every consumer of this node's output ran before it (topological
     // order), so the output can forget its creator now; the node drops its saved tensors.
     if (auto out = node->output().lock()) {

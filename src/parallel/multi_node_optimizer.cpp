@@ -73,6 +73,13 @@ void MultiNodeOptimizer::sync_point() {
   comm_->barrier();
 }
 
+// local_flag_, a float32 scalar on `device` (allocated once, again only if the device changes).
+Tensor& MultiNodeOptimizer::local_flag_on(Device device) {
+  if (!local_flag_.defined() || local_flag_.device() != device)
+    local_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, device));
+  return local_flag_;
+}
+
 // The wrapped optimizer's step, timed as "optimize", once the gradients are averaged.
 void MultiNodeOptimizer::step() {
   loss_ = Tensor();
@@ -112,9 +119,7 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
   const bool checked = buffers.size() > 1;
   if (checked) {
     const Tensor& flag = buffers.back();
-    if (!local_flag_.defined() || local_flag_.device() != flag.device())
-      local_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, flag.device()));
-    local_flag_.copy_(flag);
+    local_flag_on(flag.device()).copy_(flag);
   }
   sync_point();
   const double allreduce_start = profile::now_seconds();
@@ -152,12 +157,12 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
     if (overlapped) {
       if (reducer_->needs_broadcast()) broadcast_parameters();
       // This rank's own non-finite verdict, raised bucket by bucket before averaging.
+      Tensor* flag = nullptr;
       if (actual_->non_finite_policy() != optim::NonFinitePolicy::kOff) {
-        if (!local_flag_.defined() || local_flag_.device() != target().device())
-          local_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, target().device()));
-        local_flag_.fill_(0.0);
+        flag = &local_flag_on(target().device());
+        flag->fill_(0.0);
       }
-      reducer_->begin_backward(actual_->non_finite_policy() != optim::NonFinitePolicy::kOff ? &local_flag_ : nullptr);
+      reducer_->begin_backward(flag);
     }
     actual_->backward(loss);
     loss_ = loss.data();

@@ -114,6 +114,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void broadcast_parameters();
   void allreduce_and_step(bool overlapped);
   void step();
+  Tensor& local_flag_on(Device device);
   void record_overlap(const OverlapTimes& times);
   void sync_point();
   // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
