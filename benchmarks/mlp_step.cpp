@@ -1,7 +1,11 @@
 // Training-step throughput of ChainerMN's MNIST model (MLP 784-1000-1000-10, Adam, softmax
 // cross-entropy) on synthetic inputs that stay on the device, the same workload as the PyTorch
 // peer's `torch_peer.py mlp`. Prints one key=value record:
-//   impl=dpl what=mlp device=cuda bs=100 units=1000 iters=2000 iters_per_s=... ms_per_iter=...
+//   impl=dpl what=mlp device=cuda bs=100 units=1000 graph=0 iters=2000 iters_per_s=... ms_per_iter=...
+// --graph records the step as a CUDA graph after three ordinary steps and replays it
+// (train::CapturedStep): one launch per step instead of one per kernel. --non-finite sets the
+// optimizer's check (stop, the default as in train_mnist, reads a four-byte flag back each step;
+// off reads nothing back, as the PyTorch peer).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -17,12 +21,17 @@ int main(int argc, char** argv) {
   dpl::bench::DeviceFlags flags;
   std::int64_t batch = 100, units = 1000;
   int iters = 0, warmup = 50;
+  bool graph = false;
+  std::string non_finite = "stop";
   flags.add_to(app);
   app.add_option("-b,--batch", batch, "batch size")->check(CLI::PositiveNumber);
   app.add_option("--units", units, "hidden units")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed iterations (default 2000 on cuda, 50 on cpu)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", warmup, "untimed iterations first")->check(CLI::NonNegativeNumber);
+  app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
+  app.add_option("--non-finite", non_finite, "the optimizer's non-finite check: stop, skip or off")
+      ->check(CLI::IsMember({"stop", "skip", "off"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -35,6 +44,9 @@ int main(int argc, char** argv) {
     dpl::nn::MLP model(units, 784, 10, gen);
     model.to(device);
     dpl::optim::Adam opt(1e-3f);
+    opt.set_non_finite_policy(non_finite == "off"    ? dpl::optim::NonFinitePolicy::kOff
+                              : non_finite == "skip" ? dpl::optim::NonFinitePolicy::kSkip
+                                                     : dpl::optim::NonFinitePolicy::kStop);
     opt.setup(model);
 
     // Inputs as the peer draws them: uniform pixels, random labels, resident on the device.
@@ -43,7 +55,18 @@ int main(int argc, char** argv) {
     for (auto& l : labels_host) l = static_cast<std::int32_t>(gen.below(10));
     const dpl::Tensor labels = dpl::Tensor::from_vector(labels_host, {batch}, device);
 
-    auto step = [&] { opt.update([&] { return dpl::softmax_cross_entropy(model(x), labels); }); };
+    if (graph && !cuda) {
+      std::fprintf(stderr, "bench_mlp_step: --graph needs --device cuda\n");
+      return 2;
+    }
+    if (graph && warmup < 4) warmup = 4;  // three ordinary steps, then the recording
+    dpl::train::CapturedStep captured(opt, [&](const std::vector<dpl::Tensor>& in) {
+      return dpl::softmax_cross_entropy(model(dpl::Variable(in[0])), in[1]);
+    });
+    auto step = [&]() -> dpl::Variable {
+      if (graph) return captured.update({x.data(), labels});
+      return opt.update([&] { return dpl::softmax_cross_entropy(model(x), labels); });
+    };
 
     for (int i = 0; i < warmup; ++i) step();
     sync(device);
@@ -53,12 +76,12 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
-    const float loss = opt.update([&] { return dpl::softmax_cross_entropy(model(x), labels); }).item();
+    const float loss = step().item();
     const double per_iter = seconds / iters;
-    std::printf("impl=dpl what=mlp device=%s bs=%lld units=%lld iters=%d iters_per_s=%.1f ms_per_iter=%.4f "
-                "loss=%.4f\n",
-                cuda ? "cuda" : "cpu", static_cast<long long>(batch), static_cast<long long>(units), iters,
-                1.0 / per_iter, per_iter * 1e3, loss);
+    std::printf("impl=dpl what=mlp device=%s bs=%lld units=%lld graph=%d non_finite=%s iters=%d iters_per_s=%.1f "
+                "ms_per_iter=%.4f loss=%.4f\n",
+                cuda ? "cuda" : "cpu", static_cast<long long>(batch), static_cast<long long>(units), graph ? 1 : 0,
+                non_finite.c_str(), iters, 1.0 / per_iter, per_iter * 1e3, loss);
     if (cuda) {
       const auto s = dpl::cuda::memory_stats(device.index);
       std::printf("impl=dpl what=mlp_memory device=cuda current_bytes=%zu peak_bytes=%zu cached_bytes=%zu "

@@ -5,7 +5,10 @@
 //   device=cuda iters=... loss=...
 // The timed steps run back to back with the device synchronised only before the first and after
 // the last, so the figure is the steady-state rate the device sustains. peak_mem_bytes is the
-// caching allocator's peak over those steps (0 on the CPU).
+// caching allocator's peak over those steps (0 on the CPU); held_mem_bytes what stays allocated
+// between steps (weights, gradients, optimizer state, the batch), so that the difference is what
+// one step's activations and workspaces take. --graph records the step as a CUDA graph after
+// three ordinary steps and replays it (train::CapturedStep).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   std::int64_t batch = 128, image_size = 224, classes = 1000;
   float lr = 0.1f;
   std::uint64_t seed = 0;
+  bool graph = false;
   flags.add_to(app);
   app.add_option("-a,--arch", arch, "resnet18, resnet34, resnet50, resnet101 or resnet152")
       ->check(CLI::IsMember(models::resnet_archs()));
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", lr, "learning rate of MomentumSGD")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the weights, images and labels");
+  app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -81,24 +86,43 @@ int main(int argc, char** argv) {
     const auto opt_ptr = optim::mixed_precision(std::move(sgd), dtype);
     optim::Optimizer& opt = *opt_ptr;
     opt.setup(*model);
-    auto loss_fn = [&] { return softmax_cross_entropy((*model)(x), labels); };
+    train::CapturedStep captured(
+        opt, [&](const std::vector<Tensor>& in) { return softmax_cross_entropy((*model)(Variable(in[0])), in[1]); });
+    auto step = [&]() -> Variable {
+      if (graph) return captured.update({images, labels});
+      return opt.update([&] { return softmax_cross_entropy((*model)(x), labels); });
+    };
+    if (graph && !cuda) {
+      std::fprintf(stderr, "bench_resnet: --graph needs --device cuda\n");
+      return 2;
+    }
+    if (graph && warmup < 4) warmup = 4;  // three ordinary steps, then the recording
 
-    for (int i = 0; i < warmup; ++i) opt.update(loss_fn);
+    // A recorded step allocates its activations once, while it is recorded: its peak is that of
+    // the recording and the replays, taken from just before the recording.
+    for (int i = 0; i < warmup; ++i) {
+      if (graph && i == 3) {
+        sync(device);
+        cuda::reset_peak(device.index);
+      }
+      step();
+    }
     sync(device);
-    if (cuda) cuda::reset_peak(device.index);
+    const std::size_t held = cuda ? cuda::memory_stats(device.index).current : 0;
+    if (cuda && !graph) cuda::reset_peak(device.index);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) opt.update(loss_fn);
+    for (int i = 0; i < iters; ++i) step();
     sync(device);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::size_t peak = cuda ? cuda::memory_stats(device.index).peak : 0;
 
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
-    const float loss = opt.update(loss_fn).item();
+    const float loss = step().item();
     const double step_s = seconds / iters;
-    std::printf("arch=%s batch=%lld dtype=%s layout=%s img_per_s=%.2f step_ms=%.3f peak_mem_bytes=%zu device=%s "
-                "iters=%d loss=%.4f\n",
-                arch.c_str(), static_cast<long long>(batch), dtype_name(dtype), layout.c_str(),
-                static_cast<double>(batch) / step_s, step_s * 1e3, peak, cuda ? "cuda" : "cpu", iters, loss);
+    std::printf("arch=%s batch=%lld dtype=%s layout=%s graph=%d img_per_s=%.2f step_ms=%.3f peak_mem_bytes=%zu "
+                "held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",
+                arch.c_str(), static_cast<long long>(batch), dtype_name(dtype), layout.c_str(), graph ? 1 : 0,
+                static_cast<double>(batch) / step_s, step_s * 1e3, peak, held, cuda ? "cuda" : "cpu", iters, loss);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_resnet: %s\n", e.what());

@@ -5,6 +5,7 @@
 //                                           [--snapshot-every N] [--resume PATH]
 //                                           [--non-finite stop|skip|off]
 //                                           [--overlap] [--bucket-mb 25] [--first-bucket-mb 1]
+//                                           [--graph]
 //
 // Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
 // MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
@@ -44,6 +45,7 @@ struct Options {
   bool sync_timing = false;
   parallel::OverlapOptions overlap;
   bool trace = false;
+  bool graph = false;
   std::int64_t snapshot_every = 0;
   std::int64_t keep = 1;
   std::string resume;
@@ -70,7 +72,8 @@ int run(const Options& o) {
                               {"synchronized timing (--sync-timing)", o.sync_timing ? "on" : "off"},
                               {"snapshot interval (--snapshot-every)", std::to_string(o.snapshot_every)},
                               {"resumed checkpoint (--resume)", o.resume},
-                              {"non-finite policy (--non-finite)", optim::to_string(o.non_finite)}},
+                              {"non-finite policy (--non-finite)", optim::to_string(o.non_finite)},
+                              {"graph capture (--graph)", o.graph ? "on" : "off"}},
                              "train_mnist");
 
   const Device device = examples::device_for_rank(o.gpu, *comm);
@@ -126,6 +129,7 @@ int run(const Options& o) {
     observation.observe("main/accuracy", accuracy(logits, b.y));
     return softmax_cross_entropy(logits, b.y);
   }, device);
+  if (o.graph) updater.set_graph_capture(true);
 
   train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
   trainer.extend(std::make_shared<train::extensions::Evaluator>(test, o.batchsize));
@@ -164,6 +168,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
+  app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process)");
   app.add_option("--snapshot-every", snapshot_every, "Write a checkpoint into the output folder every N epochs (0: never)");
   app.add_option("--keep", keep, "Number of the newest checkpoints to keep");
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint file");
@@ -190,6 +195,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!known) throw BadFlag{"--non-finite must be stop, skip or off, got '" + non_finite + "'"};
+    if (o.graph && !o.gpu) throw BadFlag{"--graph records the step as a CUDA graph and needs -g"};
   } catch (const BadFlag& e) {
     std::cerr << "train_mnist: " << e.message << "\n";
     return 2;

@@ -1,6 +1,7 @@
 #pragma once
 // Umbrella header: the Trainer and its extensions, checkpoints, multi-node evaluation and
 // Chainer-style reports (log, table, progress bar).
+#include "dpl/train/captured_step.hpp"
 #include "dpl/train/checkpoint.hpp"
 #include "dpl/train/console.hpp"
 #include "dpl/train/evaluator.hpp"

@@ -6,6 +6,7 @@
 // The device arguments are checked by the caller (src/core/cuda.cpp): 0 <= device < device_count().
 
 #include <cstddef>
+#include <functional>
 
 #include "dpl/core/cuda.hpp"
 
@@ -42,6 +43,21 @@ void* pinned_allocate(std::size_t nbytes);
 void pinned_free(void* p) noexcept;
 /// Counters of the pinned host allocator.
 cuda::MemoryStats pinned_stats();
+
+/// A recorded CUDA graph (cuda::Graph's handle), opaque outside the backend.
+struct RecordedGraph;
+/// Records what work() queues on device's compute stream from the calling thread, with its
+/// allocations in a private pool; throws dpl::Error (nothing kept) when work throws or the
+/// recording is invalidated.
+RecordedGraph* graph_capture(int device, const std::function<void()>& work);
+/// Queues one run of the graph on its device's compute stream.
+void graph_replay(RecordedGraph* graph);
+/// Frees the graph and gives its pool back to the shared cache. Never throws.
+void graph_destroy(RecordedGraph* graph) noexcept;
+/// The graph's device.
+int graph_device(const RecordedGraph* graph);
+/// Whether device's compute stream is being recorded now.
+bool is_capturing(int device);
 
 }  // namespace cuda_api
 }  // namespace dpl::backend

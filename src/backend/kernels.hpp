@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backend/dispatch.hpp"
 #include "dpl/tensor/tensor.hpp"
@@ -49,6 +50,15 @@ struct AdamHyper {
   float eps;
   float weight_decay;
 };
+/// Where an optimizer update finds what may change from step to step when the step is recorded
+/// once and replayed (a CUDA graph): `hyper`, when given, holds the Hyper struct's fields in
+/// order (float32, on the parameters' device) and replaces the struct passed by value; `skip`,
+/// when given (one float32 on that device), makes the update leave everything unchanged while
+/// it is non-zero — the non-finite flag, read by the kernel instead of the host.
+struct UpdateSource {
+  const Tensor* hyper = nullptr;
+  const Tensor* skip = nullptr;
+};
 
 // --- memory and streams (dispatch on the Device argument) -------------------------------------
 
@@ -68,6 +78,10 @@ DPL_DECLARE_KERNEL(synchronize, any(), void(Device device));
 DPL_DECLARE_KERNEL(copy_strided, same(), void(const Tensor& src, Tensor& dst));
 /// Every element of t (any strides) = value converted to t's dtype (16-bit: nearest even).
 DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
+/// dst (float32, contiguous, as many elements as values) = values, in stream order. On a GPU the
+/// values travel through page-locked staging memory, so the copy neither waits for the device
+/// (a copy from pageable memory may) nor needs the caller's vector afterwards.
+DPL_DECLARE_KERNEL(write_values, float32(), void(Tensor& dst, const std::vector<float>& values));
 /// dst = src converted between float32, bfloat16 and float16 in any direction (nearest even; NaN
 /// stays NaN). Same shape; both contiguous, or both channels-last (converted in memory order).
 DPL_DECLARE_KERNEL(cast, floating_each(), void(const Tensor& src, Tensor& dst));
@@ -109,14 +123,17 @@ DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, 
 // --- optimizers: one fused pass over a whole arena; float32 master weights and state ----------
 
 /// param -= lr * (grad + weight_decay * param), elementwise over the arena.
-DPL_DECLARE_KERNEL(sgd_update, float32(), void(Tensor& param, const Tensor& grad, const SgdHyper& h));
+DPL_DECLARE_KERNEL(sgd_update, float32(),
+                   void(Tensor& param, const Tensor& grad, const SgdHyper& h, const UpdateSource& source));
 /// Chainer's MomentumSGD: velocity = momentum*velocity - lr*(grad + wd*param); param += velocity.
 DPL_DECLARE_KERNEL(momentum_update, float32(),
-                   void(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h));
+                   void(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h,
+                        const UpdateSource& source));
 /// Chainer's Adam: m += (1-beta1)(g-m); v += (1-beta2)(g^2-v); param -= lr_t*m/(sqrt(v)+eps), with
 /// g = grad + weight_decay*param.
 DPL_DECLARE_KERNEL(adam_update, float32(),
-                   void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h));
+                   void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h,
+                        const UpdateSource& source));
 
 /// Mixed precision's one pass over a 16-bit gradient arena: master = grad * inv_scale in float32
 /// (grad of any float dtype, master float32 with as many elements, both contiguous), and

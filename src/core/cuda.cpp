@@ -87,5 +87,43 @@ void pinned_free(void* p) { backend::cuda_api::pinned_free(p); }
 
 MemoryStats pinned_stats() { return backend::cuda_api::pinned_stats(); }
 
+namespace {
+backend::cuda_api::RecordedGraph* as_graph(void* p) { return static_cast<backend::cuda_api::RecordedGraph*>(p); }
+}  // namespace
+
+Graph::~Graph() { reset(); }
+
+Graph::Graph(Graph&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+
+Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this != &other) {
+    reset();
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+void Graph::reset() noexcept {
+  backend::cuda_api::graph_destroy(as_graph(handle_));
+  handle_ = nullptr;
+}
+
+void Graph::capture(int device, const std::function<void()>& work) {
+  DPL_CHECK(static_cast<bool>(work), "cuda::Graph::capture: expected the work to record, got an empty function");
+  check_device(device, "Graph::capture");
+  reset();
+  handle_ = backend::cuda_api::graph_capture(device, work);
+}
+
+void Graph::replay() {
+  DPL_CHECK(handle_ != nullptr, "cuda::Graph::replay: nothing was recorded (call capture() first)");
+  backend::cuda_api::graph_replay(as_graph(handle_));
+}
+
+int Graph::device() const { return backend::cuda_api::graph_device(as_graph(handle_)); }
+
+bool is_capturing(int device) { return cuda_device_count() > 0 && backend::cuda_api::is_capturing(device); }
+
 }  // namespace cuda
 }  // namespace dpl

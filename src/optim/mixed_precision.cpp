@@ -79,6 +79,7 @@ Variable MixedPrecision::update(const std::function<Variable()>& loss_fn) {
 }
 
 void MixedPrecision::setup(nn::Module& model) {
+  if (replay_) set_replay_mode(false);
   target_ = &model;
   scale_ = dtype_ == kFloat16 ? scaling_.init_scale : 1.0;
   good_steps_ = skipped_ = iteration_ = 0;
@@ -160,6 +161,14 @@ void MixedPrecision::update() {
     return;
   }
   if (!prepared_) prepare_gradients();
+  if (replay_) {
+    // Recorded: the wrapped step skips on the device while the flag is raised, and the cast then
+    // writes the unchanged masters back, so a skipped step changes nothing.
+    prepared_ = false;
+    actual_->update();
+    cast_masters_into_model();
+    return;
+  }
   // The step's one wait for the device (none with bfloat16 and the check off). Under a
   // MultiNodeOptimizer the flag is the mean of every rank's, so it is non-zero on all ranks or
   // on none. float16 never stops here: an overflow is loss scaling's to skip.
@@ -178,6 +187,66 @@ void MixedPrecision::update() {
   }
   actual_->update();
   cast_masters_into_model();
+}
+
+std::string MixedPrecision::replay_refusal() const {
+  if (dtype_ == kFloat16)
+    return "float16 loss scaling changes the scale on the host after each overflow (use bfloat16, or run unrecorded)";
+  return actual_->replay_refusal();
+}
+
+void MixedPrecision::set_replay_mode(bool on, const Tensor& skip_flag) {
+  if (dtype_ == kFloat32) {
+    actual_->set_replay_mode(on, skip_flag);
+    replay_ = actual_->replay_mode();
+    return;
+  }
+  if (!on) {
+    actual_->set_replay_mode(false);
+    replay_ = false;  // the buffers stay, as in Optimizer::set_replay_mode
+    return;
+  }
+  const std::string why = replay_refusal();
+  DPL_CHECK(why.empty(), "MixedPrecision::set_replay_mode: this optimizer cannot run a recorded step: ", why);
+  // The one flag of the step: this optimizer's (averaged by a data-parallel wrapper), made now
+  // so that the recording and every replay use the same buffer.
+  Tensor flag = skip_flag;
+  if (!flag.defined() && non_finite_ != NonFinitePolicy::kOff) flag = reset_non_finite_flag(model_arena().device());
+  actual_->set_replay_mode(true, flag);
+  prepared_ = false;
+  replay_ = true;
+}
+
+void MixedPrecision::prepare_replay() {
+  if (dtype_ == kFloat32) {
+    actual_->prepare_replay();
+    return;
+  }
+  DPL_CHECK(replay_, "MixedPrecision::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
+  model_arena();  // the recorded casts need the arena they were recorded on
+  actual_->prepare_replay();
+}
+
+void MixedPrecision::finish_replay() {
+  if (dtype_ == kFloat32) {
+    actual_->finish_replay();
+    return;
+  }
+  DPL_CHECK(replay_, "MixedPrecision::finish_replay: not in replay mode");
+  loss_ = replay_loss_;
+  actual_->count_replayed_step(admit_step(master_grads()));
+}
+
+void MixedPrecision::count_replayed_step(bool taken) {
+  if (dtype_ == kFloat32) {
+    actual_->count_replayed_step(taken);
+    return;
+  }
+  prepared_ = false;
+  if (!taken) return;
+  ++iteration_;
+  last_skipped_ = false;
+  actual_->count_replayed_step(true);
 }
 
 std::vector<std::pair<std::string, Tensor>> MixedPrecision::state() const {

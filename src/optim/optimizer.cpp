@@ -13,9 +13,18 @@ void check_lr(const char* who, float lr) {
   DPL_CHECK(std::isfinite(lr) && lr >= 0.f, who, ": expected a finite learning rate >= 0, got ", lr);
 }
 Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), TensorOptions(t.dtype(), t.device())); }
+
+// What an update kernel reads: in replay mode the device copy of the step's values and the skip
+// flag; in normal mode nothing (the buffers may still exist from an earlier recording).
+backend::UpdateSource source_of(bool replay, const Tensor& values, const Tensor& skip) {
+  if (!replay) return {};
+  return {values.defined() ? &values : nullptr, skip.defined() ? &skip : nullptr};
+}
+
 }  // namespace
 
 void Optimizer::setup(nn::Module& model) {
+  if (replay_) set_replay_mode(false);
   target_ = &model;
   t_ = iteration_ = skipped_ = 0;
   last_skipped_ = prepared_ = false;
@@ -33,6 +42,14 @@ nn::Module& Optimizer::target() const {
 void Optimizer::update() {
   nn::ParameterArena& arena = target().arena();
   if (!prepared_) prepare_gradients();
+  if (replay_) {
+    // Recorded, not run: the verdict and the counting wait for finish_replay().
+    DPL_CHECK(arena.id() == state_arena_, "Optimizer: the model's parameters changed since replay mode began; ",
+              "leave replay mode and record the step again");
+    prepared_ = false;
+    step(arena);
+    return;
+  }
   if (!admit_step(arena.grads())) return;
   // A changed parameter set invalidates the per-element state.
   if (arena.id() != state_arena_) {
@@ -42,6 +59,7 @@ void Optimizer::update() {
   for (const GradientHook& hook : hooks_) hook(arena);
   ++t_;
   step(arena);
+  on_step_taken();
 }
 
 void Optimizer::add_gradient_hook(GradientHook hook) {
@@ -54,8 +72,80 @@ Variable Optimizer::update(const std::function<Variable()>& loss_fn) {
   Variable loss = loss_fn();
   backward(loss);
   loss_ = loss.data();
+  if (replay_) replay_loss_ = loss_;
   update();
   return loss;
+}
+
+// --- replay mode ---------------------------------------------------------------------------------
+
+std::string Optimizer::replay_refusal() const {
+  if (replay_values().empty())
+    return "this optimizer's step() does not take its values from the device (replay_values() is empty)";
+  if (!hooks_.empty())
+    return "gradient hooks run on the host between the gradients and the step (clipping reads the norm back)";
+  return {};
+}
+
+void Optimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
+  if (!on) {
+    // The buffers stay: a recording made before reads them, and a step run unrecorded in
+    // between (CapturedStep's odd batch) must find them in place when replay mode returns.
+    replay_ = false;
+    return;
+  }
+  const std::string why = replay_refusal();
+  DPL_CHECK(why.empty(), "Optimizer::set_replay_mode: this optimizer cannot run a recorded step: ", why);
+  nn::ParameterArena& arena = target().arena();
+  // The state is laid out by the first update; a recorded step must find it in place.
+  if (arena.id() != state_arena_) {
+    init_state(arena);
+    state_arena_ = arena.id();
+  }
+  const Device device = arena.device();
+  const auto n_values = static_cast<std::int64_t>(replay_values().size());
+  if (!replay_values_.defined() || replay_values_.numel() != n_values || replay_values_.device() != device)
+    replay_values_ = Tensor::zeros({n_values}, TensorOptions(kFloat32, device));
+  if (skip_flag.defined()) {
+    DPL_CHECK(skip_flag.dtype() == kFloat32 && skip_flag.numel() == 1 && skip_flag.device() == device,
+              "Optimizer::set_replay_mode: expected a one-element float32 flag on ", device, ", got ", skip_flag.dtype(),
+              " of shape ", shape_str(skip_flag.shape()), " on ", skip_flag.device());
+    replay_skip_ = skip_flag;
+  } else if (non_finite_ != NonFinitePolicy::kOff) {
+    // The flag prepare_gradients() raises, made now so that the recording and every replay use
+    // the same buffer.
+    replay_skip_ = reset_non_finite_flag(device);
+  } else {
+    replay_skip_ = Tensor();
+  }
+  prepared_ = false;
+  replay_ = true;
+}
+
+void Optimizer::prepare_replay() {
+  DPL_CHECK(replay_, "Optimizer::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
+  DPL_CHECK(target().arena().id() == state_arena_, "Optimizer::prepare_replay: the model's parameters changed since ",
+            "the step was recorded; leave replay mode and record it again");
+  // Queued in stream order, after the previous replay that read the old values.
+  backend::write_values(replay_values_, replay_values());
+}
+
+void Optimizer::finish_replay() {
+  DPL_CHECK(replay_, "Optimizer::finish_replay: not in replay mode");
+  loss_ = replay_loss_;
+  if (!admit_step(target().arena().grads())) return;
+  ++t_;
+  on_step_taken();
+}
+
+void Optimizer::count_replayed_step(bool taken) {
+  prepared_ = false;
+  // A wrapper that skips a step never calls the wrapped update(), so nothing is counted here.
+  if (!taken) return;
+  ++iteration_;
+  last_skipped_ = false;
+  ++t_;
+  on_step_taken();
 }
 
 void Optimizer::backward(const Variable& loss) { loss.backward(); }
@@ -127,8 +217,9 @@ void SGD::set_lr(float lr) {
 }
 void SGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::sgd_update(p, arena.grads(), {lr_, weight_decay_});
+  backend::sgd_update(p, arena.grads(), {lr_, weight_decay_}, source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
 }
+std::vector<float> SGD::replay_values() const { return {lr_, weight_decay_}; }
 
 MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
   check_lr("MomentumSGD", lr);
@@ -141,8 +232,10 @@ void MomentumSGD::set_lr(float lr) {
 void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
 void MomentumSGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_});
+  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_},
+                           source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
 }
+std::vector<float> MomentumSGD::replay_values() const { return {lr_, momentum_, weight_decay_}; }
 
 Adam::Adam(float alpha, float beta1, float beta2, float eps) : alpha_(alpha), beta1_(beta1), beta2_(beta2), eps_(eps) {
   check_lr("Adam", alpha);
@@ -159,13 +252,19 @@ void Adam::init_state(const nn::ParameterArena& arena) {
   v_ = zeros_like(arena.params());
   moment_steps_ = 0;
 }
-void Adam::step(nn::ParameterArena& arena) {
-  const double t = static_cast<double>(++moment_steps_);
+std::vector<float> Adam::replay_values() const {
+  // The bias correction of the step about to be taken (on_step_taken() counts it afterwards).
+  const double t = static_cast<double>(moment_steps_ + 1);
   const double fix1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
   const double fix2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
   const auto lr_t = static_cast<float>(alpha_ * std::sqrt(fix2) / fix1);
+  return {lr_t, beta1_, beta2_, eps_, weight_decay_};
+}
+void Adam::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
   Tensor p = arena.params();
-  backend::adam_update(p, arena.grads(), m_, v_, {lr_t, beta1_, beta2_, eps_, weight_decay_});
+  backend::adam_update(p, arena.grads(), m_, v_, {h[0], h[1], h[2], h[3], h[4]},
+                       source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
 }
 
 // --- exporting and restoring the state (checkpoints) ------------------------------------------

@@ -147,6 +147,17 @@ void MultiNodeOptimizer::update() {
 
 Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
   DPL_CHECK(target_ != nullptr, "MultiNodeOptimizer: call setup(model) before update()");
+  if (replay_) {
+    // Recorded, not run (one process: nothing to average); no phase is timed here.
+    zero_grad();
+    Variable loss = loss_fn();
+    actual_->backward(loss);
+    loss_ = replay_loss_ = loss.data();
+    replay_buffers_ = actual_->prepare_gradients();
+    if (replay_buffers_.size() > 1) local_flag_on(replay_buffers_.back().device()).copy_(replay_buffers_.back());
+    actual_->update();
+    return loss;
+  }
   sync_point();
   Variable loss;
   const bool overlapped = overlap_.enabled && comm_->size() > 1;
@@ -170,6 +181,46 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
   }
   allreduce_and_step(overlapped);
   return loss;
+}
+
+std::string MultiNodeOptimizer::replay_refusal() const {
+  if (comm_->size() > 1)
+    return "a recorded step of " + std::to_string(comm_->size()) +
+           " processes is not supported yet (the allreduce's phase timing and its MPI paths run on the host)";
+  return actual_->replay_refusal();
+}
+
+void MultiNodeOptimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
+  if (!on) {
+    actual_->set_replay_mode(false);
+    replay_ = false;  // the recorded step's buffers stay, as in Optimizer::set_replay_mode
+    return;
+  }
+  DPL_CHECK(target_ != nullptr, "MultiNodeOptimizer: call setup(model) before set_replay_mode()");
+  const std::string why = replay_refusal();
+  DPL_CHECK(why.empty(), "MultiNodeOptimizer::set_replay_mode: this optimizer cannot run a recorded step: ", why);
+  if (reducer_->needs_broadcast()) broadcast_parameters();
+  actual_->set_replay_mode(true, skip_flag);
+  replay_ = true;
+}
+
+void MultiNodeOptimizer::prepare_replay() {
+  DPL_CHECK(replay_, "MultiNodeOptimizer::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
+  replay_start_ = profile::now_seconds();
+  actual_->prepare_replay();
+}
+
+void MultiNodeOptimizer::finish_replay() {
+  DPL_CHECK(replay_ && !replay_buffers_.empty(), "MultiNodeOptimizer::finish_replay: no recorded step in replay mode");
+  // As after an unrecorded allreduce: the flag's verdict is the same on every rank.
+  if (replay_buffers_.size() > 1 && actual_->stops_on_non_finite() && !actual_->gradients_finite()) {
+    loss_ = replay_loss_;
+    stop_on_every_rank(replay_buffers_.front());
+  }
+  actual_->finish_replay();
+  if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+  timer_.record("step", replay_start_, profile::now_seconds() - replay_start_, iteration_);
+  ++iteration_;
 }
 
 namespace {

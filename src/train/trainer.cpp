@@ -49,6 +49,10 @@ Observation::Sum& Observation::slot(const std::string& key) {
 void Observation::reserve(const std::string& key) { slot(key); }
 
 void Observation::observe(const std::string& key, const Tensor& value) {
+  if (recording_ != nullptr) {
+    recording_->emplace_back(key, value);
+    return;
+  }
   const bool floating = value.defined() && (value.dtype() == kFloat32 || value.dtype() == kBFloat16 ||
                                             value.dtype() == kFloat16);
   DPL_CHECK(floating && value.numel() == 1, "Observation::observe: expected '", key,
@@ -64,6 +68,8 @@ void Observation::observe(const std::string& key, const Tensor& value) {
 }
 
 void Observation::observe(const std::string& key, double value) {
+  DPL_CHECK(recording_ == nullptr, "Observation::observe: '", key, "' is a host number, observed while a training ",
+            "step is recorded as a CUDA graph, where it would keep its first value; observe a one-element tensor");
   Sum& s = slot(key);
   s.host_sum += value;
   ++s.count;
@@ -125,6 +131,26 @@ StandardUpdater::StandardUpdater(data::BatchSource& iterator, optim::Optimizer& 
   DPL_CHECK(static_cast<bool>(loss_), "StandardUpdater: expected a loss function, got an empty one");
 }
 
+void StandardUpdater::set_graph_capture(bool on, int warmup_steps) {
+  captured_.reset();
+  recorded_values_.clear();
+  if (!on) return;
+  DPL_CHECK(device_.is_cuda(), "StandardUpdater::set_graph_capture: recording the step needs a CUDA device; the ",
+            "updater's device is ", device_);
+  const std::string why = optimizer_.replay_refusal();
+  DPL_CHECK(why.empty(), "StandardUpdater::set_graph_capture: the optimizer cannot run a recorded step: ", why);
+  captured_ = std::make_unique<CapturedStep>(
+      optimizer_,
+      [this](const std::vector<Tensor>& inputs) {
+        const data::Batch batch{inputs[0], inputs[1]};
+        if (!captured_->capturing()) return loss_(batch, *observation_);
+        Observation recorder;
+        recorder.record_into(&recorded_values_);
+        return loss_(batch, recorder);
+      },
+      warmup_steps);
+}
+
 void StandardUpdater::update(Observation& observation) {
   const double t0 = profile::now_seconds();
   const data::Batch host = iterator_.next();
@@ -136,7 +162,17 @@ void StandardUpdater::update(Observation& observation) {
   if (auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&optimizer_))
     parallel->timer().record("data", t0, waited, updates_);
   observation.reserve("main/loss");
-  const Variable loss = optimizer_.update([&] { return loss_(batch, observation); });
+  Variable loss;
+  if (captured_ != nullptr) {
+    observation_ = &observation;
+    const std::int64_t replays = captured_->replays();
+    loss = captured_->update({batch.x, batch.y});
+    // A replay ran the recorded loss function's kernels: observe what they wrote.
+    if (captured_->replays() > replays)
+      for (const auto& [key, value] : recorded_values_) observation.observe(key, value);
+  } else {
+    loss = optimizer_.update([&] { return loss_(batch, observation); });
+  }
   observation.observe("main/loss", loss.data());
   // Only under kSkip, so that other runs keep their log's columns; the verdict is known on the
   // host already (the check read its flag), so this costs no wait.

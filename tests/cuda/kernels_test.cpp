@@ -527,13 +527,13 @@ TEST_F(KernelsTest, OptimizerUpdatesOverSeveralSteps) {
       for (int step = 1; step <= 4; ++step) {
         const Tensor g = rand({n});
         const Tensor gg = on_gpu(g);
-        backend::sgd_update(pc, g, {0.1f, wd});
-        backend::sgd_update(pg, gg, {0.1f, wd});
-        backend::momentum_update(qc, g, vc, {0.1f, 0.9f, wd});
-        backend::momentum_update(qg, gg, vg, {0.1f, 0.9f, wd});
+        backend::sgd_update(pc, g, {0.1f, wd}, {});
+        backend::sgd_update(pg, gg, {0.1f, wd}, {});
+        backend::momentum_update(qc, g, vc, {0.1f, 0.9f, wd}, {});
+        backend::momentum_update(qg, gg, vg, {0.1f, 0.9f, wd}, {});
         const float lr_t = 1e-2f * std::sqrt(1.f - std::pow(0.999f, step)) / (1.f - std::pow(0.9f, step));
-        backend::adam_update(rc, g, mc, sc, {lr_t, 0.9f, 0.999f, 1e-8f, wd});
-        backend::adam_update(rg, gg, mg, sg, {lr_t, 0.9f, 0.999f, 1e-8f, wd});
+        backend::adam_update(rc, g, mc, sc, {lr_t, 0.9f, 0.999f, 1e-8f, wd}, {});
+        backend::adam_update(rg, gg, mg, sg, {lr_t, 0.9f, 0.999f, 1e-8f, wd}, {});
       }
       expect_close(pg, pc, 1e-5f, 1e-6f, "sgd" + what);
       expect_close(qg, qc, 1e-5f, 1e-6f, "momentum param" + what);

@@ -281,7 +281,7 @@ TEST(Dispatch, ChecksDtypesAndNamesTheArguments) {
                    AllOf(HasSubstr("softmax_xent"), HasSubstr("labels of dtype int32"), HasSubstr("int64")));
   Tensor p = Tensor::zeros({4}, kBFloat16);
   const backend::SgdHyper h{0.1f, 0.f};
-  DPL_EXPECT_ERROR(backend::sgd_update(p, Tensor::zeros({4}, kBFloat16), h),
+  DPL_EXPECT_ERROR(backend::sgd_update(p, Tensor::zeros({4}, kBFloat16), h, {}),
                    AllOf(HasSubstr("sgd_update"), HasSubstr("param of dtype float32"), HasSubstr("bfloat16")));
   Tensor undefined;
   DPL_EXPECT_ERROR(backend::relu(x, undefined), AllOf(HasSubstr("relu"), HasSubstr("y is undefined")));

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace dpl::cuda {
 
@@ -70,5 +71,44 @@ void* pinned_allocate(std::size_t nbytes);
 void pinned_free(void* p);
 /// Counters of the pinned host allocator.
 MemoryStats pinned_stats();
+
+/// Work queued on one GPU, recorded once as a CUDA graph and run again by replay() with a single
+/// launch: the same kernels on the same buffers with the same arguments. Whatever the recorded
+/// work allocates comes from a memory pool of the graph's own, kept until the graph is destroyed,
+/// so nothing else is ever given those addresses; values a replay should see change (inputs,
+/// per-step scalars) must be written into buffers the graph reads before each replay.
+/// train::CapturedStep builds a training step on it (docs/cuda-graphs.md).
+class Graph {
+ public:
+  Graph() = default;
+  /// Waits for queued replays, then frees the graph and its pool.
+  ~Graph();
+  Graph(Graph&& other) noexcept;
+  Graph& operator=(Graph&& other) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  /// Records what work() queues on device from the calling thread, without running it (a graph
+  /// recorded before is dropped first). Requires a GPU, the caching allocator
+  /// (DPL_CUDA_NO_CACHING unset) and work that neither waits for the device nor reads values back
+  /// nor copies from pageable host memory. Throws dpl::Error, with nothing recorded, when work()
+  /// throws or CUDA invalidates the recording.
+  void capture(int device, const std::function<void()>& work);
+  /// Queues one run of the recorded work on the device's stream, after the work queued before.
+  /// Requires captured() (dpl::Error otherwise).
+  void replay();
+  /// Whether a recording is held.
+  bool captured() const { return handle_ != nullptr; }
+  /// The device recorded on; -1 when nothing is.
+  int device() const;
+
+ private:
+  void reset() noexcept;
+  void* handle_ = nullptr;
+};
+
+/// Whether device's work is being recorded into a Graph right now (queued work is then recorded,
+/// not run). False without a GPU.
+bool is_capturing(int device = 0);
 
 }  // namespace dpl::cuda

@@ -108,6 +108,16 @@ class MixedPrecision : public Optimizer {
   void add_gradient_hook(GradientHook hook) override { actual_->add_gradient_hook(std::move(hook)); }
   std::size_t gradient_hook_count() const override { return actual_->gradient_hook_count(); }
 
+  /// Replay mode (Optimizer::set_replay_mode): float32 passes it to the wrapped optimizer;
+  /// bfloat16 records the master-gradient pass, the wrapped optimizer's step (skipping on this
+  /// optimizer's flag) and the cast into the model. float16 is refused: its loss scale changes on
+  /// the host after each overflow or run of good steps.
+  std::string replay_refusal() const override;
+  void set_replay_mode(bool on, const Tensor& skip_flag = Tensor()) override;
+  void prepare_replay() override;
+  void finish_replay() override;
+  void count_replayed_step(bool taken) override;
+
   /// loss multiplied by loss_scale() (float16), or loss itself. A float16 loss carries its
   /// gradient in float16, where 65536 is already Inf: such a run backs off to 2^15 at its first
   /// step; a float32 loss has the full range.

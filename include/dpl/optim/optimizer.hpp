@@ -123,11 +123,47 @@ class Optimizer {
   /// Number of hooks added.
   virtual std::size_t gradient_hook_count() const { return hooks_.size(); }
 
+  // --- replay mode: a step recorded once and replayed (train::CapturedStep, docs/cuda-graphs.md)
+
+  /// Empty when this optimizer can run in replay mode; otherwise why not (an optimizer whose
+  /// step() does not take its values from replay_values(), a gradient hook, which runs on the
+  /// host, or float16 loss scaling, which decides on the host).
+  virtual std::string replay_refusal() const;
+  /// Enters (true) or leaves replay mode. In it update() and update(loss_fn) only queue a step's
+  /// device work, reading nothing back: the update kernel takes this step's values (learning
+  /// rate, Adam's bias correction) from a device copy, and leaves parameters and state unchanged
+  /// while the non-finite flag is raised (the flag is `skip_flag` when given — a wrapper's
+  /// flag — else this optimizer's own). What update() does on the host moves to prepare_replay()
+  /// and finish_replay(), called around each run of the recorded work. Requires setup() and an
+  /// empty replay_refusal() (dpl::Error otherwise); the warm-up steps that lay out the state
+  /// come first, in normal mode.
+  virtual void set_replay_mode(bool on, const Tensor& skip_flag = Tensor());
+  bool replay_mode() const { return replay_; }
+  /// Before a run of the recorded step: queues the copy of this step's values to the device.
+  virtual void prepare_replay();
+  /// After a run: reads the non-finite flag when there is one (one wait for the device) and
+  /// counts the step as taken or skipped, as update() would have; throws update()'s dpl::Error
+  /// under NonFinitePolicy::kStop.
+  virtual void finish_replay();
+  /// finish_replay() for an optimizer wrapped by one that read the verdict itself: counts a
+  /// step, taken or not.
+  virtual void count_replayed_step(bool taken);
+
  protected:
   /// Allocates and zeroes the state for the arena's layout.
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
-  /// Runs the fused update over the whole arena (t_ already counts this step).
+  /// Runs the fused update over the whole arena (t_ already counts this step). In replay mode it
+  /// must take its values from replay_values_on_device() and skip on replay_skip_flag().
   virtual void step(nn::ParameterArena& arena) = 0;
+  /// The values of the next step's update, in the order its kernel reads them; empty (the
+  /// default) for an optimizer that cannot run in replay mode.
+  virtual std::vector<float> replay_values() const { return {}; }
+  /// Called after each step that was taken (Adam counts the steps folded into its moments).
+  virtual void on_step_taken() {}
+  /// In replay mode: the device copy of replay_values() and the flag that makes the update skip
+  /// (undefined when there is none); undefined tensors otherwise.
+  const Tensor& replay_values_on_device() const { return replay_values_; }
+  const Tensor& replay_skip_flag() const { return replay_skip_; }
   /// load_state's hook for an optimizer's own scalars (the keys beyond the base ones, already
   /// known to be present): checks them all, and only then assigns. Throws dpl::Error on a bad
   /// value, before assigning anything.
@@ -154,6 +190,10 @@ class Optimizer {
   std::int64_t iteration_ = 0;
   std::int64_t skipped_ = 0;
   bool last_skipped_ = false;
+  bool replay_ = false;
+  Tensor replay_values_;  // replay mode: the step's values on the device
+  Tensor replay_skip_;    // replay mode: the flag the update kernel skips on
+  Tensor replay_loss_;    // replay mode: the recorded step's loss, for the non-finite message
 };
 
 /// Plain gradient descent: p -= lr * g.
@@ -165,6 +205,7 @@ class SGD : public Optimizer {
 
  protected:
   void step(nn::ParameterArena& arena) override;
+  std::vector<float> replay_values() const override;
 
  private:
   float lr_;
@@ -183,6 +224,7 @@ class MomentumSGD : public Optimizer {
  protected:
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
+  std::vector<float> replay_values() const override;
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
@@ -208,6 +250,8 @@ class Adam : public Optimizer {
  protected:
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
+  std::vector<float> replay_values() const override;
+  void on_step_taken() override { ++moment_steps_; }
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:

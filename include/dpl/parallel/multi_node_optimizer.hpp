@@ -34,15 +34,8 @@ namespace dpl::parallel {
 /// (one allgather of two floats per rank, on the failure path only). kSkip: every rank skips
 /// the step. float16 overflow under MixedPrecision always skips (loss scaling).
 ///
-/// Non-finite gradients (see optim::NonFinitePolicy and docs/reliability.md): unless the policy
-/// is kOff, each rank's prepare_gradients() raises a one-element flag when its own gradients hold
-/// an Inf or NaN, in the pass it makes anyway (or one read-only pass for float32); the flag is
-/// averaged with the gradients, so every rank reads the same verdict (one four-byte read per
-/// step). kStop: every rank throws the same dpl::Error naming the iteration, the rank(s) whose
-/// gradients were not finite, the first such parameter and the ranks whose loss was not finite
-/// (one allgather of two floats per rank, on the failure path only). kSkip: every rank skips
-/// the step. float16 overflow under MixedPrecision always skips (loss scaling). If the parameter set changes
-/// (a parameter added, data replaced), the check and the broadcast run again before the update.
+/// If the parameter set changes (a parameter added, data replaced), the check and the broadcast
+/// run again before the update.
 /// The gradient of the first iteration is used like every other.
 class MultiNodeOptimizer : public optim::Optimizer {
  public:
@@ -83,6 +76,18 @@ class MultiNodeOptimizer : public optim::Optimizer {
   /// computes agrees across ranks without communication).
   void add_gradient_hook(optim::GradientHook hook) override { actual_->add_gradient_hook(std::move(hook)); }
   std::size_t gradient_hook_count() const override { return actual_->gradient_hook_count(); }
+
+  /// Replay mode (optim::Optimizer::set_replay_mode, for train::CapturedStep): one process only
+  /// for now (the communicators time their phases on the host and the MPI ones call MPI from
+  /// the host, neither of which a recording can hold), without overlap; then the wrapped
+  /// optimizer decides. Under replay the timer records one phase per step, "step" (forward,
+  /// backward and optimize together: a recording cannot be split), from prepare_replay() to
+  /// finish_replay().
+  std::string replay_refusal() const override;
+  void set_replay_mode(bool on, const Tensor& skip_flag = Tensor()) override;
+  void prepare_replay() override;
+  void finish_replay() override;
+  void count_replayed_step(bool taken) override { actual_->count_replayed_step(taken); }
 
   /// Overlap of the allreduce with backward (OverlapOptions; off by default). With it on,
   /// update(loss_fn) arms the reducer before backward, so each bucket of gradients is averaged on
@@ -127,6 +132,8 @@ class MultiNodeOptimizer : public optim::Optimizer {
   profile::PhaseTimer timer_;
   std::unique_ptr<GradientReducer> reducer_;  // over target(), from setup()
   std::int64_t iteration_ = 0;
+  double replay_start_ = 0.0;           // when prepare_replay() began, for the "step" phase
+  std::vector<Tensor> replay_buffers_;  // what the recorded step's prepare_gradients() gave
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
   OverlapOptions overlap_;
 };

@@ -47,7 +47,8 @@ struct PhaseSample {
 
 /// All samples of one named phase on this rank, in recording order.
 struct PhaseSeries {
-  std::string name;  // "data", "compute", "allreduce", "optimize", or "allreduce/<sub-phase>"
+  std::string name;  // "data", "compute", "allreduce", "optimize", "allreduce/<sub-phase>", or "step" (a
+                     // recorded step replayed, parallel::MultiNodeOptimizer::set_replay_mode)
   std::vector<PhaseSample> samples;
 };
 

@@ -20,6 +20,7 @@
 #include "dpl/data/dataset.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/optim/schedule.hpp"
+#include "dpl/train/captured_step.hpp"
 #include "dpl/train/checkpoint.hpp"
 #include "dpl/train/log_report.hpp"
 #include "dpl/train/print_report.hpp"
@@ -65,6 +66,11 @@ class Observation {
   /// Restores sums saved by to_json, putting tensor sums on device. Throws dpl::Error for text
   /// that is not what to_json writes.
   void restore_json(const std::string& text, Device device);
+  /// While into is not null, observe(key, tensor) appends (key, tensor) to *into instead of
+  /// adding the value up, and observe(key, number) throws dpl::Error. A recorded training step
+  /// (StandardUpdater::set_graph_capture) uses it: the tensors are the recording's own buffers,
+  /// observed anew after each replay, and a host number would be frozen at the recording.
+  void record_into(std::vector<std::pair<std::string, Tensor>>* into) { recording_ = into; }
 
  private:
   struct Sum {
@@ -75,6 +81,7 @@ class Observation {
   };
   Sum& slot(const std::string& key);
   std::vector<Sum> sums_;
+  std::vector<std::pair<std::string, Tensor>>* recording_ = nullptr;
 };
 
 /// The loss of one batch. It gets the batch on the updater's device and the trainer's
@@ -116,11 +123,26 @@ class StandardUpdater {
   /// Of update_seconds(), the seconds spent waiting for batches (the "data" phase).
   double data_seconds() const { return data_seconds_; }
 
+  /// Records the training step as a CUDA graph after warmup_steps ordinary ones and replays it
+  /// from then on (train::CapturedStep, docs/cuda-graphs.md; off by default). The loss function
+  /// then runs for the warm-up, for the recording and for batches of another shape (a last,
+  /// shorter batch), which run unrecorded; what it observes as tensors is observed again after
+  /// every replay, with the replay's values, and it may not observe host numbers. Requires a CUDA
+  /// device and an optimizer whose replay_refusal() is empty (dpl::Error here otherwise, saying
+  /// why); the optimizer must be set up.
+  void set_graph_capture(bool on, int warmup_steps = 3);
+  /// Whether steps are recorded, and the step object that records them (null when off).
+  bool graph_capture() const { return captured_ != nullptr; }
+  const CapturedStep* captured_step() const { return captured_.get(); }
+
  private:
   data::BatchSource& iterator_;
   optim::Optimizer& optimizer_;
   LossFunction loss_;
   Device device_;
+  std::unique_ptr<CapturedStep> captured_;
+  Observation* observation_ = nullptr;                         // the current update's, for the step's loss function
+  std::vector<std::pair<std::string, Tensor>> recorded_values_;  // what the recorded step observes
   std::int64_t updates_ = 0;
   double update_seconds_ = 0.0;
   double data_seconds_ = 0.0;

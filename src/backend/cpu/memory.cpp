@@ -69,8 +69,15 @@ void fill_cpu(Tensor& t, double value) {
   }
 }
 
+void write_values_cpu(Tensor& dst, const std::vector<float>& values) {
+  DPL_CHECK(dst.is_contiguous() && dst.numel() == static_cast<std::int64_t>(values.size()),
+            "write_values: expected a contiguous destination of ", values.size(), " elements, got ", dst.numel());
+  std::memcpy(dst.raw_data(), values.data(), values.size() * sizeof(float));
+}
+
 }  // namespace
 
+DPL_REGISTER_KERNEL(write_values, kCpu, write_values_cpu);
 DPL_REGISTER_KERNEL(allocate, kCpu, allocate_cpu);
 DPL_REGISTER_KERNEL(deallocate, kCpu, deallocate_cpu);
 DPL_REGISTER_KERNEL(copy_bytes, kCpu, copy_bytes_cpu);

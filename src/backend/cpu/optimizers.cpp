@@ -1,5 +1,6 @@
 // Optimizer updates on the CPU: one fused pass over the whole parameter arena.
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/cpu.hpp"
 
@@ -7,7 +8,23 @@ namespace dpl::backend::cpu {
 
 namespace {
 
-void sgd_update_cpu(Tensor& param, const Tensor& grad, const SgdHyper& h) {
+// The values of a step from the device copy when there is one (see UpdateSource), and whether
+// the flag says to skip.
+template <typename Hyper>
+Hyper hyper_of(const Hyper& given, const UpdateSource& source) {
+  if (source.hyper == nullptr) return given;
+  DPL_CHECK(source.hyper->numel() * static_cast<std::int64_t>(sizeof(float)) ==
+                static_cast<std::int64_t>(sizeof(Hyper)),
+            "optimizer update: expected ", sizeof(Hyper) / sizeof(float), " step values, got ", source.hyper->numel());
+  Hyper h;
+  std::memcpy(&h, source.hyper->data<float>(), sizeof(Hyper));
+  return h;
+}
+bool skipped(const UpdateSource& source) { return source.skip != nullptr && source.skip->data<float>()[0] != 0.f; }
+
+void sgd_update_cpu(Tensor& param, const Tensor& grad, const SgdHyper& given, const UpdateSource& source) {
+  if (skipped(source)) return;
+  const SgdHyper h = hyper_of(given, source);
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   const std::int64_t n = param.numel();
@@ -15,7 +32,10 @@ void sgd_update_cpu(Tensor& param, const Tensor& grad, const SgdHyper& h) {
   for (std::int64_t i = 0; i < n; ++i) p[i] -= h.lr * (g[i] + h.weight_decay * p[i]);
 }
 
-void momentum_update_cpu(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
+void momentum_update_cpu(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& given,
+                         const UpdateSource& source) {
+  if (skipped(source)) return;
+  const MomentumHyper h = hyper_of(given, source);
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   float* v = velocity.data<float>();
@@ -28,7 +48,10 @@ void momentum_update_cpu(Tensor& param, const Tensor& grad, Tensor& velocity, co
   }
 }
 
-void adam_update_cpu(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
+void adam_update_cpu(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& given,
+                     const UpdateSource& source) {
+  if (skipped(source)) return;
+  const AdamHyper h = hyper_of(given, source);
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   float* pm = m.data<float>();

@@ -46,7 +46,7 @@ void* CachingAllocator::allocate_uncached(std::size_t size) {
   return p;
 }
 
-CachingAllocator::Block* CachingAllocator::new_segment(std::size_t segment_size, bool small) {
+CachingAllocator::Block* CachingAllocator::new_segment(std::size_t segment_size, bool small, int pool_id) {
   DeviceGuard guard(device_);
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, segment_size);
@@ -69,10 +69,11 @@ CachingAllocator::Block* CachingAllocator::new_segment(std::size_t segment_size,
   b->ptr = p;
   b->size = segment_size;
   b->small = small;
+  b->pool = pool_id;
   return b;
 }
 
-CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, std::size_t size, bool small) {
+CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, std::size_t size, bool small, int pool_id) {
   Block key;
   key.size = size;
   key.ptr = nullptr;
@@ -84,7 +85,7 @@ CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, std::size_
   } else {
     const std::size_t seg = small ? kSmallSegment
                                   : (size < kMidRequest ? kLargeSegment : round_up(size, kLargeRound));
-    b = new_segment(seg, small);
+    b = new_segment(seg, small, pool_id);
   }
   // Split off the tail when it is worth keeping: any remainder in the small pool, only sizeable
   // ones in the large pool (small tails of big blocks would just fragment it).
@@ -94,6 +95,7 @@ CachingAllocator::Block* CachingAllocator::take_from_pool(Pool& pool, std::size_
     tail->ptr = static_cast<char*>(b->ptr) + size;
     tail->size = rest;
     tail->small = small;
+    tail->pool = pool_id;
     tail->prev = b;
     tail->next = b->next;
     if (b->next) b->next->prev = tail;
@@ -109,7 +111,9 @@ void* CachingAllocator::allocate(std::size_t nbytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!caching_) return allocate_uncached(size);
   const bool small = size <= kSmallRequest;
-  Block* b = take_from_pool(small ? small_pool_ : large_pool_, size, small);
+  const int pool_id = routed_pool_ != 0 && std::this_thread::get_id() == routed_thread_ ? routed_pool_ : 0;
+  Pools& pools = pools_[pool_id];
+  Block* b = take_from_pool(small ? pools.small : pools.large, size, small, pool_id);
   b->allocated = true;
   active_.emplace(b->ptr, b);
   stats_.cached -= b->size;
@@ -144,7 +148,7 @@ void CachingAllocator::deallocate(void* p) noexcept {
   b->allocated = false;
   stats_.current -= b->size;
   stats_.cached += b->size;
-  Pool& pool = b->small ? small_pool_ : large_pool_;
+  Pool& pool = free_list(b);
   // Merge with free neighbours so that a later, larger request can use the space again.
   if (b->prev && !b->prev->allocated) {
     Block* prev = b->prev;
@@ -168,7 +172,8 @@ void CachingAllocator::deallocate(void* p) noexcept {
 
 void CachingAllocator::release_free_segments() {
   bool synced = false;
-  for (Pool* pool : {&small_pool_, &large_pool_}) {
+  Pools& shared = pools_[0];
+  for (Pool* pool : {&shared.small, &shared.large}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;
       if (b->prev || b->next) {  // part of a segment that is partly in use
@@ -195,6 +200,46 @@ void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   DeviceGuard guard(device_);
   release_free_segments();
+}
+
+int CachingAllocator::open_private_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DPL_CHECK(caching_, "cuda:", device_, ": recording a CUDA graph needs the caching allocator, but "
+            "DPL_CUDA_NO_CACHING=1 turned it off (every free would return memory the graph still uses)");
+  const int id = next_pool_++;
+  pools_[id];
+  return id;
+}
+
+void CachingAllocator::route_to_pool(int id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DPL_CHECK(pools_.count(id) == 1 && id != 0, "CachingAllocator::route_to_pool: no private pool ", id);
+  DPL_CHECK(routed_pool_ == 0, "cuda:", device_, ": a CUDA graph is already being recorded on this device");
+  routed_pool_ = id;
+  routed_thread_ = std::this_thread::get_id();
+}
+
+void CachingAllocator::stop_routing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  routed_pool_ = 0;
+  routed_thread_ = std::thread::id();
+}
+
+void CachingAllocator::close_private_pool(int id) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pools_.find(id);
+  if (id == 0 || it == pools_.end()) return;
+  // Blocks still in use become the shared cache's when freed; free ones join it now. A segment's
+  // blocks all change pool together, so merging neighbours never mixes pools.
+  for (auto& [ptr, b] : active_)
+    if (b->pool == id) b->pool = 0;
+  Pools& shared = pools_[0];
+  for (Pool* from : {&it->second.small, &it->second.large})
+    for (Block* b : *from) {
+      b->pool = 0;
+      (b->small ? shared.small : shared.large).insert(b);
+    }
+  pools_.erase(it);
 }
 
 cuda::MemoryStats CachingAllocator::stats() const {

@@ -8,11 +8,18 @@
 // request is served from the cache and the hot path never calls cudaMalloc or cudaFree.
 // DPL_CUDA_NO_CACHING=1 turns the cache off (every allocate is a cudaMalloc, every free a
 // cudaFree), which lets compute-sanitizer see each buffer on its own.
+//
+// Private pools serve the recording of a CUDA graph: while one is routed to, the recording
+// thread's allocations come from segments of that pool only, and blocks freed there return to
+// it. A recorded graph replays its kernels on the same addresses, so none of them may be handed
+// to other work in between; the pool keeps them until the graph is gone (close_private_pool).
 
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <map>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -55,12 +62,23 @@ class CachingAllocator {
   /// Large segments are rounded up to this.
   static constexpr std::size_t kLargeRound = std::size_t{2} << 20;
 
+  /// A new private pool (see the file comment); its id is never 0. Requires caching (dpl::Error
+  /// otherwise: without the cache every free is a cudaFree, which a graph cannot survive).
+  int open_private_pool();
+  /// From now until stop_routing(), allocations made by the calling thread come from pool id.
+  void route_to_pool(int id);
+  void stop_routing();
+  /// Gives pool id's blocks back to the shared cache: its free blocks at once, the others when
+  /// freed. Call when the graph that used the pool is destroyed. Never throws.
+  void close_private_pool(int id) noexcept;
+
  private:
   struct Block {
     void* ptr = nullptr;
     std::size_t size = 0;
     bool allocated = false;
     bool small = false;
+    int pool = 0;  // 0: the shared cache; otherwise a private pool
     Block* prev = nullptr;  // neighbours within the same segment
     Block* next = nullptr;
   };
@@ -71,17 +89,24 @@ class CachingAllocator {
     }
   };
   using Pool = std::set<Block*, BySize>;
+  struct Pools {
+    Pool small, large;
+  };
 
   void* allocate_uncached(std::size_t size);
-  Block* take_from_pool(Pool& pool, std::size_t size, bool small);
-  Block* new_segment(std::size_t segment_size, bool small);
+  Block* take_from_pool(Pool& pool, std::size_t size, bool small, int pool_id);
+  Block* new_segment(std::size_t segment_size, bool small, int pool_id);
+  Pool& free_list(const Block* b) { return b->small ? pools_[b->pool].small : pools_[b->pool].large; }
   void release_free_segments();  // caller holds mutex_
   void note_allocated(std::size_t size);
 
   const int device_;
   const bool caching_;
   mutable std::mutex mutex_;
-  Pool small_pool_, large_pool_;
+  std::map<int, Pools> pools_;  // 0: the shared cache
+  int next_pool_ = 1;
+  int routed_pool_ = 0;  // the pool route_to_pool() named, for routed_thread_ only
+  std::thread::id routed_thread_;
   std::unordered_map<void*, Block*> active_;
   std::unordered_map<void*, std::size_t> uncached_;  // no-caching mode: pointer -> size
   cuda::MemoryStats stats_;

@@ -14,10 +14,15 @@ namespace {
 // kernels
 // ============================================================================================
 
-// The arithmetic follows the CPU backend term by term, so the two agree to rounding.
+// The arithmetic follows the CPU backend term by term, so the two agree to rounding. A step
+// recorded in a CUDA graph reads its values from `dh` and skips while `skip` is raised (see
+// UpdateSource); otherwise those are null and `h` comes by value.
 
 template <int V>
-__global__ void sgd_kernel(float* p, const float* g, std::int64_t n, SgdHyper h) {
+__global__ void sgd_kernel(float* p, const float* g, std::int64_t n, SgdHyper h, const SgdHyper* dh,
+                           const float* skip) {
+  if (skip != nullptr && *skip != 0.f) return;
+  if (dh != nullptr) h = *dh;
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     Vec<V> pv = load<V>(p + i);
@@ -29,7 +34,10 @@ __global__ void sgd_kernel(float* p, const float* g, std::int64_t n, SgdHyper h)
 }
 
 template <int V>
-__global__ void momentum_kernel(float* p, const float* g, float* vel, std::int64_t n, MomentumHyper h) {
+__global__ void momentum_kernel(float* p, const float* g, float* vel, std::int64_t n, MomentumHyper h,
+                                const MomentumHyper* dh, const float* skip) {
+  if (skip != nullptr && *skip != 0.f) return;
+  if (dh != nullptr) h = *dh;
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
     Vec<V> pv = load<V>(p + i);
@@ -46,7 +54,10 @@ __global__ void momentum_kernel(float* p, const float* g, float* vel, std::int64
 }
 
 template <int V>
-__global__ void adam_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, AdamHyper h) {
+__global__ void adam_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, AdamHyper h,
+                            const AdamHyper* dh, const float* skip) {
+  if (skip != nullptr && *skip != 0.f) return;
+  if (dh != nullptr) h = *dh;
   const float one_minus_b1 = 1.f - h.beta1, one_minus_b2 = 1.f - h.beta2;
   for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
     const std::int64_t i = k * V;
@@ -71,32 +82,49 @@ __global__ void adam_kernel(float* p, const float* g, float* m, float* v, std::i
 // launchers
 // ============================================================================================
 
-void launch_sgd(float* p, const float* g, std::int64_t n, const SgdHyper& h, int device, cudaStream_t stream) {
+// The device pointers of an UpdateSource: the values as Hyper, and the flag.
+template <typename Hyper>
+const Hyper* device_hyper(const UpdateSource& source) {
+  if (source.hyper == nullptr) return nullptr;
+  DPL_CHECK(source.hyper->numel() * static_cast<std::int64_t>(sizeof(float)) ==
+                static_cast<std::int64_t>(sizeof(Hyper)),
+            "optimizer update: expected ", sizeof(Hyper) / sizeof(float), " step values, got ", source.hyper->numel());
+  return reinterpret_cast<const Hyper*>(source.hyper->data<float>());
+}
+const float* skip_flag(const UpdateSource& source) {
+  return source.skip == nullptr ? nullptr : source.skip->data<float>();
+}
+
+void launch_sgd(float* p, const float* g, std::int64_t n, const SgdHyper& h, const UpdateSource& source, int device,
+                cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(p) && aligned16(g);
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
-  if (vec) sgd_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, n, h);
-  else sgd_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, n, h);
+  const SgdHyper* dh = device_hyper<SgdHyper>(source);
+  if (vec) sgd_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, n, h, dh, skip_flag(source));
+  else sgd_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, n, h, dh, skip_flag(source));
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_momentum(float* p, const float* g, float* vel, std::int64_t n, const MomentumHyper& h, int device,
-                     cudaStream_t stream) {
+void launch_momentum(float* p, const float* g, float* vel, std::int64_t n, const MomentumHyper& h,
+                     const UpdateSource& source, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(p) && aligned16(g) && aligned16(vel);
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
-  if (vec) momentum_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, vel, n, h);
-  else momentum_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, vel, n, h);
+  const MomentumHyper* dh = device_hyper<MomentumHyper>(source);
+  if (vec) momentum_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, vel, n, h, dh, skip_flag(source));
+  else momentum_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, vel, n, h, dh, skip_flag(source));
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamHyper& h, int device,
-                 cudaStream_t stream) {
+void launch_adam(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamHyper& h,
+                 const UpdateSource& source, int device, cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = n % 4 == 0 && aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v);
   const unsigned grid = grid_for(vec ? n / 4 : n, kThreads, device);
-  if (vec) adam_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, m, v, n, h);
-  else adam_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, m, v, n, h);
+  const AdamHyper* dh = device_hyper<AdamHyper>(source);
+  if (vec) adam_kernel<4><<<grid, kThreads, 0, stream>>>(p, g, m, v, n, h, dh, skip_flag(source));
+  else adam_kernel<1><<<grid, kThreads, 0, stream>>>(p, g, m, v, n, h, dh, skip_flag(source));
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -111,24 +139,26 @@ namespace {
 
 using cuda_detail::DeviceGuard;
 
-void sgd_update_cuda(Tensor& param, const Tensor& grad, const SgdHyper& h) {
+void sgd_update_cuda(Tensor& param, const Tensor& grad, const SgdHyper& h, const UpdateSource& source) {
   CudaDevice& d = cuda_device_of(param);
   DeviceGuard guard(d.device());
-  cuda_detail::launch_sgd(param.data<float>(), grad.data<float>(), param.numel(), h, d.device(), d.stream());
+  cuda_detail::launch_sgd(param.data<float>(), grad.data<float>(), param.numel(), h, source, d.device(), d.stream());
 }
 
-void momentum_update_cuda(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h) {
+void momentum_update_cuda(Tensor& param, const Tensor& grad, Tensor& velocity, const MomentumHyper& h,
+                          const UpdateSource& source) {
   CudaDevice& d = cuda_device_of(param);
   DeviceGuard guard(d.device());
   cuda_detail::launch_momentum(param.data<float>(), grad.data<float>(), velocity.data<float>(), param.numel(), h,
-                               d.device(), d.stream());
+                               source, d.device(), d.stream());
 }
 
-void adam_update_cuda(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h) {
+void adam_update_cuda(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h,
+                      const UpdateSource& source) {
   CudaDevice& d = cuda_device_of(param);
   DeviceGuard guard(d.device());
   cuda_detail::launch_adam(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(),
-                           h, d.device(), d.stream());
+                           h, source, d.device(), d.stream());
 }
 
 }  // namespace

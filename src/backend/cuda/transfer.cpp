@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda_api.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
@@ -83,5 +84,24 @@ void copy_between_devices(const Tensor& src, Tensor& dst) {
     device_to_device(src, dst);
   }
 }
+
+namespace {
+void write_values_cuda(Tensor& dst, const std::vector<float>& values) {
+  DPL_CHECK(dst.is_contiguous() && dst.numel() == static_cast<std::int64_t>(values.size()),
+            "write_values: expected a contiguous destination of ", values.size(), " elements, got ", dst.numel());
+  if (values.empty()) return;
+  CudaDevice& k = CudaDevice::get(dst.device().index);
+  DeviceGuard guard(k.device());
+  const std::size_t nbytes = values.size() * sizeof(float);
+  // The pinned block goes back to its cache at once: it is reused only after this copy is done.
+  void* staging = cuda_api::pinned_allocate(nbytes);
+  std::memcpy(staging, values.data(), nbytes);
+  const cudaError_t err = cudaMemcpyAsync(dst.raw_data(), staging, nbytes, cudaMemcpyHostToDevice, k.stream());
+  cuda_api::pinned_free(staging);
+  DPL_CUDA_CHECK(err);
+}
+}  // namespace
+
+DPL_REGISTER_KERNEL(write_values, kCuda, write_values_cuda);
 
 }  // namespace dpl::backend

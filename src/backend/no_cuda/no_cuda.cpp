@@ -31,6 +31,12 @@ bool allow_tf32() { return false; }
 void* pinned_allocate(std::size_t) { no_backend("pinned_allocate"); }
 void pinned_free(void*) noexcept {}
 cuda::MemoryStats pinned_stats() { return {}; }
+struct RecordedGraph {};
+RecordedGraph* graph_capture(int, const std::function<void()>&) { no_backend("Graph::capture"); }
+void graph_replay(RecordedGraph*) { no_backend("Graph::replay"); }
+void graph_destroy(RecordedGraph*) noexcept {}
+int graph_device(const RecordedGraph*) { return -1; }
+bool is_capturing(int) { return false; }
 
 }  // namespace cuda_api
 }  // namespace dpl::backend
