@@ -10,7 +10,9 @@
 //       [--trace]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
-// decodes, crops and flips its shard's JPEG files; a MultiNodeOptimizer averages the gradients;
+// decodes, crops and flips its shard's JPEG files into 8-bit batches; with -g those travel to the
+// GPU as uint8 on a copy stream and are normalised there, into the model's dtype and layout (on
+// the host without -g); a MultiNodeOptimizer averages the gradients;
 // a Trainer runs the epochs, validation over every rank's validation shard, the report table,
 // the progress bar, the JSON log and the phase summary (on rank 0).
 #include <CLI/CLI.hpp>
@@ -77,36 +79,46 @@ struct Options {
   std::uint64_t seed = 0;
 };
 
-// The ResNet behind an input adapter: the loader's float32 channels-last batch is put into the
-// model's layout and dtype here, so the updater, the evaluator and the model see one module.
+// The model's input form: its dtype and memory format. Every source below delivers batches in it
+// (ImageBatchSource normalises into it, on the GPU with -g), so no step converts them again.
+data::ImageDelivery input_form(Device device, DType dtype, bool nhwc) {
+  return {device, dtype, nhwc ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous};
+}
+
+// The ResNet behind a check of its input, so the updater, the evaluator and the model see one
+// module, and a source that delivered another form fails here by name instead of in a convolution.
 class Classifier : public nn::Module {
  public:
-  Classifier(std::shared_ptr<models::ResNet> net, DType dtype, bool nhwc)
-      : net_(register_module("net", std::move(net))), dtype_(dtype), nhwc_(nhwc) {}
+  Classifier(std::shared_ptr<models::ResNet> net, data::ImageDelivery form)
+      : net_(register_module("net", std::move(net))), form_(form) {}
   Variable forward(const Variable& x) override {
-    Tensor t = nhwc_ ? x.data().to_channels_last() : x.data().contiguous();
-    if (t.dtype() != dtype_) t = t.to(dtype_);
-    return (*net_)(Variable(t));
+    const Tensor& t = x.data();
+    const bool nhwc = form_.format == MemoryFormat::kChannelsLast;
+    DPL_CHECK(t.dtype() == form_.dtype && (nhwc ? t.is_channels_last() : t.is_contiguous()),
+              "Classifier: expected images of dtype ", form_.dtype, (nhwc ? " in channels-last" : " in NCHW"),
+              " memory order, got ", t.dtype(), " of shape ", shape_str(t.shape()), " with strides ",
+              shape_str(t.strides()));
+    return (*net_)(x);
   }
 
  private:
   std::shared_ptr<models::ResNet> net_;
-  DType dtype_;
-  bool nhwc_;
+  data::ImageDelivery form_;
 };
 
 // Random images and labels made once and kept on the device: the step's throughput without the
 // file system, the decoder or the host-to-device copy.
 class SyntheticSource : public data::BatchSource {
  public:
-  SyntheticSource(std::int64_t batch, int size, std::int64_t classes, std::int64_t per_epoch, Device device,
-                  std::uint64_t seed)
+  SyntheticSource(std::int64_t batch, int size, std::int64_t classes, std::int64_t per_epoch,
+                  const data::ImageDelivery& form, std::uint64_t seed)
       : per_epoch_(per_epoch) {
     Generator gen(seed);
-    batch_.x = Tensor::uniform({batch, 3, size, size}, -2.f, 2.f, gen, device).to_channels_last();
+    batch_.x = Tensor::uniform({batch, 3, size, size}, -2.f, 2.f, gen, TensorOptions(form.dtype, form.device));
+    if (form.format == MemoryFormat::kChannelsLast) batch_.x = batch_.x.to_channels_last();
     std::vector<std::int32_t> labels(static_cast<std::size_t>(batch));
     for (auto& l : labels) l = static_cast<std::int32_t>(gen.below(static_cast<std::uint64_t>(classes)));
-    batch_.y = Tensor::from_vector(labels, {batch}, device);
+    batch_.y = Tensor::from_vector(labels, {batch}, form.device);
   }
   data::Batch next() override {
     ++iteration_;
@@ -213,11 +225,12 @@ int run(Options o) {
               << "==========================================" << std::endl;
   }
 
+  const data::ImageDelivery form = input_form(device, o.dtype, o.nhwc);
   std::shared_ptr<data::BatchSource> train_source, val_source;
   std::int64_t val_batches = 0;
   if (o.synthetic) {
     const std::int64_t per_epoch = o.test ? kTestBatches : kSyntheticBatchesPerEpoch;
-    train_source = std::make_shared<SyntheticSource>(o.batchsize, o.crop_size, classes, per_epoch, device,
+    train_source = std::make_shared<SyntheticSource>(o.batchsize, o.crop_size, classes, per_epoch, form,
                                                      o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
   } else {
     std::vector<std::int64_t> train_idx = shard_indices(train_set->size(), *comm, true, o.seed, true);
@@ -242,11 +255,14 @@ int run(Options o) {
     lo.seed = o.seed;
     lo.drop_last = true;  // every step has the global batch the learning rate was scaled for
     lo.pin_memory = o.gpu;
+    // On the GPU the source keeps the batch whose copy is in flight from one step to the next: one
+    // more buffer keeps the decoders as far ahead as on the host.
+    if (o.gpu) lo.prefetch = 3;
     data::ImageTransform train_transform = data::ImageTransform::train(o.crop_size);
     train_transform.scale_min = o.crop_scale;
     train_source = std::make_shared<data::ImageBatchSource>(
-        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo),
-        mean, scale);
+        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo), mean, scale,
+        form);
 
     data::ImageLoaderOptions vo = lo;
     vo.batch_size = o.val_batchsize;
@@ -256,7 +272,7 @@ int run(Options o) {
     auto val_loader = std::make_unique<data::ImageLoader>(val_set, std::move(val_idx),
                                                          data::ImageTransform::validation(o.crop_size), vo);
     val_batches = val_loader->batches_per_epoch();
-    val_source = std::make_shared<data::ImageBatchSource>(std::move(val_loader), mean, scale);
+    val_source = std::make_shared<data::ImageBatchSource>(std::move(val_loader), mean, scale, form);
   }
 
   // The same seed on every rank: identical models (the optimizer's setup broadcasts rank 0's
@@ -266,7 +282,7 @@ int run(Options o) {
   ro.num_classes = classes;
   auto net = models::resnet(o.arch, ro, init);
   if (o.nhwc) nn::to_channels_last(*net);
-  Classifier model(net, o.dtype, o.nhwc);
+  Classifier model(net, form);
   model.to(device);
   if (root) std::cout << "Num parameters: " << model.num_parameters() << std::endl;
 

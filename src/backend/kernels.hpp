@@ -307,3 +307,26 @@ DPL_DECLARE_KERNEL(mse_backward, floating(),
 void copy_between_devices(const Tensor& src, Tensor& dst);
 
 }  // namespace dpl::backend
+
+// --- image normalisation (the data pipeline's last step, on the device that trains) ------------
+
+namespace dpl::backend {
+
+/// Per-channel mean and std of normalize_images, in pixel units (0..255), passed by value so that
+/// a launch needs no device copy of them. Entries from `channels` on are not read.
+struct ImageNormalization {
+  static constexpr int kMaxChannels = 16;
+  int channels = 0;
+  float mean[kMaxChannels] = {};
+  float std[kMaxChannels] = {};
+};
+
+/// out (N, C, H, W) = (float(images) - mean[c]) / std[c], computed in float32 exactly as
+/// data::normalize_to_float does (a subtraction, then a division), then rounded once to out's
+/// dtype (16-bit: nearest even). images is (N, H, W, C) uint8, contiguous (packed NHWC); out is
+/// float32, bfloat16 or float16, contiguous (NCHW) or channels-last (then the same element order
+/// as images: no transpose); C == norm.channels <= kMaxChannels and every std non-zero. The
+/// caller (data::normalize_images) checks all of this; the dispatcher checks only the device.
+DPL_DECLARE_KERNEL(normalize_images, any(), void(const Tensor& images, const ImageNormalization& norm, Tensor& out));
+
+}  // namespace dpl::backend

@@ -9,6 +9,7 @@ const char* dtype_name(DType t) {
     case DType::kFloat16: return "float16";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
+    case DType::kUInt8: return "uint8";
   }
   return "unknown";
 }

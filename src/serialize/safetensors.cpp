@@ -36,12 +36,14 @@ const char* format_dtype(DType t) {
     case DType::kFloat16: return "F16";
     case DType::kInt32: return "I32";
     case DType::kInt64: return "I64";
+    case DType::kUInt8: return "U8";
   }
   return "?";
 }
 
 bool parse_dtype(const std::string& s, DType* out) {
-  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64}) {
+  for (DType t : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64,
+                  DType::kUInt8}) {
     if (s == format_dtype(t)) {
       *out = t;
       return true;

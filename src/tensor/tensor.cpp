@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <type_traits>
+#include <vector>
 
 #include "backend/kernels.hpp"
 
@@ -118,6 +120,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
 template Tensor Tensor::from_vector<float>(const std::vector<float>&, const Shape&, Device);
 template Tensor Tensor::from_vector<std::int32_t>(const std::vector<std::int32_t>&, const Shape&, Device);
 template Tensor Tensor::from_vector<std::int64_t>(const std::vector<std::int64_t>&, const Shape&, Device);
+template Tensor Tensor::from_vector<std::uint8_t>(const std::vector<std::uint8_t>&, const Shape&, Device);
 
 // --- metadata ----------------------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ T* Tensor::data() const {
 template float* Tensor::data<float>() const;
 template std::int32_t* Tensor::data<std::int32_t>() const;
 template std::int64_t* Tensor::data<std::int64_t>() const;
+template std::uint8_t* Tensor::data<std::uint8_t>() const;
 
 void Tensor::check_dtype(DType expected, const char* what) const {
   DPL_CHECK(dtype_ == expected, what, ": expected dtype ", expected, ", got ", dtype_);
@@ -363,16 +367,36 @@ std::vector<T> Tensor::to_vector() const {
 DPL_INSTANTIATE_ACCESS(float)
 DPL_INSTANTIATE_ACCESS(std::int32_t)
 DPL_INSTANTIATE_ACCESS(std::int64_t)
+DPL_INSTANTIATE_ACCESS(std::uint8_t)
 #undef DPL_INSTANTIATE_ACCESS
+
+namespace {
+// ", values=[...]" for a small tensor; integers print as numbers (a uint8 is not a character).
+template <typename T>
+void print_values(std::ostream& os, const Tensor& t) {
+  os << ", values=[";
+  const std::vector<T> v = t.to_vector<T>();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    os << (i ? ", " : "");
+    if constexpr (std::is_same_v<T, float>) os << std::setprecision(6) << v[i];
+    else os << static_cast<std::int64_t>(v[i]);
+  }
+  os << ']';
+}
+}  // namespace
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
   os << "Tensor(shape=" << shape_str(t.shape()) << ", dtype=" << t.dtype() << ", device=" << t.device();
-  if (t.dtype() == DType::kFloat32 && t.numel() <= 16) {
-    os << ", values=[";
-    const auto v = t.to_vector<float>();
-    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << std::setprecision(6) << v[i];
-    os << ']';
+  if (t.numel() <= 16) {
+    switch (t.dtype()) {
+      case DType::kFloat32: print_values<float>(os, t); break;
+      case DType::kInt32: print_values<std::int32_t>(os, t); break;
+      case DType::kInt64: print_values<std::int64_t>(os, t); break;
+      case DType::kUInt8: print_values<std::uint8_t>(os, t); break;
+      case DType::kBFloat16:
+      case DType::kFloat16: break;  // summarised by shape and dtype, as before
+    }
   }
   return os << ')';
 }

@@ -15,33 +15,10 @@
 namespace {
 using namespace dpl;
 using namespace dpl::data;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// Small random RGB images, label = index; examples listed in `bad` fail to load, and every get
-// can be slowed down to keep the workers busy.
-class Synthetic : public RandomAccessDataset {
- public:
-  explicit Synthetic(std::int64_t n, std::vector<std::int64_t> bad = {}, int delay_ms = 0)
-      : n_(n), bad_(std::move(bad)), delay_ms_(delay_ms) {}
-  std::int64_t size() const override { return n_; }
-  int channels() const override { return 3; }
-  Example get(std::int64_t i) const override {
-    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
-    DPL_CHECK(std::find(bad_.begin(), bad_.end(), i) == bad_.end(), "synthetic.txt:", i + 1, ": example ", i,
-              " is broken");
-    Generator g(static_cast<std::uint64_t>(i));
-    Example e;
-    e.image = Image::zeros(12, 10 + static_cast<int>(i % 3), 3);
-    for (auto& p : e.image.pixels) p = static_cast<std::uint8_t>(g.below(256));
-    e.label = static_cast<std::int32_t>(i);
-    return e;
-  }
-
- private:
-  std::int64_t n_;
-  std::vector<std::int64_t> bad_;
-  int delay_ms_;
-};
+using Synthetic = test::SyntheticImages;
 
 ImageLoaderOptions options(std::int64_t batch, int workers, int prefetch = 2) {
   ImageLoaderOptions o;
@@ -283,6 +260,65 @@ TEST(ImageBatchSource, PassesTheLoadersErrorOn) {
   ImageBatchSource source(std::make_unique<ImageLoader>(ds, ImageTransform::validation(8), o), {0.f}, {255.f});
   EXPECT_EQ(source.next().size(), 3);
   DPL_EXPECT_ERROR(source.next(), HasSubstr("synthetic.txt:5: example 4 is broken"));
+}
+
+TEST(ImageBatch, ImageTensorViewsTheBufferAndHoldsItLikeTheBatch) {
+  auto ds = std::make_shared<Synthetic>(6);
+  ImageLoader loader(ds, ImageTransform::validation(8), options(3, 1, /*prefetch=*/1));
+  ImageBatch b = loader.next();
+  Tensor t = b.image_tensor();
+  EXPECT_EQ(t.dtype(), kUInt8);
+  EXPECT_EQ(t.shape(), (Shape{3, 8, 8, 3}));
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.raw_data(), static_cast<const void*>(b.images()));
+  const std::vector<std::uint8_t> bytes(b.images(), b.images() + b.image_bytes());
+  EXPECT_EQ(t.to_vector<std::uint8_t>(), bytes);
+  b.release();
+  // The tensor still holds the only buffer.
+  DPL_EXPECT_ERROR(loader.next(), HasSubstr("batch buffers are held by the caller"));
+  EXPECT_EQ(t.to_vector<std::uint8_t>(), bytes);
+  t = Tensor();
+  EXPECT_EQ(loader.next().size(), 3);
+  DPL_EXPECT_ERROR(ImageBatch().image_tensor(), HasSubstr("the batch is empty"));
+}
+
+TEST(ImageBatchSource, DeliversTheModelsDtypeAndLayoutOnTheHost) {
+  auto ds = std::make_shared<Synthetic>(10);
+  ImageLoaderOptions o = options(4, 2);
+  const std::vector<float> mean = {100.f, 110.f, 120.f}, std = {50.f, 60.f, 70.f};
+  ImageLoader twin(ds, ImageTransform::train(8), o);
+  ImageDelivery d;
+  d.dtype = kBFloat16;
+  d.format = MemoryFormat::kContiguous;
+  ImageBatchSource source(std::make_unique<ImageLoader>(ds, ImageTransform::train(8), o), mean, std, d);
+  for (int i = 0; i < 4; ++i) {
+    const Batch b = source.next();
+    const ImageBatch expected = twin.next();
+    ASSERT_EQ(b.x.shape(), (Shape{expected.size(), 3, 8, 8}));
+    EXPECT_EQ(b.x.dtype(), kBFloat16);
+    EXPECT_TRUE(b.x.is_contiguous());
+    EXPECT_EQ(b.x.device(), Device::cpu());
+    // The float32 reference rounded once; compared as float32, which holds every bfloat16 exactly.
+    EXPECT_EQ(b.x.to(kFloat32).to_vector<float>(),
+              expected.to_float(mean, std).to(kBFloat16).to(kFloat32).contiguous().to_vector<float>());
+    EXPECT_EQ(b.y.to_vector<std::int32_t>(), labels_of(expected));
+    EXPECT_EQ(source.iteration(), i + 1);
+    EXPECT_EQ(source.is_new_epoch(), i == 2);
+  }
+}
+
+TEST(ImageBatchSource, RefusesABadDeliveryByName) {
+  auto ds = std::make_shared<Synthetic>(10);
+  const auto loader = [&] { return std::make_unique<ImageLoader>(ds, ImageTransform::train(8), options(4, 1)); };
+  ImageDelivery d;
+  d.dtype = kInt32;
+  DPL_EXPECT_ERROR(ImageBatchSource(loader(), {0.f}, {255.f}, d),
+                   HasSubstr("ImageBatchSource: expected a delivery dtype float32, bfloat16 or float16, got int32"));
+  d = ImageDelivery{};
+  d.device = Device::cuda(cuda_device_count());  // one past the last GPU (cuda:0 without any)
+  DPL_EXPECT_ERROR(ImageBatchSource(loader(), {0.f}, {255.f}, d),
+                   AllOf(HasSubstr("ImageBatchSource: expected a device that exists, got cuda:"),
+                         HasSubstr("GPU(s)")));
 }
 
 }  // namespace

@@ -19,13 +19,14 @@ REFERENCE = {
     "brain": ("BF16", [2, 2], [0x3F80, 0xC020, 0x3E20, 0x4040]),
     "labels": ("I32", [4], [0, -7, 2147483647, -2147483648]),
     "index": ("I64", [3], [-1, 1 << 40, 9007199254740993]),
+    "pixels": ("U8", [2, 2], [0, 127, 128, 255]),
     "scalar": ("F32", [], [3.25]),
     "empty": ("F32", [0, 4], []),
 }
 METADATA = {"format": "dpl-test", "epoch": "3"}
 # The values the BF16 bit patterns stand for.
 BRAIN_VALUES = [1.0, -2.5, 0.15625, 3.0]
-NUMPY_DTYPE = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I32": "<i4", "I64": "<i8"}
+NUMPY_DTYPE = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I32": "<i4", "I64": "<i8", "U8": "<u1"}
 
 
 def reference_array(dtype, shape, values):

@@ -56,6 +56,7 @@ Named reference() {
       {"brain", from_bits({0x3F80, 0xC020, 0x3E20, 0x4040}, {2, 2}, kBFloat16)},  // 1, -2.5, 0.15625, 3
       {"labels", Tensor::from_vector<std::int32_t>({0, -7, 2147483647, -2147483647 - 1}, {4})},
       {"index", Tensor::from_vector<std::int64_t>({-1, std::int64_t{1} << 40, 9007199254740993}, {3})},
+      {"pixels", Tensor::from_vector<std::uint8_t>({0, 127, 128, 255}, {2, 2})},
       {"scalar", Tensor::from_vector<float>({3.25f}, {})},
       {"empty", Tensor::zeros({0, 4})},
   };
@@ -356,7 +357,7 @@ TEST(SafetensorsInterop, DplReadsWhatPythonWrites) {
   // The script lays the data out in reverse name order; the result follows the data.
   std::vector<std::string> names;
   for (const auto& entry : f.tensors) names.push_back(entry.first);
-  EXPECT_THAT(names, ElementsAre("weight", "scalar", "labels", "index", "half", "empty", "brain"));
+  EXPECT_THAT(names, ElementsAre("weight", "scalar", "pixels", "labels", "index", "half", "empty", "brain"));
 }
 
 }  // namespace

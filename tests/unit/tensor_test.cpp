@@ -316,5 +316,58 @@ TEST(TensorAccess, PrintsShapeDtypeAndValues) {
   EXPECT_THAT(os.str(), AllOf(HasSubstr("(3,)"), HasSubstr("float32"), HasSubstr("cpu"), HasSubstr("0, 1, 2")));
 }
 
+// --- uint8: storage for 8-bit images, no math -----------------------------------------------------
+
+TEST(TensorUInt8, CreatesCopiesAndReadsBytes) {
+  EXPECT_EQ(dtype_size(kUInt8), 1u);
+  EXPECT_STREQ(dtype_name(kUInt8), "uint8");
+  EXPECT_EQ(dtype_of<std::uint8_t>(), kUInt8);
+  EXPECT_FALSE(is_float_dtype(kUInt8));
+
+  const Tensor z = Tensor::zeros({2, 3}, kUInt8);
+  EXPECT_EQ(z.dtype(), kUInt8);
+  EXPECT_EQ(z.nbytes(), 6u);
+  EXPECT_EQ(z.to_vector<std::uint8_t>(), std::vector<std::uint8_t>(6, 0));
+  EXPECT_EQ(Tensor::full({3}, 255, kUInt8).to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{255, 255, 255}));
+
+  const Tensor t = Tensor::from_vector<std::uint8_t>({0, 1, 2, 3, 254, 255}, {2, 3});
+  EXPECT_EQ(t.at<std::uint8_t>({1, 2}), 255);
+  const Tensor c = t.clone();
+  EXPECT_FALSE(c.shares_storage_with(t));
+  c.data<std::uint8_t>()[0] = 7;
+  EXPECT_EQ(t.at<std::uint8_t>({0, 0}), 0);
+  EXPECT_EQ(c.at<std::uint8_t>({0, 0}), 7);
+  EXPECT_TRUE(t.to(Device::cpu()).shares_storage_with(t));
+
+  // One-byte elements through the strided copy and the strided fill.
+  const Tensor column = t.narrow(1, 1, 1);
+  EXPECT_EQ(column.contiguous().to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{1, 254}));
+  Tensor u = Tensor::from_vector<std::uint8_t>({9, 9, 9, 9, 9, 9}, {2, 3});
+  u.narrow(1, 0, 1).fill_(5);
+  EXPECT_EQ(u.to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{5, 9, 9, 5, 9, 9}));
+  u.narrow(1, 2, 1).copy_(column);
+  EXPECT_EQ(u.to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{5, 9, 1, 5, 9, 254}));
+  u.set<std::uint8_t>({0, 1}, 200);
+  EXPECT_EQ(u.at<std::uint8_t>({0, 1}), 200);
+}
+
+TEST(TensorUInt8, PrintsValuesAsNumbers) {
+  std::ostringstream os;
+  os << Tensor::from_vector<std::uint8_t>({0, 65, 255}, {3});
+  EXPECT_THAT(os.str(), AllOf(HasSubstr("uint8"), HasSubstr("values=[0, 65, 255]")));
+}
+
+TEST(TensorUInt8, MathAndConversionsRefuseItByName) {
+  const Tensor t = Tensor::from_vector<std::uint8_t>({1, 2, 3, 4}, {2, 2});
+  DPL_EXPECT_ERROR(t.to(kFloat32), AllOf(HasSubstr("uint8"), HasSubstr("float32, bfloat16 and float16")));
+  DPL_EXPECT_ERROR(Tensor::zeros({2}).copy_(Tensor::zeros({2}, kUInt8)),
+                   AllOf(HasSubstr("expected a source of dtype float32"), HasSubstr("got uint8")));
+  DPL_EXPECT_ERROR(t.at<float>({0, 0}), AllOf(HasSubstr("expected dtype float32"), HasSubstr("got uint8")));
+  DPL_EXPECT_ERROR(relu(Variable(t)),
+                   AllOf(HasSubstr("relu"), HasSubstr("float32, bfloat16 or float16"), HasSubstr("got uint8")));
+  DPL_EXPECT_ERROR(add(Variable(t), Variable(t)), HasSubstr("got uint8"));
+  DPL_EXPECT_ERROR(Tensor::zeros({1}, kUInt8).item(), HasSubstr("got uint8"));
+}
+
 }  // namespace
 }  // namespace dpl

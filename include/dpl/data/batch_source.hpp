@@ -9,11 +9,12 @@
 
 namespace dpl::data {
 
-/// One mini-batch: x of shape (B, ...) float32 and y of shape (B,) int32. On the host as
-/// BatchIterator and ImageBatchSource serve it; a source may serve device tensors (synthetic data
-/// resident on the GPU), which the updater then uses without a copy.
+/// One mini-batch: x of shape (B, ...) and y of shape (B,) int32. x is float32 on the host as
+/// BatchIterator serves it; a source may serve device tensors (ImageBatchSource with a GPU
+/// delivery, synthetic data resident on the GPU), in the model's dtype (bfloat16, float16), which
+/// the updater then uses without a copy.
 struct Batch {
-  Tensor x;  ///< samples, (B, ...) float32
+  Tensor x;  ///< samples, (B, ...) float32, bfloat16 or float16
   Tensor y;  ///< labels, (B,) int32
   /// Number of samples B (0 for an undefined batch).
   std::int64_t size() const { return y.defined() ? y.size(0) : 0; }

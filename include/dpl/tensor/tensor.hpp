@@ -26,6 +26,11 @@ struct TensorOptions {
   TensorOptions(DType t, Device d) : dtype(t), device(d) {}
 };
 
+/// How a 4-D (N, C, H, W) tensor lies in memory: contiguous (NCHW, Tensor::empty) or
+/// channels-last (NHWC strides, Tensor::empty_channels_last). Names the layout a producer is asked
+/// for, e.g. data::normalize_images.
+enum class MemoryFormat : std::uint8_t { kContiguous, kChannelsLast };
+
 /// A view (offset, shape, strides, dtype) of a shared Storage. Copying a Tensor copies the view,
 /// not the data: both then alias the same memory. A default-constructed Tensor is undefined.
 ///

@@ -66,6 +66,7 @@ void fill_cpu(Tensor& t, double value) {
     case DType::kFloat16: fill_typed<std::uint16_t>(t, dpl::detail::float_to_float16(static_cast<float>(value))); break;
     case DType::kInt32: fill_typed<std::int32_t>(t, static_cast<std::int32_t>(value)); break;
     case DType::kInt64: fill_typed<std::int64_t>(t, static_cast<std::int64_t>(value)); break;
+    case DType::kUInt8: fill_typed<std::uint8_t>(t, static_cast<std::uint8_t>(value)); break;
   }
 }
 

@@ -107,6 +107,7 @@ void launch_copy_strided_typed(const void* src, void* dst, std::int64_t n, const
 void launch_copy_strided(std::size_t elem, const void* src, void* dst, std::int64_t n, const StridedLayout& l,
                          int device, cudaStream_t stream) {
   switch (elem) {
+    case 1: launch_copy_strided_typed<std::uint8_t>(src, dst, n, l, device, stream); break;
     case 2: launch_copy_strided_typed<std::uint16_t>(src, dst, n, l, device, stream); break;
     case 4: launch_copy_strided_typed<std::uint32_t>(src, dst, n, l, device, stream); break;
     case 8: launch_copy_strided_typed<std::uint64_t>(src, dst, n, l, device, stream); break;
@@ -158,6 +159,7 @@ void fill_cuda(Tensor& t, double value) {
     }
     case DType::kInt32: bits = static_cast<std::uint32_t>(static_cast<std::int32_t>(value)); break;
     case DType::kInt64: bits = static_cast<std::uint64_t>(static_cast<std::int64_t>(value)); break;
+    case DType::kUInt8: bits = static_cast<std::uint8_t>(value); break;
     case DType::kBFloat16: bits = dpl::detail::float_to_bfloat16(static_cast<float>(value)); break;
     case DType::kFloat16: bits = dpl::detail::float_to_float16(static_cast<float>(value)); break;
   }
@@ -174,6 +176,10 @@ void fill_cuda(Tensor& t, double value) {
     l = &layout;
   }
   switch (dtype_size(t.dtype())) {
+    case 1:
+      cuda_detail::launch_fill<std::uint8_t>(t.raw_data(), n, l, static_cast<std::uint8_t>(bits), d.device(),
+                                             d.stream());
+      break;
     case 2:
       cuda_detail::launch_fill<std::uint16_t>(t.raw_data(), n, l, static_cast<std::uint16_t>(bits), d.device(),
                                               d.stream());

@@ -3,7 +3,9 @@
 // compute stream, a cuBLAS handle bound to that stream, a caching allocator and the scratch of
 // the one-launch reductions. Every kernel and copy of the device is queued on that one stream,
 // so work is ordered without host synchronisation and freed memory can be reused at once (see
-// caching_allocator.hpp). The kernels themselves are file-local functions of the .cu and .cpp
+// caching_allocator.hpp). The one exception is the copy stream, where SideStreamCopy
+// (backend/side_stream_copy.hpp) moves input batches to the device while the compute stream
+// trains; events order it against the compute stream. The kernels themselves are file-local functions of the .cu and .cpp
 // files of this folder, registered with the dispatcher (backend/kernels.hpp). Internal header.
 
 #include <cublas_v2.h>
@@ -31,6 +33,9 @@ class CudaDevice {
   /// The compute stream: every kernel and copy of this device runs on it. Work on other streams
   /// (communication) must be ordered against it with events.
   cudaStream_t stream() const { return stream_; }
+  /// The copy stream: host-to-device copies of input batches only (SideStreamCopy), ordered
+  /// against stream() by events, so that they overlap the kernels there.
+  cudaStream_t copy_stream() const { return copy_stream_; }
   /// The cuBLAS handle of this device, bound to stream() (created on first use).
   cublasHandle_t cublas();
   /// The caching allocator of this device's memory (stream-ordered on stream()).
@@ -53,6 +58,7 @@ class CudaDevice {
 
   const int device_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   std::mutex cublas_mutex_;

@@ -141,6 +141,7 @@ CudaDevice::CudaDevice(int device)
   // Non-blocking: the legacy default stream, which other libraries may use, must not serialise
   // with our work.
   DPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DPL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   DPL_CUDA_CHECK(cudaMalloc(&scratch_.partials, sizeof(double) * kMaxReduceBlocks + sizeof(unsigned)));
   scratch_.counter = reinterpret_cast<unsigned*>(scratch_.partials + kMaxReduceBlocks);
   DPL_CUDA_CHECK(cudaMemset(scratch_.counter, 0, sizeof(unsigned)));

@@ -79,33 +79,35 @@ void PinnedAllocator::deallocate(void* p) noexcept {
   active_.erase(it);
   stats_.current -= pend.size;
   stats_.cached += pend.size;
-  // One event per device stream that exists: copies from or to this block can only have been
-  // queued on those.
+  // One event per device stream that exists (compute and copy): copies from or to this block can
+  // only have been queued on those.
   for (int d = 0; d < cuda_device_count(); ++d) {
     CudaDevice* k = CudaDevice::get_if_created(d);
     if (k == nullptr) continue;
-    std::vector<cudaEvent_t>& spare = spare_events_[d];
-    cudaEvent_t e = nullptr;
-    if (!spare.empty()) {
-      e = spare.back();
-      spare.pop_back();
+    for (cudaStream_t stream : {k->stream(), k->copy_stream()}) {
+      std::vector<cudaEvent_t>& spare = spare_events_[d];
+      cudaEvent_t e = nullptr;
+      if (!spare.empty()) {
+        e = spare.back();
+        spare.pop_back();
+      }
+      int previous = -1;
+      cudaGetDevice(&previous);
+      if (previous != d) cudaSetDevice(d);
+      bool ok = true;
+      if (e == nullptr) ok = cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
+      if (ok) ok = cudaEventRecord(e, stream) == cudaSuccess;
+      if (previous >= 0 && previous != d) cudaSetDevice(previous);
+      if (!ok) {
+        cudaGetLastError();
+        // The reuse cannot be ordered: keep the block out of the cache for good rather than risk it.
+        if (e != nullptr) spare.push_back(e);
+        for (const auto& [device, pe] : pend.events) spare_events_[device].push_back(pe);
+        stats_.cached -= pend.size;
+        return;
+      }
+      pend.events.emplace_back(d, e);
     }
-    int previous = -1;
-    cudaGetDevice(&previous);
-    if (previous != d) cudaSetDevice(d);
-    bool ok = true;
-    if (e == nullptr) ok = cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
-    if (ok) ok = cudaEventRecord(e, k->stream()) == cudaSuccess;
-    if (previous >= 0 && previous != d) cudaSetDevice(previous);
-    if (!ok) {
-      cudaGetLastError();
-      // The reuse cannot be ordered: keep the block out of the cache for good rather than risk it.
-      if (e != nullptr) spare.push_back(e);
-      for (const auto& [device, pe] : pend.events) spare_events_[device].push_back(pe);
-      stats_.cached -= pend.size;
-      return;
-    }
-    pend.events.emplace_back(d, e);
   }
   pending_.push_back(std::move(pend));
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Cache of page-locked host blocks. A freed block returns to the cache only once every copy that
-// was queued on the devices' compute streams before the free has finished (events recorded at
-// free time), so a buffer may be freed right after queueing an asynchronous copy from it.
+// was queued on the devices' compute and copy streams before the free has finished (events
+// recorded at free time), so a buffer may be freed right after queueing an asynchronous copy
+// from it.
 
 #include <cstddef>
 #include <map>
@@ -35,7 +36,7 @@ class PinnedAllocator {
   struct Pending {
     void* ptr;
     std::size_t size;
-    std::vector<std::pair<int, cudaEvent_t>> events;  // (device, event recorded on its stream)
+    std::vector<std::pair<int, cudaEvent_t>> events;  // (device, event recorded on one of its streams)
   };
   void reclaim_finished();  // caller holds mutex_
 

@@ -4,6 +4,7 @@
 // tensor in such a build itself (backend/dispatch.cpp).
 #include "backend/cuda_api.hpp"
 #include "backend/kernels.hpp"
+#include "backend/side_stream_copy.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
@@ -11,6 +12,18 @@ namespace dpl::backend {
 void copy_between_devices(const Tensor& src, Tensor& dst) {
   DPL_FAIL("copy from ", src.device(), " to ", dst.device(), ": ", kNoCudaBackend);
 }
+
+// No group can be started, so the other members only ever see an inactive one.
+SideStreamCopy::SideStreamCopy(Device device) {
+  DPL_FAIL("SideStreamCopy: a copy to ", device, " was requested, but ", kNoCudaBackend);
+}
+SideStreamCopy::~SideStreamCopy() = default;
+SideStreamCopy::SideStreamCopy(SideStreamCopy&&) noexcept = default;
+SideStreamCopy& SideStreamCopy::operator=(SideStreamCopy&&) noexcept = default;
+void SideStreamCopy::reset() noexcept {}
+void SideStreamCopy::copy(const Tensor&, Tensor&) { DPL_FAIL("SideStreamCopy::copy: ", kNoCudaBackend); }
+void SideStreamCopy::order_compute_after() const {}
+void SideStreamCopy::wait() const {}
 
 namespace cuda_api {
 

@@ -148,6 +148,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kFloat32: return MPI_FLOAT;
     case DType::kInt32: return MPI_INT32_T;
     case DType::kInt64: return MPI_INT64_T;
+    case DType::kUInt8: return MPI_UINT8_T;
     case DType::kBFloat16:
     case DType::kFloat16: return MPI_UINT16_T;
   }

@@ -38,6 +38,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kFloat16: return ncclFloat16;
     case DType::kInt32: return ncclInt32;
     case DType::kInt64: return ncclInt64;
+    case DType::kUInt8: return ncclUint8;
   }
   DPL_FAIL("nccl_type: no NCCL type for dtype ", dtype);
 }

@@ -14,6 +14,15 @@
 
 namespace dpl::data {
 
+Tensor ImageBatch::image_tensor() const {
+  DPL_CHECK(size_ > 0, "ImageBatch::image_tensor: the batch is empty");
+  // A storage that frees nothing: it only keeps the lease, and with it the buffer, alive.
+  auto storage = std::make_shared<Storage>(const_cast<std::uint8_t*>(images_), image_bytes(), Device::cpu(),
+                                           [lease = lease_](void*) {});
+  return Tensor(std::move(storage), 0, {size_, height_, width_, channels_},
+                contiguous_strides({size_, height_, width_, channels_}), kUInt8);
+}
+
 Tensor ImageBatch::to_float(const std::vector<float>& mean, const std::vector<float>& std) const {
   DPL_CHECK(size_ > 0, "ImageBatch::to_float: the batch is empty");
   return normalize_to_float(images_, size_, height_, width_, channels_, mean, std);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "data/image/channel_values.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::data {
@@ -211,23 +212,33 @@ std::int32_t transform_example(const RandomAccessDataset& dataset, std::int64_t 
   return ex.label;
 }
 
-Tensor normalize_to_float(const std::uint8_t* nhwc, std::int64_t n, int height, int width, int channels,
-                          const std::vector<float>& mean, const std::vector<float>& std) {
-  const char* op = "normalize_to_float";
-  DPL_CHECK(n >= 0 && height > 0 && width > 0 && channels > 0, op, ": expected a batch of positive extents, got (",
-            n, ", ", height, ", ", width, ", ", channels, ")");
-  DPL_CHECK(nhwc != nullptr || n == 0, op, ": the image pointer is null");
-  const auto per_channel = [&](const std::vector<float>& v, const char* name) {
+namespace detail {
+
+ChannelValues per_channel(const char* op, const std::vector<float>& mean, const std::vector<float>& std, int channels) {
+  const auto expand = [&](const std::vector<float>& v, const char* name) {
     DPL_CHECK(v.size() == 1 || v.size() == static_cast<std::size_t>(channels), op, ": expected ", name, " of ",
               channels, " values (one per channel) or 1, got ", v.size());
     std::vector<float> out(static_cast<std::size_t>(channels));
     for (int k = 0; k < channels; ++k) out[static_cast<std::size_t>(k)] = v.size() == 1 ? v[0] : v[static_cast<std::size_t>(k)];
     return out;
   };
-  const std::vector<float> m = per_channel(mean, "mean");
-  const std::vector<float> s = per_channel(std, "std");
-  for (std::size_t k = 0; k < s.size(); ++k)
-    DPL_CHECK(s[k] != 0.0f, op, ": std of channel ", k, " is 0; expected a non-zero scale");
+  ChannelValues values{expand(mean, "mean"), expand(std, "std")};
+  for (std::size_t k = 0; k < values.std.size(); ++k)
+    DPL_CHECK(values.std[k] != 0.0f, op, ": std of channel ", k, " is 0; expected a non-zero scale");
+  return values;
+}
+
+}  // namespace detail
+
+Tensor normalize_to_float(const std::uint8_t* nhwc, std::int64_t n, int height, int width, int channels,
+                          const std::vector<float>& mean, const std::vector<float>& std) {
+  const char* op = "normalize_to_float";
+  DPL_CHECK(n >= 0 && height > 0 && width > 0 && channels > 0, op, ": expected a batch of positive extents, got (",
+            n, ", ", height, ", ", width, ", ", channels, ")");
+  DPL_CHECK(nhwc != nullptr || n == 0, op, ": the image pointer is null");
+  const detail::ChannelValues values = detail::per_channel(op, mean, std, channels);
+  const std::vector<float>& m = values.mean;
+  const std::vector<float>& s = values.std;
   Tensor out = Tensor::empty_channels_last({n, channels, height, width});
   float* o = out.data<float>();
   const std::int64_t pixels = n * height * width;

@@ -3,10 +3,11 @@
 // examples into 8-bit NHWC batches held in pinned host memory, several batches ahead of the
 // training loop.
 //
-// Layout: a batch's images are packed (N, H, W, C) uint8, C = 3 for RGB. The device side views
-// the copied batch as a channels-last (N, C, H, W) tensor (Tensor::empty_channels_last has the
-// same element order), so the copy is one contiguous transfer and normalisation
-// (normalize_to_float is its CPU reference) needs no transpose.
+// Layout: a batch's images are packed (N, H, W, C) uint8, C = 3 for RGB (ImageBatch::image_tensor
+// is that tensor). This is what travels to the device, as one contiguous transfer of a quarter of
+// float32's bytes; normalize_images turns it into (N, C, H, W) floats there, in channels-last order
+// without a transpose (Tensor::empty_channels_last has the same element order) or as NCHW.
+// normalize_to_float is its CPU reference.
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +51,10 @@ class ImageBatch {
   /// The epoch this batch belongs to (0-based) and its position in that epoch.
   std::int64_t epoch() const { return epoch_; }
   std::int64_t index_in_epoch() const { return index_in_epoch_; }
+  /// The images as a uint8 (N, H, W, C) host tensor over the batch's buffer (no copy; page-locked
+  /// when pinned()). The tensor holds the buffer like a copy of the batch does: the loader does not
+  /// rewrite it while the tensor lives. Requires a non-empty batch.
+  Tensor image_tensor() const;
   /// The images as float32 (N, C, H, W) channels-last, (x - mean[c]) / std[c]: normalize_to_float.
   Tensor to_float(const std::vector<float>& mean, const std::vector<float>& std) const;
   /// Gives the buffers back to the loader now; the batch becomes empty.
