@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   std::int64_t batch = 128, image_size = 224, classes = 1000;
   float lr = 0.1f;
   std::uint64_t seed = 0;
-  bool graph = false;
+  bool graph = false, memory_breakdown = false;
   flags.add_to(app);
   app.add_option("-a,--arch", arch, "resnet18, resnet34, resnet50, resnet101 or resnet152")
       ->check(CLI::IsMember(models::resnet_archs()));
@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "learning rate of MomentumSGD")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the weights, images and labels");
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
+  app.add_flag("--memory-breakdown", memory_breakdown,
+               "after the timed steps, one ordinary step with the allocator read after each phase (cuda only)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -115,6 +117,30 @@ int main(int argc, char** argv) {
     sync(device);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::size_t peak = cuda ? cuda::memory_stats(device.index).peak : 0;
+
+    if (memory_breakdown && cuda) {
+      // Where one ordinary step's memory goes: what forward keeps for backward, and the peaks of
+      // forward, backward and the update, each over what was allocated when the phase began.
+      const auto mem = [&] { return cuda::memory_stats(device.index); };
+      sync(device);
+      const std::size_t before = mem().current;
+      cuda::reset_peak(device.index);
+      opt.zero_grad();
+      Variable loss_var = softmax_cross_entropy((*model)(x), labels);
+      sync(device);
+      const std::size_t after_forward = mem().current, forward_peak = mem().peak;
+      cuda::reset_peak(device.index);
+      opt.backward(loss_var);
+      sync(device);
+      const std::size_t after_backward = mem().current, backward_peak = mem().peak;
+      cuda::reset_peak(device.index);
+      opt.update();
+      loss_var = Variable();
+      sync(device);
+      std::printf("memory before_step=%zu after_forward=%zu forward_peak=%zu after_backward=%zu backward_peak=%zu "
+                  "update_peak=%zu after_step=%zu\n",
+                  before, after_forward, forward_peak, after_backward, backward_peak, mem().peak, mem().current);
+    }
 
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
     const float loss = step().item();

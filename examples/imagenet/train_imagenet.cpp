@@ -7,7 +7,7 @@
 //       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
-//       [--trace]
+//       [--trace] [--graph]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
 // decodes, crops and flips its shard's JPEG files into 8-bit batches; with -g those travel to the
@@ -76,6 +76,7 @@ struct Options {
   bool synthetic = false;
   bool test = false;
   bool trace = false;
+  bool graph = false;
   std::uint64_t seed = 0;
 };
 
@@ -190,7 +191,8 @@ int run(Options o) {
                               {"classes (--classes)", std::to_string(o.classes)},
                               {"synthetic data (--synthetic)", o.synthetic ? "on" : "off"},
                               {"test run (--test)", o.test ? "on" : "off"},
-                              {"seed (--seed)", std::to_string(o.seed)}},
+                              {"seed (--seed)", std::to_string(o.seed)},
+                              {"graph capture (--graph)", o.graph ? "on" : "off"}},
                              "train_imagenet");
   const bool root = comm->rank() == 0;
 
@@ -299,6 +301,7 @@ int run(Options o) {
     observation.observe("main/accuracy", accuracy(logits, b.y));
     return softmax_cross_entropy(logits, b.y, smoothing);
   }, device);
+  if (o.graph) updater.set_graph_capture(true);
 
   // Linear warmup from 0 to lr over --warmup-epochs, then either lr divided by 10 at 30, 60 and
   // 80 epochs (Goyal et al.'s ResNet-50 schedule, for the global batch the lr was scaled to) or,
@@ -382,6 +385,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-interval", log_interval, "Report every N iterations (default 0: every epoch)");
   app.add_flag("--synthetic", o.synthetic, "Random images resident on the device instead of files (throughput)");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
+  app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
   CLI11_PARSE(app, argc, argv);
@@ -420,6 +424,9 @@ int main(int argc, char** argv) {
       throw BadFlag{"expected TRAIN_LIST and VAL_LIST (or --synthetic), got " +
                     std::string(o.train_list.empty() ? "neither" : "only TRAIN_LIST")};
     if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
+    if (o.graph && !o.gpu) throw BadFlag{"--graph records the step as a CUDA graph and needs -g"};
+    if (o.graph && o.dtype == kFloat16)
+      throw BadFlag{"--graph cannot record float16 steps (loss scaling changes on the host); use --dtype bf16"};
   } catch (const BadFlag& e) {
     std::cerr << "train_imagenet: " << e.message << "\n";
     return 2;

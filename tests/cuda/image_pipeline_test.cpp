@@ -6,8 +6,8 @@
 #include <cstring>
 #include <memory>
 
-#include "../support/expect_error.hpp"
-#include "../support/images.hpp"
+#include "support/expect_error.hpp"
+#include "support/images.hpp"
 #include "backend/side_stream_copy.hpp"
 #include "cuda_test_util.hpp"
 
