@@ -14,6 +14,8 @@
 #   PRECISIONS   ResNet precisions, of bf16 and fp32 (default "bf16 fp32")
 #   ARCH         the ResNet (default resnet50), BATCH its batch (default 128)
 #   TESTS        a --gtest_filter for the GPU tests ("" runs them all; "none" skips them)
+#   PEER_COMPILE 1: also run the peer with --compile (torch.compile) and compare against the
+#                faster of its two figures (default 0)
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository
 # A failing step does not stop the round; the table names failed steps and the exit status is
@@ -104,7 +106,7 @@ RN="$BUILD/benchmarks/bench_resnet"
 declare -A RN_IPS=() RN_MEM=() RN_HELD=()
 for prec in $PRECISIONS; do
   dtype=float32; [ "$prec" = "bf16" ] && dtype=bfloat16
-  declare -a plain=() graph=() peer=()
+  declare -a plain=() graph=() peer=() peerc=()
   for rep in $(seq 1 "$REPS"); do
     if [ -x "$RN" ]; then
       for mode in plain graph; do
@@ -123,13 +125,21 @@ for prec in $PRECISIONS; do
       run_step "resnet-$prec-peer-$rep" python3 "$PEER" resnet --bs "$BATCH" --prec "$prec" --cl
       v="$(kv "$OUT/resnet-$prec-peer-$rep.log" img_per_s)"; [ -n "$v" ] && peer+=("$v")
       RN_MEM[$prec-peer]="$(grep -o 'peak[^ ]*=[^ ]*' "$OUT/resnet-$prec-peer-$rep.log" | head -n 1 || true)"
+      if [ "${PEER_COMPILE:-0}" = "1" ]; then
+        run_step "resnet-$prec-peerc-$rep" python3 "$PEER" resnet --bs "$BATCH" --prec "$prec" --cl --compile
+        v="$(kv "$OUT/resnet-$prec-peerc-$rep.log" img_per_s)"; [ -n "$v" ] && peerc+=("$v")
+        RN_MEM[$prec-peerc]="$(grep -o 'peak[^ ]*=[^ ]*' "$OUT/resnet-$prec-peerc-$rep.log" | head -n 1 || true)"
+      fi
     fi
   done
   RN_IPS[$prec-plain]="$(printf '%s\n' "${plain[@]:-}" | grep . | median || true)"
   RN_IPS[$prec-graph]="$(printf '%s\n' "${graph[@]:-}" | grep . | median || true)"
   RN_IPS[$prec-peer]="$(printf '%s\n' "${peer[@]:-}" | grep . | median || true)"
-  RN_IPS[$prec-runs]="plain ${plain[*]:-} | graph ${graph[*]:-} | peer ${peer[*]:-}"
-  unset plain graph peer
+  RN_IPS[$prec-peerc]="$(printf '%s\n' "${peerc[@]:-}" | grep . | median || true)"
+  # The best PyTorch figure: the faster of eager and compiled.
+  RN_IPS[$prec-best]="$(printf '%s\n' "${RN_IPS[$prec-peer]}" "${RN_IPS[$prec-peerc]}" | grep . | sort -g | tail -n 1 || true)"
+  RN_IPS[$prec-runs]="plain ${plain[*]:-} | graph ${graph[*]:-} | peer ${peer[*]:-} | peer --compile ${peerc[*]:-}"
+  unset plain graph peer peerc
 done
 
 echo
@@ -142,9 +152,9 @@ printf '%-24s %s\n' "MLP dpl --graph, off" "${M_GRAPH_OFF:-n/a} iters/s, non-fin
 printf '%-24s %s\n' "MLP peer" "${M_PEER:-n/a} iters/s (runs ${mlp_peer[*]:-})"
 printf '%-24s %s\n' "MLP ratios" "dpl/peer $(ratio "$M_PLAIN" "$M_PEER")x, graph/peer $(ratio "$M_GRAPH" "$M_PEER")x, graph off/peer $(ratio "$M_GRAPH_OFF" "$M_PEER")x"
 for prec in $PRECISIONS; do
-  printf '%-24s %s\n' "$ARCH $prec b$BATCH" "plain ${RN_IPS[$prec-plain]:-n/a}, graph ${RN_IPS[$prec-graph]:-n/a}, peer ${RN_IPS[$prec-peer]:-n/a} img/s"
-  printf '%-24s %s\n' "  ratios" "plain/peer $(ratio "${RN_IPS[$prec-plain]:-}" "${RN_IPS[$prec-peer]:-}")x, graph/peer $(ratio "${RN_IPS[$prec-graph]:-}" "${RN_IPS[$prec-peer]:-}")x"
-  printf '%-24s %s\n' "  memory" "peak plain ${RN_MEM[$prec-plain]:-n/a} (held ${RN_HELD[$prec-plain]:-n/a}), graph ${RN_MEM[$prec-graph]:-n/a} (held ${RN_HELD[$prec-graph]:-n/a}); peer ${RN_MEM[$prec-peer]:-n/a}"
+  printf '%-24s %s\n' "$ARCH $prec b$BATCH" "plain ${RN_IPS[$prec-plain]:-n/a}, graph ${RN_IPS[$prec-graph]:-n/a}, peer ${RN_IPS[$prec-peer]:-n/a}, peer --compile ${RN_IPS[$prec-peerc]:-n/a} img/s"
+  printf '%-24s %s\n' "  ratios" "plain/peer $(ratio "${RN_IPS[$prec-plain]:-}" "${RN_IPS[$prec-peer]:-}")x, graph/peer $(ratio "${RN_IPS[$prec-graph]:-}" "${RN_IPS[$prec-peer]:-}")x; against the best peer: plain $(ratio "${RN_IPS[$prec-plain]:-}" "${RN_IPS[$prec-best]:-}")x, graph $(ratio "${RN_IPS[$prec-graph]:-}" "${RN_IPS[$prec-best]:-}")x"
+  printf '%-24s %s\n' "  memory" "peak plain ${RN_MEM[$prec-plain]:-n/a} (held ${RN_HELD[$prec-plain]:-n/a}), graph ${RN_MEM[$prec-graph]:-n/a} (held ${RN_HELD[$prec-graph]:-n/a}); peer ${RN_MEM[$prec-peer]:-n/a}; peer --compile ${RN_MEM[$prec-peerc]:-n/a}"
   printf '%-24s %s\n' "  runs" "${RN_IPS[$prec-runs]:-}"
 done
 printf '%-24s %s\n' "failed steps" "${FAILED[*]:-none}"

@@ -20,6 +20,14 @@ const Tensor& undefined_tensor() {
   return t;
 }
 
+// An uninitialised gradient buffer for impl's value, also after that value was released: same
+// shape, dtype, device and memory format.
+Tensor gradient_buffer_for(const VariableImpl& impl) {
+  if (!impl.released) return Tensor::empty_like(impl.data);
+  return impl.released_channels_last ? Tensor::empty_channels_last(impl.released_shape, impl.released_options)
+                                     : Tensor::empty(impl.released_shape, impl.released_options);
+}
+
 // Every non-leaf variable has exactly one creator and every node one output, so the gradient
 // flowing into a non-leaf variable is keyed by its creator.
 struct Backprop {
@@ -45,14 +53,14 @@ struct Backprop {
     }
     if (!seen.insert(&impl).second) {
       // Same variable twice among this node's inputs: write to scratch, add afterwards.
-      scratch = Tensor::empty_like(impl.data);
+      scratch = gradient_buffer_for(impl);
       merge_into = buffer;
       return {&scratch, 0.f};
     }
     // A gradient buffer takes the memory format of its variable's data, so that a channels-last
     // network's gradients stay channels-last and its ops need no conversions in backward.
     if (!buffer->defined()) {
-      *buffer = Tensor::empty_like(impl.data);
+      *buffer = gradient_buffer_for(impl);
       return {buffer, 0.f};
     }
     return {buffer, 1.f};
@@ -113,6 +121,41 @@ VariableImpl::~VariableImpl() {
   }
 }
 
+Variable& Variable::operator=(const Variable& other) {
+  if (impl_ != other.impl_) {
+    drop_handle();
+    impl_ = other.impl_;
+  }
+  return *this;
+}
+
+Variable& Variable::operator=(Variable&& other) noexcept {
+  if (this != &other) {
+    drop_handle();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+Variable::~Variable() { drop_handle(); }
+
+void Variable::drop_handle() noexcept {
+  if (!impl_) return;
+  VariableImpl& impl = *impl_;
+  // This handle and the graph's listings are all that is left: nobody outside the graph can
+  // read the value again, and the ops that need it in backward hold their own reference.
+  const bool only_graph_left = impl.creator && !impl.released && impl.data.defined() &&
+                               static_cast<std::size_t>(impl_.use_count()) == impl.graph_refs + 1;
+  if (only_graph_left && impl.graph_refs > 0) {
+    impl.released_shape = impl.data.shape();
+    impl.released_options = TensorOptions(impl.data.dtype(), impl.data.device());
+    impl.released_channels_last = impl.data.is_channels_last() && !impl.data.is_contiguous();
+    impl.released = true;
+    impl.data = Tensor();
+  }
+  impl_.reset();
+}
+
 Variable::Variable(Tensor data, bool requires_grad) : impl_(std::make_shared<VariableImpl>()) {
   impl_->data = std::move(data);
   impl_->requires_grad = requires_grad;
@@ -139,6 +182,7 @@ std::uint64_t Variable::rebind_count() { return g_rebind_count.load(std::memory_
 void Variable::set_data(Tensor data) {
   DPL_CHECK(impl_, "Variable::set_data: the variable is undefined");
   impl_->data = std::move(data);
+  impl_->released = false;
   impl_->grad = Tensor();
   g_rebind_count.fetch_add(1, std::memory_order_relaxed);
 }

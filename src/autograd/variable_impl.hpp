@@ -19,8 +19,19 @@ struct VariableImpl {
   // Releases the graph behind this variable without recursing once per node (variable.cpp).
   ~VariableImpl();
 
+  // Undefined once released (see graph_refs); a gradient buffer then takes released_like.
   Tensor data;
   Tensor grad;
+  // How many graph nodes list this variable among their inputs (once per listing). When the
+  // handles that remain are exactly those, no user can read the value again, so a non-leaf drops
+  // it: the ops that need it in backward saved their own reference (Variable::drop_handle).
+  std::size_t graph_refs = 0;
+  // The released value's shape, dtype, device and memory format, for allocating its gradient;
+  // meaningful only when `released` is set.
+  Shape released_shape;
+  TensorOptions released_options;
+  bool released_channels_last = false;
+  bool released = false;
   std::shared_ptr<Node> creator;
   bool requires_grad = false;
   // Set once backward() has consumed the graph that produced this variable.

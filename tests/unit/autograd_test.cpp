@@ -168,6 +168,46 @@ TEST(Autograd, GraphIsFreedAfterBackward) {
   EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(4, 8));
 }
 
+TEST(Autograd, AResultNobodyCanReadIsFreedBeforeBackward) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  std::weak_ptr<Storage> h_storage;
+  Variable loss;
+  {
+    const Variable h = add(x, x);  // add's backward reads no value, so it saves none
+    h_storage = h.data().storage();
+    loss = sum(add(h, x));
+  }
+  // Only the graph lists h now and no op saved it: its value is gone before backward runs,
+  // and backward still gives every gradient (d/dx of 3x is 3).
+  EXPECT_TRUE(h_storage.expired());
+  loss.backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(3, 3));
+}
+
+TEST(Autograd, ValuesThatBackwardReadsOrAHandleHoldsSurvive) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  std::weak_ptr<Storage> saved_storage;
+  Variable loss;
+  {
+    const Variable h = mul(x, x);  // mul saves both factors for its backward
+    saved_storage = h.data().storage();
+    loss = sum(mul(h, h));
+  }
+  EXPECT_FALSE(saved_storage.expired());
+  // A handle the user keeps keeps its value readable, before and after backward.
+  Variable kept = add(x, x);
+  Variable replaced = add(kept, x);
+  replaced = add(replaced, x);  // the first value of `replaced` is unreachable now
+  const Variable loss2 = sum(replaced);
+  EXPECT_THAT(kept.data().to_vector<float>(), ElementsAre(2, 4));
+  loss.backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(4, 32));  // d/dx x^4
+  x.clear_grad();
+  loss2.backward();
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(4, 4));
+  EXPECT_THAT(kept.data().to_vector<float>(), ElementsAre(2, 4));
+}
+
 TEST(Autograd, BackwardThroughAPartlyFreedGraphThrows) {
   // z1 and z2 share h; z1's backward frees h's graph, so z2 can no longer reach x through h.
   Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);

@@ -21,9 +21,16 @@ struct GradTarget {
 
 /// A recorded op. The forward function creates a Node subclass, stores whatever backward needs
 /// (inputs via set_inputs, saved tensors as members) and returns Variable::make_result(out, node).
+///
+/// backward must read values only from its saved members, never from inputs()[i].data(): the
+/// graph drops the value of an op's result as soon as no handle outside the graph holds it (the
+/// ops that need it saved it), so that a forward pass keeps alive only what backward reads.
 class Node {
  public:
-  virtual ~Node() = default;
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  virtual ~Node();
   /// The op's name, used in error messages.
   virtual const char* name() const = 0;
   /// Given the gradient of the output, writes or adds the gradient of each input i into
@@ -33,8 +40,8 @@ class Node {
   virtual void release() {}
 
   const std::vector<Variable>& inputs() const { return inputs_; }
-  void set_inputs(std::vector<Variable> inputs) { inputs_ = std::move(inputs); }
-  void clear_inputs() { inputs_.clear(); }
+  void set_inputs(std::vector<Variable> inputs);
+  void clear_inputs();
 
   /// The variable this node produced (set by Variable::make_result; weak, to avoid a cycle).
   const std::weak_ptr<VariableImpl>& output() const { return output_; }

@@ -20,6 +20,12 @@ class Variable {
  public:
   /// An undefined variable.
   Variable() = default;
+  Variable(const Variable&) = default;
+  Variable(Variable&&) noexcept = default;
+  Variable& operator=(const Variable& other);
+  Variable& operator=(Variable&& other) noexcept;
+  /// Dropping the last handle outside the graph to an op's result frees its value (see Node).
+  ~Variable();
   /// A leaf holding data.
   explicit Variable(Tensor data, bool requires_grad = false);
 
@@ -79,6 +85,9 @@ class Variable {
   const std::shared_ptr<VariableImpl>& impl() const { return impl_; }
 
  private:
+  // Lets go of impl_; frees the value of a non-leaf that only graph nodes still list.
+  void drop_handle() noexcept;
+
   std::shared_ptr<VariableImpl> impl_;
 };
 
