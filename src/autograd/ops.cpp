@@ -615,6 +615,26 @@ void accumulate_channel(const Tensor& g, GradTarget& target) {
   backend::axpby(1.f, dst.dtype() == g.dtype() ? g : g.to(dst.dtype()), target.beta, *target.tensor);
 }
 
+// Where a batch norm kernel writes a per-channel gradient (float32, (C,)) for targets[k]: the
+// target itself when it takes the kernel's output as it is (a first contribution to a float32,
+// contiguous buffer), which saves a copy per parameter and call; else scratch that
+// finish_channel_grad adds in afterwards.
+Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tensor& like) {
+  const std::int64_t c = like.numel();
+  if (t.size() > k && t[k].needed()) {
+    const Tensor& dst = *t[k].tensor;
+    if (t[k].beta == 0.f && dst.dtype() == kFloat32 && dst.is_contiguous() && dst.numel() == c &&
+        dst.device() == like.device())
+      return dst;
+  }
+  return empty_on({c}, like);
+}
+void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_t k) {
+  if (t.size() <= k || !t[k].needed()) return;
+  if (g.storage() == t[k].tensor->storage() && g.raw_data() == t[k].tensor->raw_data()) return;  // written in place
+  accumulate_channel(g, t[k]);
+}
+
 // The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
 // scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused.
 struct BatchNormArgs {
@@ -653,15 +673,14 @@ class BatchNormNode final : public Node {
   float eps = 0.f;
   const char* name() const override { return "batch_norm"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    const bool affine = t.size() > 1;
-    Tensor gw = empty_on({x.size(1)}, weight), gb = empty_on({x.size(1)}, weight);
+    Tensor gw = channel_grad_buffer(t, 1, weight), gb = channel_grad_buffer(t, 2, weight);
     Tensor scratch;
     Tensor* gx = t[0].needed() ? t[0].tensor : nullptr;
     if (gx == nullptr) gx = &(scratch = empty_image(x.shape(), x));
     backend::batch_norm_backward(x, gy, weight, save_mean, save_invstd, eps, t[0].needed() ? t[0].beta : 0.f, *gx, gw,
                                  gb);
-    if (affine && t[1].needed()) accumulate_channel(gw, t[1]);
-    if (affine && t[2].needed()) accumulate_channel(gb, t[2]);
+    finish_channel_grad(gw, t, 1);
+    finish_channel_grad(gb, t, 2);
   }
   void release() override { x = weight = save_mean = save_invstd = Tensor(); }
 };
@@ -776,13 +795,13 @@ class BatchNormActNode final : public Node {
     const bool gx_direct = writable(t[0]), gz_direct = add && writable(t[1]);
     Tensor gx = gx_direct ? *t[0].tensor : empty_image(x.shape(), x);
     Tensor gz = !add ? gx : gz_direct ? *t[1].tensor : empty_image(x.shape(), x);
-    Tensor gw = empty_on({x.size(1)}, weight), gb = empty_on({x.size(1)}, weight);
-    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
     const std::size_t params = add ? 2 : 1;
+    Tensor gw = channel_grad_buffer(t, params, weight), gb = channel_grad_buffer(t, params + 1, weight);
+    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
     if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
     if (add && t[1].needed() && !gz_direct) add_into(gz, t[1]);
-    if (t.size() > params && t[params].needed()) accumulate_channel(gw, t[params]);
-    if (t.size() > params + 1 && t[params + 1].needed()) accumulate_channel(gb, t[params + 1]);
+    finish_channel_grad(gw, t, params);
+    finish_channel_grad(gb, t, params + 1);
   }
   void release() override { x = y = reserve = weight = bias = save_mean = save_invstd = Tensor(); }
 };
@@ -828,7 +847,9 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   auto node = std::make_shared<BatchNormActNode>();
   node->add = z != nullptr;
   node->x = tx;
-  node->y = y;
+  // Without a residual, backward recomputes the ReLU's mask from x and never reads y: a
+  // zero-element stand-in keeps the graph from holding y for it (kernels.hpp).
+  node->y = z != nullptr ? y : Tensor::empty({0}, TensorOptions(y.dtype(), y.device()));
   node->reserve = reserve;
   node->weight = args.w;
   node->bias = args.b;

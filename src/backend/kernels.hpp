@@ -228,7 +228,9 @@ DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                           Tensor& save_mean, Tensor& save_invstd));
 /// Gradients of batch_norm_act_train, all written (beta 0): gx and gz (only when `add`; else
-/// gz is not touched) in x's format, gweight and gbias (C,).
+/// gz is not touched) in x's format, gweight and gbias (C,). y is read only when `add`: without
+/// a residual the ReLU's mask is recomputed from x, bias and the saved statistics, and y may be a
+/// zero-element tensor of x's dtype on x's device.
 DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
                    void(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& reserve,
                         const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
@@ -236,7 +238,8 @@ DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
 /// y (N, C, Ho, Wo) = pooling of x over windows p, with Ho = (H + 2 pad_h - kernel_h) / stride_h + 1
 /// (floor) and Wo likewise; the caller checks that every window overlaps the unpadded input.
 /// Returns what pool2d_backward needs as `saved` (a backend-specific tensor on x's device: the
-/// arg-max workspace on oneDNN, y on cuDNN).
+/// arg-max workspace on oneDNN, the winners' indices as uint8 for channels-last max pooling on
+/// the GPU, y on cuDNN).
 DPL_DECLARE_KERNEL(pool2d, floating(), Tensor(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor& y));
 /// gx = beta*gx + the gradient of pool2d: for max, gy goes to the window's arg-max; for average,
 /// spread evenly over the window. x and saved are pool2d's input and result.

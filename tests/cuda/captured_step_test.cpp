@@ -250,7 +250,9 @@ TEST_F(CapturedStepTest, StandardUpdaterObservesEachReplaysValues) {
       if (i % 4 == 3)
         for (const auto& m : observation.take_means()) means.push_back(m);
     }
-    if (graph) EXPECT_EQ(updater.captured_step()->replays(), 9);
+    if (graph) {
+      EXPECT_EQ(updater.captured_step()->replays(), 9);
+    }
     return means;
   };
   EXPECT_EQ(run(true), run(false));

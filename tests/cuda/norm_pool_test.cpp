@@ -12,6 +12,7 @@
 // accumulated onto a prior one: see expect_close_accumulated; sums of several rounded terms: see
 // operand_atol).
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <vector>
@@ -103,6 +104,12 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
     for (bool nhwc : {false, true}) {
       check("max_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
             rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      // 16 channels: the channels-last max pooling kernels' vector path (4 or 8 channels a thread).
+      check("max_pool2d, 16 channels", {1, 16, 6, 7}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      check("max_pool2d 2x3", {1, 16, 6, 7}, t, nhwc,
+            [](const Variable& x) { return max_pool2d(x, Size2d(2, 3), Size2d(1, 2), Size2d(1, 1)); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
       check("avg_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return avg_pool2d(x, 3, 2, 1); },
             rtol_of(t, 1e-6f), 1e-6f);
       check("avg_pool2d exclude pad", {2, 5, 9, 8}, t, nhwc,
@@ -111,6 +118,18 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
       check("global_avg_pool2d", {3, 4, 7, 5}, t, nhwc, [](const Variable& x) { return global_avg_pool2d(x); },
             rtol_of(t, 1e-6f), 1e-6f);
     }
+}
+
+// A window holding a NaN pools to NaN (the channels-last kernels let a NaN win), so that a
+// diverging run shows in the loss instead of being hidden by the pooling.
+TEST_F(NormPoolTest, ChannelsLastMaxPoolingPassesNaNOn) {
+  std::vector<float> v(1 * 8 * 4 * 4, 1.f);
+  v[0] = std::nanf("");  // channel 0, pixel (0, 0): inside the first output pixel's window only
+  const Tensor x = channels_last(on_gpu(Tensor::from_vector(v, {1, 8, 4, 4})));
+  const std::vector<float> y = max_pool2d(Variable(x), 2, 2, 0).data().to(Device::cpu()).to_vector<float>();
+  ASSERT_EQ(y.size(), 8u * 2 * 2);
+  EXPECT_TRUE(std::isnan(y[0]));  // (c 0, 0, 0) in logical NCHW order
+  for (std::size_t i = 1; i < y.size(); ++i) EXPECT_EQ(y[i], 1.f) << "element " << i;
 }
 
 // The second shape has enough rows (N*H*W = 1152) and channels (40) that the channels-last
@@ -185,6 +204,39 @@ TEST_F(NormPoolTest, FusedBatchNormReluAgreesWithTheComposition) {
             },
             rtol_of(t, 1e-4f), 1e-3f, /*without_ties=*/false, /*float32_reference=*/fused);
     }
+  }
+}
+
+// Without a residual the fused kernel's backward recomputes the ReLU's mask from x instead of
+// reading y; with a zero residual it reads y. Both must route every gradient the same way, to the
+// bit, including where the pre-activation is zero or tiny: the input repeats a few values per
+// channel, so many normalise to exactly the (zero) bias.
+TEST_F(NormPoolTest, FusedReluMaskFromTheInputMatchesTheMaskFromTheOutput) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{6, 40, 5, 7};
+    std::vector<float> values(6 * 40 * 5 * 7);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(static_cast<int>(i % 5) - 2) * 0.75f;
+    const Tensor base = Tensor::from_vector(values, shape).to(t);
+    const Tensor w = rand({shape[1]}, -1.5f, 1.5f);
+    const Tensor b = Tensor::zeros({shape[1]});
+    const Tensor r = rand(shape).to(t);
+    Tensor grads[2][3], outs[2];
+    for (int add = 0; add < 2; ++add) {
+      Variable x(channels_last(on_gpu(base)), true), wv(on_gpu(w), true), bv(on_gpu(b), true);
+      const Variable y = add == 0 ? batch_norm_relu(x, wv, bv, Tensor(), Tensor(), true)
+                                  : batch_norm_add_relu(x, Variable(channels_last(on_gpu(Tensor::zeros(shape, t)))),
+                                                        wv, bv, Tensor(), Tensor(), true);
+      outs[add] = y.data().to(Device::cpu()).to(kFloat32);
+      sum(mul(y, Variable(channels_last(on_gpu(r))))).backward();
+      grads[add][0] = x.grad().to(Device::cpu()).to(kFloat32);
+      grads[add][1] = wv.grad().to(Device::cpu());
+      grads[add][2] = bv.grad().to(Device::cpu());
+    }
+    expect_equal<float>(outs[0], outs[1], "forward");
+    expect_equal<float>(grads[0][0], grads[1][0], "input gradient");
+    expect_equal<float>(grads[0][1], grads[1][1], "weight gradient");
+    expect_equal<float>(grads[0][2], grads[1][2], "bias gradient");
   }
 }
 

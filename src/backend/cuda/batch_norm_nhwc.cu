@@ -14,41 +14,10 @@ namespace dpl::backend::cuda_detail {
 
 namespace {
 
-// Every kernel moves V consecutive channels of a row per thread: V = 16 bytes' worth (8 16-bit
-// or 4 float32 values, one vector load or store) when the channel count and every pointer allow
-// it, else 1. The row loops are memory-bound; scalar 2-byte accesses left half of the bandwidth
-// unused, and a division per element made the moments pass compute-bound.
-template <typename T>
-constexpr int kPack = static_cast<int>(16 / sizeof(T));
-
-template <int V, typename T>
-__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
-  if constexpr (V * sizeof(T) == 16) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    T t[V];
-    std::memcpy(t, &raw, 16);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_float(t[j]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
-  }
-}
-
-template <int V, typename T>
-__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
-  if constexpr (V * sizeof(T) == 16) {
-    T t[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) t[j] = from_float<T>(in[j]);
-    uint4 raw;
-    std::memcpy(&raw, t, 16);
-    *reinterpret_cast<uint4*>(p) = raw;
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
-  }
-}
+// Every kernel moves V consecutive channels of a row per thread (kPack, load_vec and store_vec
+// in device_utils.cuh): 16 bytes' worth when the channel count and every pointer allow it, else 1.
+// The row loops are memory-bound; scalar 2-byte accesses left half of the bandwidth unused, and
+// a division per element made the moments pass compute-bound.
 
 struct Moments {
   float n, mean, m2;
@@ -125,10 +94,46 @@ __global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std
   reduce_lanes_and_store<V>(acc, reinterpret_cast<Moments*>(smem), c, ch0, partial);
 }
 
-// Backward's per-element inputs at element i: g = gy masked by y > 0 (when y is given: the
-// fused ReLU's output) and x.
+// The affine map y = x * scale + shift with scale = invstd * weight and shift = bias - mean *
+// scale, each step rounded explicitly, so that the forward pass and a backward pass that
+// recomputes a pre-activation (ReluMask below) get the same bits whatever the compiler contracts.
+__device__ __forceinline__ float affine_scale(float invstd, float weight) { return __fmul_rn(invstd, weight); }
+__device__ __forceinline__ float affine_shift(float mean, float scale, float bias) {
+  return __fmaf_rn(-mean, scale, bias);
+}
+__device__ __forceinline__ float affine(float x, float scale, float shift) { return __fmaf_rn(x, scale, shift); }
+
+// How backward masks gy for a fused ReLU: not at all (no ReLU), by y > 0 (y given: needed when a
+// residual was added before the ReLU), or by recomputing the pre-activation x * scale + shift
+// from x, which backward reads anyway (bias given). The recomputation repeats the forward pass's
+// rounded operations on the same operands, rounding to T last as y was, so its sign is y's; it
+// saves reading y, a third of what the backward passes of a batch norm without a residual read.
+template <typename T>
+struct ReluMask {
+  const T* y = nullptr;
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+  const float* invstd = nullptr;
+};
+
+// Scale and shift of channels ch0..ch0+V-1 when the mask recomputes the pre-activation.
+template <int V, typename T>
+__device__ __forceinline__ void mask_affine(const ReluMask<T>& m, const float* mean, int ch0, float (&scale)[V],
+                                            float (&shift)[V]) {
+  if (m.bias == nullptr) return;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    scale[j] = affine_scale(m.invstd[ch0 + j], m.weight[ch0 + j]);
+    shift[j] = affine_shift(mean[ch0 + j], scale[j], m.bias[ch0 + j]);
+  }
+}
+
+// Backward's per-element inputs at element i: x, and g = gy masked by y > 0 when y is given,
+// else by the recomputed pre-activation (scale and shift of the vector's channels) when
+// `recompute`, else not masked.
 template <int V, typename T, typename Index>
-__device__ __forceinline__ void load_grad_and_input(const T* x, const T* y, const T* gy, Index i, float (&g)[V],
+__device__ __forceinline__ void load_grad_and_input(const T* x, const T* y, bool recompute, const T* gy, Index i,
+                                                    const float (&scale)[V], const float (&shift)[V], float (&g)[V],
                                                     float (&xv)[V]) {
   load_vec<V>(gy + i, g);
   load_vec<V>(x + i, xv);
@@ -138,14 +143,42 @@ __device__ __forceinline__ void load_grad_and_input(const T* x, const T* y, cons
 #pragma unroll
     for (int j = 0; j < V; ++j)
       if (!(yv[j] > 0.f)) g[j] = 0.f;
+  } else if (recompute) {
+    // Rounded to T as y was: a positive pre-activation too small for a 16-bit type made y zero.
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (!(to_float(from_float<T>(affine(xv[j], scale[j], shift[j]))) > 0.f)) g[j] = 0.f;
   }
 }
 
-// Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by y > 0.
+// V per-channel floats from p (channel ch0 onwards): 16-byte loads when V is a multiple of 4 (the
+// per-channel arrays start 16-byte aligned, and ch0 is a multiple of V). The elementwise passes
+// load several such vectors per V elements; one scalar load per channel and array kept the
+// 16-bit kernels busy issuing loads.
+template <int V>
+__device__ __forceinline__ void load_channels(const float* p, float (&out)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < V / 4; ++k) {
+      const float4 t = reinterpret_cast<const float4*>(p)[k];
+      out[4 * k] = t.x;
+      out[4 * k + 1] = t.y;
+      out[4 * k + 2] = t.z;
+      out[4 * k + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = p[j];
+  }
+}
+
+// Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by `m`.
+// When g_out is given, g is also stored there (the residual's gradient): the elementwise pass
+// then reads g back instead of gy and y.
 template <typename T, int V>
-__global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, const T* y, const T* gy,
+__global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, ReluMask<T> m, const T* gy,
                                                                    const float* mean, std::int64_t rows, int c,
-                                                                   float2* partial) {
+                                                                   float2* partial, T* g_out) {
   extern __shared__ unsigned char smem[];
   const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
   float2 acc[V];
@@ -155,11 +188,14 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, c
     float mu[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) mu[j] = mean[ch0 + j];
+    float scale[V], shift[V];
+    mask_affine<V>(m, mean, ch0, scale, shift);
     const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
     for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
       const std::int64_t i = r * c + ch0;
       float g[V], xv[V];
-      load_grad_and_input<V>(x, y, gy, i, g, xv);
+      load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, i, scale, shift, g, xv);
+      if (g_out != nullptr) store_vec<V>(g_out + i, g);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         acc[j].x += g[j];
@@ -222,13 +258,16 @@ __global__ void finalize_moments_kernel(const Moments* partial, int groups, int 
   save_invstd[ch] = invstd;
   running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * m.mean;
   running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (m.n > 1.f ? m.m2 / (m.n - 1.f) : var);
-  scale[ch] = invstd * weight[ch];
-  shift[ch] = bias[ch] - m.mean * scale[ch];
+  scale[ch] = affine_scale(invstd, weight[ch]);
+  shift[ch] = affine_shift(m.mean, scale[ch], bias[ch]);
 }
 
-// Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b).
+// Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b) in
+// coef[0, 3c); when relu_bias is given, also the forward's scale and shift (coef[3c, 5c)) from
+// which the elementwise pass recomputes the ReLU's mask.
 __global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, const float* weight,
-                                      const float* save_invstd, float* gweight, float* gbias, float* coef) {
+                                      const float* save_mean, const float* save_invstd, const float* relu_bias,
+                                      float* gweight, float* gbias, float* coef) {
   __shared__ float2 shared[kFinalLanes * kFinalChannels];
   float2 s;
   if (!combine_groups(partial, groups, c, shared, s)) return;
@@ -240,6 +279,11 @@ __global__ void finalize_grads_kernel(const float2* partial, int groups, int c, 
   coef[ch] = weight[ch] * invstd;                    // k
   coef[c + ch] = sg / count;                         // a
   coef[2 * c + ch] = invstd * invstd * sgx / count;  // b
+  if (relu_bias != nullptr) {
+    const float scale = affine_scale(invstd, weight[ch]);
+    coef[3 * c + ch] = scale;
+    coef[4 * c + ch] = affine_shift(save_mean[ch], scale, relu_bias[ch]);
+  }
 }
 
 // Elementwise passes: one thread per V-channel vector, grid-stride; `packs` = elements / V.
@@ -250,10 +294,12 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
        p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const Index i = p * V;
     const int ch0 = static_cast<int>(i % static_cast<Index>(c));
-    float v[V];
+    float v[V], sc[V], sh[V];
     load_vec<V>(x + i, v);
+    load_channels<V>(scale + ch0, sc);
+    load_channels<V>(shift + ch0, sh);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = v[j] * scale[ch0 + j] + shift[ch0 + j];
+    for (int j = 0; j < V; ++j) v[j] = affine(v[j], sc[j], sh[j]);
     if (z != nullptr) {
       float zv[V];
       load_vec<V>(z + i, zv);
@@ -268,22 +314,29 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
   }
 }
 
+// gx = beta*gx + k * (g - a - (x - mean) * b), g = gy masked by mask_y > 0 when mask_y is
+// given, else by the pre-activation recomputed from coef[3c, 5c) when `recompute`.
 template <typename T, int V, typename Index>
-__global__ void grad_apply_kernel(const T* x, const T* y, const T* gy, const float* mean, const float* coef,
-                                  Index packs, int c, float beta, T* gx, T* gz) {
+__global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, const T* gy, const float* mean,
+                                  const float* coef, Index packs, int c, float beta, T* gx) {
   for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const Index i = p * V;
     const int ch0 = static_cast<int>(i % static_cast<Index>(c));
+    float k[V], a[V], b[V], mu[V], scale[V], shift[V];
+    load_channels<V>(coef + ch0, k);
+    load_channels<V>(coef + c + ch0, a);
+    load_channels<V>(coef + 2 * c + ch0, b);
+    load_channels<V>(mean + ch0, mu);
+    if (recompute) {
+      load_channels<V>(coef + 3 * c + ch0, scale);
+      load_channels<V>(coef + 4 * c + ch0, shift);
+    }
     float g[V], xv[V];
-    load_grad_and_input<V>(x, y, gy, i, g, xv);
-    if (gz != nullptr) store_vec<V>(gz + i, g);
+    load_grad_and_input<V>(x, mask_y, recompute, gy, i, scale, shift, g, xv);
     float out[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int ch = ch0 + j;
-      out[j] = coef[ch] * (g[j] - coef[c + ch] - (xv[j] - mean[ch]) * coef[2 * c + ch]);
-    }
+    for (int j = 0; j < V; ++j) out[j] = k[j] * (g[j] - a[j] - (xv[j] - mu[j]) * b[j]);
     if (beta != 0.f) {
       float prev[V];
       load_vec<V>(gx + i, prev);
@@ -292,14 +345,6 @@ __global__ void grad_apply_kernel(const T* x, const T* y, const T* gy, const flo
     }
     store_vec<V>(gx + i, out);
   }
-}
-
-// Whether every operand allows V-wide accesses: c a multiple of V and 16-byte aligned pointers.
-bool packs_fit(int c, int v, std::initializer_list<const void*> pointers) {
-  if (c % v != 0) return false;
-  for (const void* p : pointers)
-    if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
-  return true;
 }
 
 // The reduction launch for rows x c with V channels per thread: threads across the channel
@@ -339,13 +384,6 @@ template <typename Launch>
 void with_index_type(std::int64_t n, Launch&& launch) {
   if (n < (std::int64_t{1} << 31)) launch(std::uint32_t{});
   else launch(std::int64_t{});
-}
-
-// Calls launch(std::integral_constant<int, V>) with the widest V the operands allow.
-template <typename T, typename Launch>
-void with_pack_width(int c, std::initializer_list<const void*> pointers, Launch&& launch) {
-  if (packs_fit(c, kPack<T>, pointers)) launch(std::integral_constant<int, kPack<T>>{});
-  else launch(std::integral_constant<int, 1>{});
 }
 
 float* scratch(const Tensor& x, std::int64_t floats, Tensor& holder) {
@@ -394,9 +432,9 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
   });
 }
 
-void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor& gy, const Tensor& weight,
-                              const Tensor& save_mean, const Tensor& save_invstd, float beta, Tensor& gx, Tensor* gz,
-                              Tensor& gweight, Tensor& gbias) {
+void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
+                              const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
+                              Tensor& gx, Tensor* gz, Tensor& gweight, Tensor& gbias) {
   on_device_typed(x, "batch_norm backward (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const int c = static_cast<int>(x.size(1));
@@ -409,25 +447,36 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor& gy
     with_pack_width<T>(c, {xp, yp, gyp, gxp, gzp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
-      // Scratch: the partial sums (2 floats per group and channel), then gx's three coefficients.
+      // Scratch: the partial sums (2 floats per group and channel), then gx's three coefficients
+      // and the mask's scale and shift.
       Tensor holder;
-      float* work = scratch(x, (2 * static_cast<std::int64_t>(l.groups) + 3) * c, holder);
+      float* work = scratch(x, (2 * static_cast<std::int64_t>(l.groups) + 5) * c, holder);
       auto* partial = reinterpret_cast<float2*>(work);
       float* coef = work + 2 * static_cast<std::int64_t>(l.groups) * c;
+      ReluMask<T> mask;
+      mask.y = yp;
+      if (yp == nullptr && relu_bias != nullptr) {
+        mask.weight = weight.data<float>();
+        mask.bias = relu_bias->data<float>();
+        mask.invstd = save_invstd.data<float>();
+      }
       grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(float2), V), d.stream()>>>(
-          xp, yp, gyp, save_mean.data<float>(), rows, c, partial);
+          xp, mask, gyp, save_mean.data<float>(), rows, c, partial, gzp);
       DPL_CUDA_CHECK(cudaGetLastError());
       finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
                               d.stream()>>>(partial, l.groups, c, static_cast<float>(rows), weight.data<float>(),
-                                            save_invstd.data<float>(), gweight.data<float>(), gbias.data<float>(),
-                                            coef);
+                                            save_mean.data<float>(), save_invstd.data<float>(), mask.bias,
+                                            gweight.data<float>(), gbias.data<float>(), coef);
       DPL_CUDA_CHECK(cudaGetLastError());
       const std::int64_t packs = n / V;
       const unsigned blocks = elementwise_blocks(d.device(), packs);
       with_index_type(n, [&](auto index) {
         using Index = decltype(index);
+        // With a residual, grad_sums stored the masked g in gz: read it back instead of gy and y.
+        const bool from_gz = gzp != nullptr;
         grad_apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(
-            xp, yp, gyp, save_mean.data<float>(), coef, static_cast<Index>(packs), c, beta, gxp, gzp);
+            xp, from_gz ? nullptr : yp, !from_gz && mask.bias != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
+            coef, static_cast<Index>(packs), c, beta, gxp);
       });
       DPL_CUDA_CHECK(cudaGetLastError());
     });

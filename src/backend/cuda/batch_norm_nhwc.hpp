@@ -21,11 +21,13 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
                            float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                            Tensor& save_mean, Tensor& save_invstd);
 
-/// Gradients of batch_norm_nhwc_train: g = gy masked by y > 0 when relu; gx = beta*gx + dL/dx;
-/// gz = g when gz is non-null (the residual's gradient); gweight, gbias written. x, y (when
-/// relu), gy, gx and gz share x's strides.
-void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor& gy, const Tensor& weight,
-                              const Tensor& save_mean, const Tensor& save_invstd, float beta, Tensor& gx, Tensor* gz,
-                              Tensor& gweight, Tensor& gbias);
+/// Gradients of batch_norm_nhwc_train. With a ReLU, g = gy masked by the ReLU's output being
+/// positive: read from y when y is given (a residual was added), else recomputed from x with
+/// relu_bias (the forward's bias) when that is given; neither: no ReLU, g = gy. gx = beta*gx +
+/// dL/dx; gz = g when gz is non-null (the residual's gradient); gweight, gbias written. x, y, gy,
+/// gx and gz share x's strides.
+void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
+                              const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
+                              Tensor& gx, Tensor* gz, Tensor& gweight, Tensor& gbias);
 
 }  // namespace dpl::backend::cuda_detail

@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -160,6 +162,59 @@ __device__ __forceinline__ bool last_block_total(double block_partial, double* p
     *counter = 0u;
   }
   return true;
+}
+
+// --- 16-byte channel vectors ------------------------------------------------------------------
+// Kernels over channels-last images move V consecutive channels per thread: kPack<T> (16 bytes'
+// worth: 8 16-bit or 4 float32 values, one vector load or store) when the channel count and every
+// pointer allow it (with_pack_width), else 1.
+
+template <typename T>
+constexpr int kPack = static_cast<int>(16 / sizeof(T));
+
+template <int V, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  if constexpr (V * sizeof(T) == 16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    T t[V];
+    std::memcpy(t, &raw, 16);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(t[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(p[j]);
+  }
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
+  if constexpr (V * sizeof(T) == 16) {
+    T t[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) t[j] = from_float<T>(in[j]);
+    uint4 raw;
+    std::memcpy(&raw, t, 16);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
+  }
+}
+
+/// Whether every operand allows V-wide accesses: c a multiple of v and 16-byte aligned pointers
+/// (null ones are not checked).
+inline bool packs_fit(int c, int v, std::initializer_list<const void*> pointers) {
+  if (c % v != 0) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+/// Calls launch(std::integral_constant<int, V>) with the widest V the operands allow.
+template <typename T, typename Launch>
+void with_pack_width(int c, std::initializer_list<const void*> pointers, Launch&& launch) {
+  if (packs_fit(c, kPack<T>, pointers)) launch(std::integral_constant<int, kPack<T>>{});
+  else launch(std::integral_constant<int, 1>{});
 }
 
 /// A C++ type passed to a generic lambda by with_float_type.

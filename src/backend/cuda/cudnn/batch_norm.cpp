@@ -64,7 +64,7 @@ void batch_norm_backward_cuda(const Tensor& x, const Tensor& gy, const Tensor& w
   const bool direct = gx.strides() == x.strides();
   Tensor out = direct ? gx : cuda_detail::empty_with_strides_of(x);
   if (channels_last(x)) {
-    cuda_detail::batch_norm_nhwc_backward(x, nullptr, g, weight, save_mean, save_invstd, direct ? beta : 0.f, out,
+    cuda_detail::batch_norm_nhwc_backward(x, nullptr, nullptr, g, weight, save_mean, save_invstd, direct ? beta : 0.f, out,
                                           nullptr, gweight, gbias);
     if (!direct) cuda_detail::accumulate_into(out, beta, gx);
     return;
@@ -90,17 +90,18 @@ Tensor batch_norm_act_train_cuda(bool add, const Tensor& x, const Tensor& z, con
             " strides ", shape_str(x.strides()));
   cuda_detail::batch_norm_nhwc_train(x, add ? &z : nullptr, true, weight, bias, eps, momentum, running_mean,
                                      running_var, y, save_mean, save_invstd);
-  // Nothing is reserved: the backward pass reads y for the ReLU's mask.
+  // Nothing is reserved: the backward pass reads y for the ReLU's mask, or recomputes it from x.
   return Tensor::empty({0}, TensorOptions(kInt32, x.device()));
 }
 
 void batch_norm_act_backward_cuda(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& /*reserve*/,
-                                  const Tensor& weight, const Tensor& /*bias*/, const Tensor& save_mean,
+                                  const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
                                   const Tensor& save_invstd, float /*eps*/, Tensor& gx, Tensor& gz, Tensor& gweight,
                                   Tensor& gbias) {
   const Tensor g = cuda_detail::with_strides_of(gy, x);
-  cuda_detail::batch_norm_nhwc_backward(x, &y, g, weight, save_mean, save_invstd, 0.f, gx, add ? &gz : nullptr,
-                                        gweight, gbias);
+  // Without a residual the ReLU's mask is recomputed from x rather than read from y.
+  cuda_detail::batch_norm_nhwc_backward(x, add ? &y : nullptr, add ? nullptr : &bias, g, weight, save_mean,
+                                        save_invstd, 0.f, gx, add ? &gz : nullptr, gweight, gbias);
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
-// 2-D max and average pooling on cuDNN. cuDNN's backward recomputes the arg-max from x and y, so
-// the forward pass saves y; every tensor is described by its own strides, so NCHW and
-// channels-last tensors go through without layout copies.
+// 2-D pooling on the GPU. Channels-last max pooling runs dpl's own kernels
+// (backend/cuda/max_pool_nhwc.hpp says why), which save the winners' indices as uint8; the rest
+// runs on cuDNN, whose backward recomputes the arg-max from x and y, so the forward pass saves y.
+// cuDNN describes every tensor by its own strides, so NCHW and channels-last tensors go through
+// without layout copies.
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_kernels.hpp"
 #include "backend/cuda/cudnn/norm_pool_descriptors.hpp"
+#include "backend/cuda/max_pool_nhwc.hpp"
 #include "dpl/core/error.hpp"
+#include "dpl/tensor/storage.hpp"
 
 namespace dpl::backend {
 
@@ -25,6 +29,12 @@ class PoolingDesc : public cuda_detail::Descriptor<cudnnPoolingDescriptor_t, cud
 };
 
 Tensor pool2d_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor& y) {
+  if (kind == PoolKind::kMax && cuda_detail::max_pool_nhwc_fits(x, p) && cuda_detail::max_pool_nhwc_fits(y, p)) {
+    Tensor argmax(Storage::allocate(static_cast<std::size_t>(y.numel()), y.device()), 0, y.shape(), y.strides(),
+                  kUInt8);
+    cuda_detail::max_pool_nhwc(p, x, y, argmax);
+    return argmax;
+  }
   CudaDevice& d = cuda_device_of(x);
   cuda_detail::DeviceGuard guard(d.device());
   const PoolingDesc pd(kind, p);
@@ -37,6 +47,18 @@ Tensor pool2d_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor
 
 void pool2d_backward_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
                           float beta, Tensor& gx) {
+  if (saved.dtype() == kUInt8) {  // the winners' indices of max_pool_nhwc
+    DPL_CHECK(kind == PoolKind::kMax && x.dtype() == gy.dtype() && x.dtype() == gx.dtype(),
+              "pool2d_backward: expected x, gy and gx of one float dtype, got ", x.dtype(), ", ", gy.dtype(), " and ",
+              gx.dtype());
+    cuda_detail::DeviceGuard guard(cuda_device_of(x).device());
+    const Tensor g = cuda_detail::with_strides_of(gy, saved);
+    const bool direct = gx.strides() == x.strides();
+    Tensor out = direct ? gx : cuda_detail::empty_with_strides_of(x);
+    cuda_detail::max_pool_nhwc_backward(p, saved, g, direct ? beta : 0.f, out);
+    if (!direct) cuda_detail::accumulate_into(out, beta, gx);
+    return;
+  }
   DPL_CHECK(is_float_dtype(x.dtype()) && x.dtype() == gy.dtype() && x.dtype() == gx.dtype() &&
                 x.dtype() == saved.dtype(),
             "pool2d_backward: expected x, y, gy and gx of one float dtype, got ", x.dtype(), ", ", saved.dtype(), ", ",

@@ -1,0 +1,164 @@
+#include "backend/cuda/max_pool_nhwc.hpp"
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/device_utils.cuh"
+
+namespace dpl::backend::cuda_detail {
+
+namespace {
+
+struct PoolGeometry {
+  int h, w, c, oh, ow;  // input and output sizes, channels
+  int kh, kw, sh, sw, ph, pw;
+};
+
+// One thread per output pixel and V-channel vector: scans the window, keeps the first maximum
+// (a NaN beats everything and stays), writes the value and the winner's index.
+template <typename T, int V>
+__global__ void max_pool_forward_kernel(const T* x, PoolGeometry g, std::int64_t packs, T* y, std::uint8_t* argmax) {
+  const int vectors = g.c / V;
+  for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int cv = static_cast<int>(p % vectors);
+    std::int64_t rest = p / vectors;
+    const int ox = static_cast<int>(rest % g.ow);
+    rest /= g.ow;
+    const int oy = static_cast<int>(rest % g.oh);
+    const std::int64_t n = rest / g.oh;
+    float best[V];
+    std::uint8_t win[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      best[j] = 0.f;
+      win[j] = 0xff;  // none yet
+    }
+    for (int ky = 0; ky < g.kh; ++ky) {
+      const int iy = oy * g.sh - g.ph + ky;
+      if (iy < 0 || iy >= g.h) continue;
+      for (int kx = 0; kx < g.kw; ++kx) {
+        const int ix = ox * g.sw - g.pw + kx;
+        if (ix < 0 || ix >= g.w) continue;
+        float v[V];
+        load_vec<V>(x + ((n * g.h + iy) * g.w + ix) * g.c + cv * V, v);
+        const auto k = static_cast<std::uint8_t>(ky * g.kw + kx);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const bool best_is_nan = win[j] != 0xff && best[j] != best[j];
+          if (win[j] == 0xff || (!best_is_nan && (v[j] > best[j] || v[j] != v[j]))) {
+            best[j] = v[j];
+            win[j] = k;
+          }
+        }
+      }
+    }
+    const std::int64_t out = p * V;  // (n, oy, ox, c) in channels-last order is p * V
+    store_vec<V>(y + out, best);
+#pragma unroll
+    for (int j = 0; j < V; ++j) argmax[out + j] = win[j];
+  }
+}
+
+// One thread per input pixel and V-channel vector: gathers the gradients of the outputs whose
+// windows hold this pixel and chose it.
+template <typename T, int V>
+__global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy, PoolGeometry g, std::int64_t packs,
+                                         float beta, T* gx) {
+  const int vectors = g.c / V;
+  for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int cv = static_cast<int>(p % vectors);
+    std::int64_t rest = p / vectors;
+    const int ix = static_cast<int>(rest % g.w);
+    rest /= g.w;
+    const int iy = static_cast<int>(rest % g.h);
+    const std::int64_t n = rest / g.h;
+    float acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = 0.f;
+    // Outputs oy with oy*sh - ph <= iy <= oy*sh - ph + kh - 1.
+    const int ty = iy + g.ph, tx = ix + g.pw;
+    const int oy_lo = ty >= g.kh ? (ty - g.kh) / g.sh + 1 : 0, oy_hi = min(ty / g.sh, g.oh - 1);
+    const int ox_lo = tx >= g.kw ? (tx - g.kw) / g.sw + 1 : 0, ox_hi = min(tx / g.sw, g.ow - 1);
+    for (int oy = oy_lo; oy <= oy_hi; ++oy)
+      for (int ox = ox_lo; ox <= ox_hi; ++ox) {
+        const auto k = static_cast<std::uint8_t>((ty - oy * g.sh) * g.kw + (tx - ox * g.sw));
+        const std::int64_t o = ((n * g.oh + oy) * g.ow + ox) * g.c + cv * V;
+        float gv[V];
+        load_vec<V>(gy + o, gv);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (argmax[o + j] == k) acc[j] += gv[j];
+      }
+    const std::int64_t i = p * V;
+    if (beta != 0.f) {
+      float prev[V];
+      load_vec<V>(gx + i, prev);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += beta * prev[j];
+    }
+    store_vec<V>(gx + i, acc);
+  }
+}
+
+bool packed_channels_last(const Tensor& t) {
+  return t.dim() == 4 && t.strides()[1] == 1 && t.strides()[3] == t.size(1) &&
+         t.strides()[2] == t.size(3) * t.size(1) && t.strides()[0] == t.size(2) * t.size(3) * t.size(1);
+}
+
+PoolGeometry geometry(const Pool2dParams& p, const Shape& in, const Shape& out) {
+  const auto i = [](std::int64_t v) { return static_cast<int>(v); };
+  return {i(in[2]), i(in[3]), i(in[1]), i(out[2]), i(out[3]), i(p.kernel_h), i(p.kernel_w),
+          i(p.stride_h), i(p.stride_w), i(p.pad_h), i(p.pad_w)};
+}
+
+}  // namespace
+
+bool max_pool_nhwc_fits(const Tensor& x, const Pool2dParams& p) {
+  return packed_channels_last(x) && is_float_dtype(x.dtype()) && p.kernel_h * p.kernel_w <= 255 &&
+         x.size(2) < (std::int64_t{1} << 30) && x.size(3) < (std::int64_t{1} << 30) &&
+         x.size(1) < (std::int64_t{1} << 30);
+}
+
+void max_pool_nhwc(const Pool2dParams& p, const Tensor& x, Tensor& y, Tensor& argmax) {
+  DPL_CHECK(max_pool_nhwc_fits(x, p) && packed_channels_last(y) && argmax.strides() == y.strides() &&
+                argmax.dtype() == kUInt8,
+            "max_pool (channels-last): expected channels-last x and y and a uint8 argmax in y's strides");
+  on_device_typed(x, "max_pool (channels-last)", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const PoolGeometry g = geometry(p, x.shape(), y.shape());
+    const T* xp = in_ptr<T>(x);
+    T* yp = out_ptr<T>(y);
+    auto* ap = static_cast<std::uint8_t*>(argmax.raw_data());
+    with_pack_width<T>(g.c, {xp, yp}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const std::int64_t packs = y.numel() / V;
+      max_pool_forward_kernel<T, V><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(xp, g, packs,
+                                                                                                       yp, ap);
+      DPL_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& argmax, const Tensor& gy, float beta, Tensor& gx) {
+  DPL_CHECK(packed_channels_last(gx) && gy.strides() == argmax.strides() && argmax.dtype() == kUInt8 &&
+                gy.dtype() == gx.dtype(),
+            "max_pool backward (channels-last): expected channels-last gx, gy in the argmax's strides and one dtype");
+  on_device_typed(gx, "max_pool backward (channels-last)", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const PoolGeometry g = geometry(p, gx.shape(), gy.shape());
+    const T* gyp = in_ptr<T>(gy);
+    T* gxp = out_ptr<T>(gx);
+    const auto* ap = static_cast<const std::uint8_t*>(argmax.raw_data());
+    with_pack_width<T>(g.c, {gyp, gxp}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const std::int64_t packs = gx.numel() / V;
+      max_pool_backward_kernel<T, V><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
+          ap, gyp, g, packs, beta, gxp);
+      DPL_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+}  // namespace dpl::backend::cuda_detail
