@@ -143,6 +143,16 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
   const nn::ParameterArena& arena = model_arena();
   Tensor master = master_arena().grads();
   prepared_ = true;
+  if (ranges_prepared_->exchange(false)) {
+    // An overlapped allreduce filled (and averaged) the masters range by range: check only.
+    if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
+      backend::flag_non_finite(master, reset_non_finite_flag(master.device()));
+      return {master, flag_};
+    }
+    flag_ = Tensor();
+    finite_.reset();
+    return {master};
+  }
   if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
     // One pass converts, unscales (float16) and checks: the flag costs no extra read.
     const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
@@ -153,6 +163,36 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
   finite_.reset();
   backend::cast(arena.grads(), master);
   return {master};
+}
+
+GradientRanges MixedPrecision::gradient_ranges() {
+  if (dtype_ == kFloat32) return actual_->gradient_ranges();
+  // Captured now, on the calling thread: the range calls touch only these tensors, never the
+  // model (whose arena lookups are not for another thread).
+  const Tensor source = model_arena().grads();
+  const Tensor master = master_arena().grads();
+  const bool convert_only = dtype_ != kFloat16;
+  const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
+  // float16 always unscales through the checking pass; without a caller's flag it raises this one.
+  const Tensor scratch_flag = Tensor::zeros({1}, TensorOptions(kFloat32, master.device()));
+  std::shared_ptr<std::atomic<bool>> prepared = ranges_prepared_;
+  GradientRanges r;
+  r.gradients = master;
+  r.prepare = [source, master, convert_only, inv_scale, scratch_flag, prepared](std::int64_t begin, std::int64_t end,
+                                                                               Tensor* flag) {
+    DPL_CHECK(begin >= 0 && begin <= end && end <= master.numel(), "MixedPrecision gradient range: expected 0 <= begin",
+              " <= end <= ", master.numel(), ", got [", begin, ", ", end, ")");
+    const Tensor from = source.narrow(0, begin, end - begin);
+    Tensor to = master.narrow(0, begin, end - begin);
+    if (convert_only && flag == nullptr) {
+      backend::cast(from, to);
+    } else {
+      Tensor f = flag != nullptr ? *flag : scratch_flag;
+      backend::unscale_grads(from, inv_scale, to, f);
+    }
+    prepared->store(true);
+  };
+  return r;
 }
 
 void MixedPrecision::update() {

@@ -162,6 +162,8 @@ std::vector<Tensor> Optimizer::prepare_gradients() {
   return {grads, flag_};
 }
 
+GradientRanges Optimizer::gradient_ranges() { return {}; }
+
 Tensor& Optimizer::reset_non_finite_flag(Device device) {
   if (!flag_.defined() || flag_.device() != device) flag_ = Tensor::empty({1}, TensorOptions(kFloat32, device));
   flag_.fill_(0.0);

@@ -26,10 +26,11 @@ BucketWorker* BucketWorker::abandon() {
   return this;
 }
 
-void BucketWorker::start(std::vector<Tensor> slices, DType wire_dtype, Tensor* flag) {
+void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     slices_ = std::move(slices);
+    prepare_ = std::move(prepare);
     ready_.assign(slices_.size(), false);
     times_.assign(slices_.size(), {});
     done_ = 0;
@@ -59,6 +60,7 @@ OverlapTimes BucketWorker::finish() {
   const double end = profile::now_seconds();
   armed_ = false;
   slices_.clear();
+  prepare_ = nullptr;
   flag_ = nullptr;
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   out.exposed = end - out.backward_end;
@@ -81,7 +83,8 @@ void BucketWorker::run() {
     changed_.wait(lock, [&] { return stop_ || (armed_ && done_ < slices_.size() && ready_[done_]); });
     if (stop_) return;
     const std::size_t k = done_;
-    Tensor slice = slices_[k];
+    Slice slice = slices_[k];
+    const Prepare prepare = prepare_;
     Tensor* flag = flag_;
     const DType wire = wire_;
     const bool failed = error_ != nullptr;
@@ -91,9 +94,10 @@ void BucketWorker::run() {
     OverlapTimes::Interval t;
     if (!failed) {
       try {
-        if (flag != nullptr) backend::flag_non_finite(slice, *flag);
+        if (prepare) prepare(slice.begin, slice.end, flag);
+        else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
         t.start = profile::now_seconds();
-        comm_.allreduce(slice, comm::ReduceOp::kMean, wire);
+        comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         t.seconds = profile::now_seconds() - t.start;
       } catch (...) {
         lock.lock();

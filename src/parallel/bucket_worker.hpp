@@ -10,7 +10,9 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,10 +30,19 @@ class BucketWorker {
   BucketWorker(const BucketWorker&) = delete;
   BucketWorker& operator=(const BucketWorker&) = delete;
 
-  /// Arms one step over `slices` (views of the gradient arena, in bucket order), each reduced
-  /// with kMean in wire_dtype; `flag`, when not null, is raised before a slice's allreduce when
-  /// that slice holds an Inf or NaN.
-  void start(std::vector<Tensor> slices, DType wire_dtype, Tensor* flag);
+  /// One bucket: `data`, a view of the buffer to reduce, holding its elements [begin, end).
+  struct Slice {
+    Tensor data;
+    std::int64_t begin = 0, end = 0;
+  };
+  /// Fills a bucket's elements [begin, end) of the buffer before its allreduce, raising the flag
+  /// (when not null) on an Inf or NaN: an optimizer's gradient ranges (optim::GradientRanges).
+  using Prepare = std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)>;
+
+  /// Arms one step over `slices` (in bucket order), each reduced with kMean in wire_dtype. Before
+  /// a slice's allreduce, `prepare` (when set) fills it and raises `flag`; else `flag`, when not
+  /// null, is raised when the slice holds an Inf or NaN.
+  void start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare);
   /// Marks bucket k ready (its gradients are final). Called by the main thread.
   void ready(std::size_t k);
   /// Marks every bucket ready, waits until all are reduced, and returns their times; rethrows
@@ -48,7 +59,8 @@ class BucketWorker {
   std::mutex mutex_;
   std::condition_variable changed_;
   // The armed step (guarded by mutex_).
-  std::vector<Tensor> slices_;
+  std::vector<Slice> slices_;
+  Prepare prepare_;
   std::vector<bool> ready_;
   std::vector<OverlapTimes::Interval> times_;
   std::size_t done_ = 0;

@@ -106,10 +106,11 @@ void GradientReducer::on_gradient_ready(std::size_t parameter) {
   if (pending_[k] > 0 && --pending_[k] == 0) worker_->ready(k);
 }
 
-void GradientReducer::check_overlap_supported(const char* who) {
+void GradientReducer::check_overlap_supported(const char* who, bool optimizer_prepares_ranges) {
   const nn::ParameterArena& arena = model_.arena();
-  DPL_CHECK(arena.dtype() == kFloat32, who, ": expected a float32 gradient arena, got ", arena.dtype(),
-            " (a model cast to 16 bits is reduced through its optimizer's master gradients, after backward)");
+  DPL_CHECK(optimizer_prepares_ranges || arena.dtype() == kFloat32, who, ": expected a float32 gradient arena, got ",
+            arena.dtype(), ", and an optimizer that does not prepare float32 gradients range by range (wrap the ",
+            "optimizer in optim::MixedPrecision, which does)");
   DPL_CHECK(arena.device().is_cpu(), who, ": the overlapped allreduce runs on gradients in host memory; this "
             "arena is on ", arena.device(), " (on GPUs the gradients are reduced after backward)");
   DPL_CHECK(comm::calls_from_other_threads_allowed(), who, ": MPI was initialised with less than ",
@@ -117,19 +118,25 @@ void GradientReducer::check_overlap_supported(const char* who) {
             "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or leave it to dpl");
 }
 
-void GradientReducer::begin_backward(Tensor* local_flag) {
+void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRanges& ranges) {
   const char* who = "GradientReducer.begin_backward";
   DPL_CHECK(overlap_.enabled, who, ": overlap is off; enable it with set_overlap({true, ...}) first");
   DPL_CHECK(!armed_, who, ": a backward pass is already armed; call finish_backward() first");
-  check_overlap_supported(who);
+  const bool prepared = ranges.gradients.defined();
+  check_overlap_supported(who, prepared);
   nn::ParameterArena& arena = model_.arena();
+  const Tensor grads = prepared ? ranges.gradients : arena.grads();
+  DPL_CHECK(grads.dtype() == kFloat32 && grads.numel() == arena.numel() && grads.device().is_cpu(), who,
+            ": expected the gradients to reduce as float32 of the arena's ", arena.numel(), " elements in host ",
+            "memory, got ", grads.dtype(), " of ", grads.numel(), " on ", grads.device());
+  DPL_CHECK(!prepared || ranges.prepare, who, ": the optimizer's gradient ranges have no prepare function");
   const auto& plan = buckets();
   pending_ = hooks_in_bucket_;
   if (!worker_) worker_ = std::make_unique<BucketWorker>(comm_);
-  std::vector<Tensor> slices;
-  const Tensor grads = arena.grads();
-  for (const Bucket& b : plan) slices.push_back(grads.narrow(0, b.begin, b.end - b.begin));
-  worker_->start(std::move(slices), comm_.options().allreduce_dtype, local_flag);
+  std::vector<BucketWorker::Slice> slices;
+  for (const Bucket& b : plan) slices.push_back({grads.narrow(0, b.begin, b.end - b.begin), b.begin, b.end});
+  worker_->start(std::move(slices), comm_.options().allreduce_dtype, local_flag,
+                 prepared ? ranges.prepare : BucketWorker::Prepare());
   armed_ = true;
   // A bucket of parameters that need no gradient is ready from the start.
   for (std::size_t k = 0; k < plan.size(); ++k)

@@ -40,13 +40,15 @@ void MultiNodeOptimizer::setup(nn::Module& model) {
   // from the weights just broadcast, then casts them): check and align the ranks on the arena
   // that training will use, now rather than at the first update.
   if (reducer_->needs_broadcast()) broadcast_parameters();
-  if (overlap_.enabled) reducer_->check_overlap_supported("MultiNodeOptimizer with overlap");
+  if (overlap_.enabled)
+    reducer_->check_overlap_supported("MultiNodeOptimizer with overlap", actual_->gradient_ranges().gradients.defined());
 }
 
 void MultiNodeOptimizer::set_overlap(const OverlapOptions& options) {
   if (reducer_) {
     reducer_->set_overlap(options);
-    if (options.enabled) reducer_->check_overlap_supported("MultiNodeOptimizer.set_overlap");
+    if (options.enabled)
+      reducer_->check_overlap_supported("MultiNodeOptimizer.set_overlap", actual_->gradient_ranges().gradients.defined());
   }
   overlap_ = options;
 }
@@ -173,7 +175,8 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
         flag = &local_flag_on(target().device());
         flag->fill_(0.0);
       }
-      reducer_->begin_backward(flag);
+      // A 16-bit model's float32 master gradients are filled bucket by bucket on the way.
+      reducer_->begin_backward(flag, actual_->gradient_ranges());
     }
     actual_->backward(loss);
     loss_ = loss.data();

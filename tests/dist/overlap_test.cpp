@@ -1,6 +1,7 @@
 // Allreduce overlapped with backward, on every host communicator: the same parameters as the same
 // buckets reduced after backward (bit for bit), the same as one whole-arena allreduce where the
-// sum is order-free (two ranks), the phases it records, and a NaN on one rank still named.
+// sum is order-free (two ranks), 16-bit models through MixedPrecision's master gradients, the
+// phases it records, and a NaN on one rank still named.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -11,6 +12,7 @@
 #include "dist_test_util.hpp"
 #include "dpl/autograd/ops.hpp"
 #include "dpl/nn.hpp"
+#include "dpl/optim/mixed_precision.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/parallel/gradient_reducer.hpp"
 #include "dpl/parallel/multi_node_optimizer.hpp"
@@ -78,14 +80,72 @@ TEST(Overlap, MatchesTheSameBucketsReducedAfterBackwardOnEveryCommunicator) {
     EXPECT_EQ(overlapped, after) << name;
     // With two ranks each element's sum has one order whatever the message size, so one
     // whole-arena allreduce gives the same bits; with more, MPI may associate differently.
-    if (comm.size() == 2) EXPECT_EQ(overlapped, whole) << name;
+    if (comm.size() == 2) {
+      EXPECT_EQ(overlapped, whole) << name;
+    }
     EXPECT_TRUE(same_everywhere) << name;
     for (const char* phase : {"compute", "allreduce", "optimize", "allreduce/hidden", "allreduce/total",
                               "allreduce/bucket0", "allreduce/bucket1"})
       EXPECT_NE(timer.find(phase), nullptr) << name << ": no phase " << phase;
-    if (const auto* total = timer.find("allreduce/total"))
+    if (const auto* total = timer.find("allreduce/total")) {
       EXPECT_EQ(total->samples.size(), static_cast<std::size_t>(kSteps)) << name;
+    }
   }
+}
+
+// A 16-bit model under MixedPrecision (float16 with loss scaling that backs off and grows within
+// kSteps): kSteps updates, overlapped, or with the same buckets reduced after backward by hand;
+// the parameters after, widened to float32.
+std::vector<float> train_mixed(comm::Communicator& comm, DType dtype, const parallel::OverlapOptions& overlap,
+                               bool buckets_by_hand = false) {
+  auto model = fresh_model();
+  auto mixed = optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), dtype, {4096.0, 2.0, 0.5, 2});
+  auto loss_at = [&](int step) {
+    const Shard s = batch_shard(comm, 200 + static_cast<std::uint64_t>(step), kBatch * comm.size(), kFeatures,
+                                kClasses);
+    return [&model, s, dtype] { return softmax_cross_entropy((*model)(Variable(s.x.to(dtype))), s.y); };
+  };
+  if (buckets_by_hand) {
+    parallel::GradientReducer reducer(*model, comm);
+    reducer.set_overlap(overlap);
+    reducer.broadcast_parameters();
+    mixed->setup(*model);
+    reducer.broadcast_parameters();
+    for (int step = 0; step < kSteps; ++step) {
+      model->zero_grad();
+      mixed->backward(loss_at(step)());  // hooks fire, but nothing is armed yet
+      reducer.begin_backward(nullptr, mixed->gradient_ranges());
+      reducer.finish_backward();  // each bucket filled from the 16-bit gradients, then reduced
+      mixed->update();
+    }
+  } else {
+    std::shared_ptr<comm::Communicator> shared(&comm, [](comm::Communicator*) {});
+    parallel::MultiNodeOptimizer opt(std::move(mixed), shared);
+    opt.set_overlap(overlap);
+    opt.setup(*model);
+    for (int step = 0; step < kSteps; ++step) opt.update(loss_at(step));
+  }
+  return model->arena().params().to(kFloat32).to_vector<float>();
+}
+
+TEST(Overlap, SixteenBitModelsMatchTheirNonOverlappedTrainingOnEveryCommunicator) {
+  for (DType dtype : {kBFloat16, kFloat16})
+    for (const auto& name : host_communicator_names()) {
+      if (name == "pure_nccl") continue;  // its host path is naive's
+      SCOPED_TRACE(name + " " + dtype_name(dtype));
+      auto& comm = communicator(name);
+      const std::vector<float> overlapped = train_mixed(comm, dtype, small_buckets());
+      const std::vector<float> after = train_mixed(comm, dtype, small_buckets(), /*buckets_by_hand=*/true);
+      const std::vector<float> whole = train_mixed(comm, dtype, parallel::OverlapOptions{});
+      const std::vector<float> start = fresh_model()->arena().params().to(dtype).to(kFloat32).to_vector<float>();
+      EXPECT_EQ(overlapped, after);
+      if (comm.size() == 2) {
+        EXPECT_EQ(overlapped, whole);
+      }
+      EXPECT_NE(overlapped, start);  // it trained
+      EXPECT_TRUE(same_on_every_rank(
+          comm, Tensor::from_vector(overlapped, {static_cast<std::int64_t>(overlapped.size())})));
+    }
 }
 
 TEST(Overlap, BucketsStartInBucketOrderEvenWhenBackwardSkipsParameters) {
@@ -133,6 +193,14 @@ TEST(Overlap, RefusesWhatItCannotOverlap) {
   DPL_EXPECT_ERROR(reducer.begin_backward(), ::testing::HasSubstr("overlap is off"));
   DPL_EXPECT_ERROR(reducer.set_overlap({true, 0, 1}), ::testing::HasSubstr("bucket sizes >= 1 byte"));
   DPL_EXPECT_ERROR(reducer.finish_backward(), ::testing::HasSubstr("no backward pass is armed"));
+  // A 16-bit arena is reduced through an optimizer's float32 gradient ranges, never directly.
+  auto half = fresh_model();
+  auto mixed = optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), kBFloat16);
+  mixed->setup(*half);
+  parallel::GradientReducer half_reducer(*half, comm);
+  half_reducer.set_overlap(small_buckets());
+  DPL_EXPECT_ERROR(half_reducer.begin_backward(), ::testing::HasSubstr("optim::MixedPrecision"));
+  half_reducer.check_overlap_supported("test", /*optimizer_prepares_ranges=*/true);
 }
 
 }  // namespace

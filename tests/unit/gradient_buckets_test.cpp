@@ -65,7 +65,9 @@ TEST(BucketPlan, CoversTheArenaExactlyForAnySizes) {
       for (std::size_t k = 0; k < buckets.size(); ++k) {
         const auto& b = buckets[k];
         EXPECT_LT(b.begin, b.end);
-        if (k > 0) EXPECT_EQ(b.end, buckets[k - 1].begin);  // contiguous, walking down the arena
+        if (k > 0) {
+          EXPECT_EQ(b.end, buckets[k - 1].begin);  // contiguous, walking down the arena
+        }
         ASSERT_FALSE(b.parameters.empty());
         // Whole parameters only, inside the bucket.
         for (std::size_t j : b.parameters) {
@@ -74,8 +76,9 @@ TEST(BucketPlan, CoversTheArenaExactlyForAnySizes) {
           EXPECT_LE(e.offset + e.numel, b.end);
         }
         // Every bucket but the last holds at least its limit.
-        if (k + 1 < buckets.size())
+        if (k + 1 < buckets.size()) {
           EXPECT_GE(static_cast<std::size_t>(b.end - b.begin) * 4, k == 0 ? first : size);
+        }
         seen.insert(seen.begin(), b.parameters.begin(), b.parameters.end());
       }
       EXPECT_THAT(seen, ElementsAre(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u));

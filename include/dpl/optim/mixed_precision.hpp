@@ -2,6 +2,7 @@
 // Mixed precision: a model that computes in bfloat16 or float16 and is trained through float32
 // master weights and float32 optimizer state, switched on by wrapping its optimizer.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -79,6 +80,9 @@ class MixedPrecision : public Optimizer {
   /// pass when any of them is Inf or NaN (float16: always, it is the overflow flag; bfloat16:
   /// unless the non-finite policy is kOff).
   std::vector<Tensor> prepare_gradients() override;
+  /// The float32 master gradients, range by range (see Optimizer::gradient_ranges); dtype
+  /// float32 passes the wrapped optimizer's through.
+  GradientRanges gradient_ranges() override;
   bool gradients_finite() override;
   /// float16: false, a non-finite step is an overflow and is skipped, whatever the policy (the
   /// loss scale backs off); bfloat16: the policy's kStop; float32: the wrapped optimizer's.
@@ -155,6 +159,9 @@ class MixedPrecision : public Optimizer {
   std::uint64_t model_arena_ = 0;        // id of the 16-bit arena the masters belong to
   double scale_ = 1.0;
   std::int64_t good_steps_ = 0;
+  // Set when gradient_ranges() filled some of the masters this step (possibly on another
+  // thread); the next prepare_gradients() then only checks them.
+  std::shared_ptr<std::atomic<bool>> ranges_prepared_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 /// Wraps actual in a MixedPrecision computing in dtype: the one call that switches a program's

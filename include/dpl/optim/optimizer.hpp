@@ -2,6 +2,7 @@
 // Optimizers: update a model's parameters from its gradients, one fused pass over the arena.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -35,6 +36,21 @@ const char* to_string(NonFinitePolicy policy);
 /// parallel::MultiNodeOptimizer the gradients it sees are already averaged over the ranks.
 using GradientHook = std::function<void(nn::ParameterArena& arena)>;
 
+/// How an allreduce overlapped with backward (parallel::GradientReducer) obtains an optimizer's
+/// gradients range by range, while backward still runs.
+struct GradientRanges {
+  /// The float32 buffer that prepare_gradients() returns first (the arena's element count), or
+  /// undefined when that is the model's own float32 gradient arena, which backward fills and
+  /// which needs no preparing.
+  Tensor gradients;
+  /// Fills elements [begin, end) of `gradients` from the model's gradients, as
+  /// prepare_gradients() fills all of them, and raises *flag (a one-element float32 tensor, when
+  /// not null) if one of them comes out Inf or NaN. Called for disjoint ranges, one at a time,
+  /// possibly from another thread, while the model's gradients of other ranges are still being
+  /// written.
+  std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)> prepare;
+};
+
 /// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
 ///
 /// Usage: setup(model) once, then per step either update(loss_fn) — which clears the gradients,
@@ -64,6 +80,13 @@ class Optimizer {
   /// pass that fills them (float16: its overflow flag, always there). The flag, when present, is
   /// the second buffer and the last. Requires setup().
   virtual std::vector<Tensor> prepare_gradients();
+  /// For an overlapped allreduce: see GradientRanges. Here: undefined gradients (the model's
+  /// float32 arena is what is averaged). MixedPrecision with a 16-bit dtype: its float32 master
+  /// gradients, each range converted as prepare_gradients() converts them all. Once a range was
+  /// prepared, the next prepare_gradients() converts nothing: it returns the buffers as the
+  /// ranges left them (averaged by then) and runs only the non-finite check over them. Requires
+  /// setup(); the ranges are valid until the model's arena changes.
+  virtual GradientRanges gradient_ranges();
   /// Whether the gradients this step would apply are finite, from the flag of the last
   /// prepare_gradients() (averaged over the ranks when a MultiNodeOptimizer sits outside): true
   /// when the check is off. The first call after prepare_gradients() reads the flag (one

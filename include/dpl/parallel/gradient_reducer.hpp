@@ -8,6 +8,7 @@
 
 #include "dpl/comm/communicator.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/optim/optimizer.hpp"
 
 namespace dpl::parallel {
 
@@ -107,18 +108,22 @@ class GradientReducer {
   /// Arms the overlapped allreduce for the one backward pass that follows: as backward finishes
   /// the last gradient of a bucket, that bucket's allreduce (kMean, in the communicator's
   /// CommOptions::allreduce_dtype) starts on a worker thread; buckets start in bucket order on
-  /// every rank whatever order backward finishes them in, so the collectives match. When
-  /// local_flag is given (a one-element float32 tensor on the arena's device), each bucket is
-  /// checked for Inf and NaN before its allreduce and the flag raised (set to 1) when one is
-  /// found: this rank's own verdict, before averaging mixes the ranks'. Requires overlap
-  /// enabled, a float32 arena in host memory, an MPI runtime that allows calls from a second
-  /// thread, and no begin_backward() armed already (else dpl::Error). Nothing may use the
-  /// communicator or the gradient arena, other than backward writing it, until
+  /// every rank whatever order backward finishes them in, so the collectives match. What is
+  /// reduced is the model's float32 gradient arena, or, when `ranges` names gradients (an
+  /// optimizer's float32 master gradients of a 16-bit model, optim::GradientRanges), that buffer,
+  /// each bucket filled by ranges.prepare just before its allreduce. When local_flag is given (a
+  /// one-element float32 tensor on the arena's device), each bucket is checked for Inf and NaN
+  /// before its allreduce and the flag raised (set to 1) when one is found: this rank's own
+  /// verdict, before averaging mixes the ranks'. Requires overlap enabled, gradients in host
+  /// memory (a float32 arena unless `ranges` names the buffer), an MPI runtime that allows calls
+  /// from a second thread, and no begin_backward() armed already (else dpl::Error). Nothing may
+  /// use the communicator or the gradient buffers, other than backward writing the arena, until
   /// finish_backward() returns.
-  void begin_backward(Tensor* local_flag = nullptr);
-  /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now (not
-  /// a float32 arena in host memory, or MPI without MPI_THREAD_SERIALIZED), naming `who`.
-  void check_overlap_supported(const char* who);
+  void begin_backward(Tensor* local_flag = nullptr, const optim::GradientRanges& ranges = {});
+  /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now (in
+  /// device memory, float32 unless the optimizer prepares float32 gradient ranges, or MPI
+  /// without MPI_THREAD_SERIALIZED), naming `who`.
+  void check_overlap_supported(const char* who, bool optimizer_prepares_ranges = false);
   /// Ends what begin_backward() armed: starts the buckets backward did not complete (parameters
   /// it never reached keep their zero gradients), waits until every bucket is reduced, and
   /// returns the times. Rethrows the first error of a bucket's allreduce. Requires a
