@@ -184,6 +184,42 @@ TEST(Autograd, AResultNobodyCanReadIsFreedBeforeBackward) {
   EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(3, 3));
 }
 
+// y = x whose backward records the layout of the gradient buffer it is handed for x.
+class LayoutProbeNode final : public Node {
+ public:
+  Strides seen;
+  const char* name() const override { return "layout_probe"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed()) return;
+    seen = t[0].tensor->strides();
+    t[0].tensor->copy_(gy);
+  }
+};
+
+TEST(Autograd, AFreedValuesGradientKeepsItsMemoryFormat) {
+  // A channels-last intermediate whose value is freed before backward: its gradient buffer is
+  // still channels-last, as it would be had the value been kept.
+  Tensor xt = Tensor::empty_channels_last({2, 3, 4, 5});
+  xt.fill_(1.0);
+  Variable x(xt, true);
+  auto probe = std::make_shared<LayoutProbeNode>();
+  std::weak_ptr<Storage> h_storage;
+  Strides h_strides;
+  Variable loss;
+  {
+    const Variable h = add(x, x);
+    ASSERT_TRUE(h.data().is_channels_last() && !h.data().is_contiguous());
+    h_storage = h.data().storage();
+    h_strides = h.data().strides();
+    probe->set_inputs({h});
+    loss = sum(Variable::make_result(h.data().clone(), probe));
+  }
+  EXPECT_TRUE(h_storage.expired());
+  loss.backward();
+  EXPECT_EQ(probe->seen, h_strides);
+  EXPECT_THAT(x.grad().to_vector<float>(), ::testing::Each(2.f));
+}
+
 TEST(Autograd, ValuesThatBackwardReadsOrAHandleHoldsSurvive) {
   Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
   std::weak_ptr<Storage> saved_storage;
