@@ -222,6 +222,26 @@ TEST(Adam, FirstStepMovesEachParameterByAlpha) {
   EXPECT_THAT(params_of(model), Pointwise(DoubleNear(kTol), std::vector<double>{0.29, -0.09, 0.99, -1.99, 0.49}));
 }
 
+TEST(Adam, GradientsWhoseSquaresAreSubnormalKeepTheParametersFinite) {
+  // 1e-20 squared is 1e-40, below the smallest normal float: the second moment is subnormal.
+  // A square root taken through a reciprocal estimate turned that into a NaN parameter.
+  Tiny model;
+  optim::Adam opt(0.01f);
+  opt.setup(model);
+  for (int step = 0; step < 3; ++step) {
+    model.zero_grad();
+    Tensor gb = model.b_.grad(), gw = model.w_.grad();
+    gb.fill_(1e-20);
+    gw.fill_(-1e-20);
+    opt.update();
+  }
+  const std::vector<double> p = params_of(model);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(p[i])) << "parameter " << i;
+    EXPECT_NEAR(p[i], kInitial[i], 1e-6) << "parameter " << i;  // m / (sqrt(v) + eps) ~ 1e-12
+  }
+}
+
 TEST(Adam, ThreeStepsFollowTheFormulaAndMomentsAreArenas) {
   for (float wd : {0.f, 0.05f}) {
     SCOPED_TRACE(::testing::Message() << "weight decay " << wd);

@@ -1,12 +1,16 @@
 // Optimizer updates on the CPU: one fused pass over the whole parameter arena.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/cpu.hpp"
 
 namespace dpl::backend::cpu {
 
 namespace {
+
+constexpr float kSmallestNormal = std::numeric_limits<float>::min();
 
 // The values of a step from the device copy when there is one (see UpdateSource), and whether
 // the flag says to skip.
@@ -59,12 +63,16 @@ void adam_update_cpu(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, co
   const std::int64_t n = param.numel();
   const float one_minus_b1 = 1.f - h.beta1, one_minus_b2 = 1.f - h.beta2;
   // Chainer's Adam: m += (1-b1)(g-m); v += (1-b2)(g^2-v); p -= lr_t * m / (sqrt(v) + eps).
+  // This file's square root is a reciprocal-square-root estimate refined by a Newton step
+  // (src/CMakeLists.txt), and the estimate of a subnormal v is Inf: the step made a NaN of the
+  // parameter (a squared gradient below 1e-38 is enough). Below the smallest normal float v is
+  // raised to it; its square root, 1.1e-19, is lost in any eps above 1e-12 as the true one is.
 #pragma omp parallel for simd if (n > kParallelGrain) schedule(static)
   for (std::int64_t i = 0; i < n; ++i) {
     const float gi = g[i] + h.weight_decay * p[i];
     pm[i] += one_minus_b1 * (gi - pm[i]);
     pv[i] += one_minus_b2 * (gi * gi - pv[i]);
-    p[i] -= h.lr_t * pm[i] / (std::sqrt(pv[i]) + h.eps);
+    p[i] -= h.lr_t * pm[i] / (std::sqrt(std::max(pv[i], kSmallestNormal)) + h.eps);
   }
 }
 
