@@ -631,7 +631,7 @@ Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tens
 }
 void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_t k) {
   if (t.size() <= k || !t[k].needed()) return;
-  if (g.storage() == t[k].tensor->storage() && g.raw_data() == t[k].tensor->raw_data()) return;  // written in place
+  if (g.raw_data() == t[k].tensor->raw_data()) return;  // channel_grad_buffer handed out the target itself
   accumulate_channel(g, t[k]);
 }
 

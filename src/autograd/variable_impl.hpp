@@ -19,7 +19,7 @@ struct VariableImpl {
   // Releases the graph behind this variable without recursing once per node (variable.cpp).
   ~VariableImpl();
 
-  // Undefined once released (see graph_refs); a gradient buffer then takes released_like.
+  // Undefined once released (see graph_refs); its gradient buffer then comes from released_*.
   Tensor data;
   Tensor grad;
   // How many graph nodes list this variable among their inputs (once per listing). When the

@@ -173,8 +173,11 @@ GradientRanges MixedPrecision::gradient_ranges() {
   const Tensor master = master_arena().grads();
   const bool convert_only = dtype_ != kFloat16;
   const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
-  // float16 always unscales through the checking pass; without a caller's flag it raises this one.
-  const Tensor scratch_flag = Tensor::zeros({1}, TensorOptions(kFloat32, master.device()));
+  // float16 always unscales through the checking pass; without a caller's flag it raises this
+  // one, which nobody reads (prepare_gradients() checks the averaged masters): allocated once.
+  if (!range_flag_.defined() || range_flag_.device() != master.device())
+    range_flag_ = Tensor::zeros({1}, TensorOptions(kFloat32, master.device()));
+  const Tensor scratch_flag = range_flag_;
   std::shared_ptr<std::atomic<bool>> prepared = ranges_prepared_;
   GradientRanges r;
   r.gradients = master;

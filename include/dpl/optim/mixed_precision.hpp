@@ -162,6 +162,7 @@ class MixedPrecision : public Optimizer {
   // Set when gradient_ranges() filled some of the masters this step (possibly on another
   // thread); the next prepare_gradients() then only checks them.
   std::shared_ptr<std::atomic<bool>> ranges_prepared_ = std::make_shared<std::atomic<bool>>(false);
+  Tensor range_flag_;  // gradient_ranges()' flag when the caller passes none
 };
 
 /// Wraps actual in a MixedPrecision computing in dtype: the one call that switches a program's
