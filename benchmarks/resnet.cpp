@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
     if (cuda && !graph) cuda::reset_peak(device.index);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) step();
+    if (graph) captured.settle();  // the last step's non-finite verdict, when it was deferred
     sync(device);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::size_t peak = cuda ? cuda::memory_stats(device.index).peak : 0;
@@ -144,6 +145,7 @@ int main(int argc, char** argv) {
 
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
     const float loss = step().item();
+    if (graph) captured.settle();
     const double step_s = seconds / iters;
     std::printf("arch=%s batch=%lld dtype=%s layout=%s graph=%d img_per_s=%.2f step_ms=%.3f peak_mem_bytes=%zu "
                 "held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",

@@ -546,7 +546,7 @@ class Pool2dNode final : public Node {
     return global ? "global_avg_pool2d" : kind == backend::PoolKind::kMax ? "max_pool2d" : "avg_pool2d";
   }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (!t[0].needed() || x.numel() == 0) return;
+    if (!t[0].needed() || t[0].tensor->numel() == 0) return;
     // The global op's (N, C) gradient is the (N, C, 1, 1) pooling's, in either memory format.
     const Tensor g = global ? dense(gy).reshape({gy.size(0), gy.size(1), 1, 1}) : gy;
     backend::pool2d_backward(kind, p, x, saved, g, t[0].beta, *t[0].tensor);
@@ -577,7 +577,9 @@ Variable pool2d(const char* op, backend::PoolKind kind, const Variable& x, Size2
   auto node = std::make_shared<Pool2dNode>();
   node->kind = kind;
   node->p = p;
-  node->x = tx;
+  // The winners' indices say all that backward needs: a zero-element stand-in keeps the graph
+  // from holding x for them (kernels.hpp).
+  node->x = saved.dtype() != kUInt8 ? tx : Tensor::empty({0}, TensorOptions(tx.dtype(), tx.device()));
   node->saved = saved;
   node->global = global;
   node->set_inputs({x});

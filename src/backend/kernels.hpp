@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/dispatch.hpp"
@@ -82,6 +83,18 @@ DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
 /// values travel through page-locked staging memory, so the copy neither waits for the device
 /// (a copy from pageable memory may) nor needs the caller's vector afterwards.
 DPL_DECLARE_KERNEL(write_values, float32(), void(Tensor& dst, const std::vector<float>& values));
+/// Values of a small float32 tensor on their way to the host, from read_back_start().
+class PendingRead {
+ public:
+  virtual ~PendingRead() = default;
+  /// Waits for the copy (and so for the work queued before it, not after) and returns the values.
+  virtual std::vector<float> wait() = 0;
+};
+/// Starts reading src (float32, contiguous, a few elements) back to the host behind the work
+/// queued so far, without waiting: on a GPU the copy goes to page-locked memory and an event marks
+/// its end, so later work may be queued before the values are asked for. On the CPU the values
+/// are read at once.
+DPL_DECLARE_KERNEL(read_back_start, float32(), std::shared_ptr<PendingRead>(const Tensor& src));
 /// dst = src converted between float32, bfloat16 and float16 in any direction (nearest even; NaN
 /// stays NaN). Same shape; both contiguous, or both channels-last (converted in memory order).
 DPL_DECLARE_KERNEL(cast, floating_each(), void(const Tensor& src, Tensor& dst));
@@ -242,7 +255,10 @@ DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
 /// the GPU, y on cuDNN).
 DPL_DECLARE_KERNEL(pool2d, floating(), Tensor(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor& y));
 /// gx = beta*gx + the gradient of pool2d: for max, gy goes to the window's arg-max; for average,
-/// spread evenly over the window. x and saved are pool2d's input and result.
+/// spread evenly over the window. x and saved are pool2d's input and result. When saved is of
+/// dtype uint8 (the winners' indices), backward reads neither x's values nor its layout (gx gives
+/// the shape), and x may be a zero-element tensor of x's dtype on x's device: the caller need not
+/// keep the input alive.
 DPL_DECLARE_KERNEL(pool2d_backward, any(),
                    void(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
                         float beta, Tensor& gx));

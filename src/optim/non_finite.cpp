@@ -29,14 +29,23 @@ std::string first_non_finite_parameter(nn::Module& model, const Tensor& grads) {
 }
 
 std::string non_finite_message(std::int64_t iteration, const std::string& parameter, const std::string& where,
-                               const std::string& loss) {
+                               const std::string& loss, const std::string& unlocated) {
   // An empty name happens when the averaged gradients came out finite although a rank flagged
-  // its own (an Inf and a -Inf cannot cancel, so in practice: never); say so rather than guess.
-  const std::string what = parameter.empty() ? std::string("a parameter (not located in the averaged gradients)")
-                                             : "parameter '" + parameter + "'";
+  // its own (an Inf and a -Inf cannot cancel, so in practice: never), or when the gradients are
+  // gone by the time the verdict is read; say so rather than guess.
+  const std::string what = parameter.empty() ? "a parameter (" + unlocated + ")" : "parameter '" + parameter + "'";
   return dpl::detail::concat("iteration ", iteration, ": non-finite gradient (Inf or NaN) of ", what, where, "; ",
                              loss, ". Expected finite gradients; the non-finite policy 'stop' ends training here ",
                              "(set_non_finite_policy(NonFinitePolicy::kSkip) would skip such steps)");
+}
+
+std::string loss_words(const Tensor& loss) {
+  if (!loss.defined()) return "the loss was not seen (update() without a loss function)";
+  // Spelled out: streams print a NaN as "nan" or "-nan" by its sign bit.
+  const float v = loss.to(kFloat32).item();
+  return std::isnan(v)   ? std::string("the loss was NaN")
+         : std::isinf(v) ? std::string(v > 0 ? "the loss was Inf" : "the loss was -Inf")
+                         : dpl::detail::concat("the loss was finite (", v, ")");
 }
 
 }  // namespace non_finite

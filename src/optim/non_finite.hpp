@@ -19,6 +19,11 @@ std::string first_non_finite_parameter(nn::Module& model, const Tensor& grads);
 /// parameter 'P'<where>; <loss>", then what was expected and how to skip instead. `where` is
 /// " on rank(s) 1, 2" or empty for one process; `loss` says what the loss was.
 std::string non_finite_message(std::int64_t iteration, const std::string& parameter, const std::string& where,
-                               const std::string& loss);
+                               const std::string& loss,
+                               const std::string& unlocated = "not located in the averaged gradients");
+
+/// What the message says of the loss: NaN, Inf, -Inf, finite (its value), or not seen (undefined).
+/// Reads the loss back (it waits for the device).
+std::string loss_words(const Tensor& loss);
 
 }  // namespace dpl::optim::non_finite

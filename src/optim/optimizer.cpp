@@ -28,6 +28,8 @@ void Optimizer::setup(nn::Module& model) {
   target_ = &model;
   t_ = iteration_ = skipped_ = 0;
   last_skipped_ = prepared_ = false;
+  pending_verdict_ = nullptr;
+  pending_loss_ = Tensor();
   finite_.reset();
   nn::ParameterArena& arena = model.arena();
   init_state(arena);
@@ -40,6 +42,8 @@ nn::Module& Optimizer::target() const {
 }
 
 void Optimizer::update() {
+  // An ordinary step after deferred replays: their last verdict first (this step lowers the flag).
+  if (!replay_) settle_replay();
   nn::ParameterArena& arena = target().arena();
   if (!prepared_) prepare_gradients();
   if (replay_) {
@@ -106,6 +110,7 @@ void Optimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
   const auto n_values = static_cast<std::int64_t>(replay_values().size());
   if (!replay_values_.defined() || replay_values_.numel() != n_values || replay_values_.device() != device)
     replay_values_ = Tensor::zeros({n_values}, TensorOptions(kFloat32, device));
+  own_replay_flag_ = false;
   if (skip_flag.defined()) {
     DPL_CHECK(skip_flag.dtype() == kFloat32 && skip_flag.numel() == 1 && skip_flag.device() == device,
               "Optimizer::set_replay_mode: expected a one-element float32 flag on ", device, ", got ", skip_flag.dtype(),
@@ -115,6 +120,7 @@ void Optimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
     // The flag prepare_gradients() raises, made now so that the recording and every replay use
     // the same buffer.
     replay_skip_ = reset_non_finite_flag(device);
+    own_replay_flag_ = true;
   } else {
     replay_skip_ = Tensor();
   }
@@ -138,6 +144,44 @@ void Optimizer::finish_replay() {
   on_step_taken();
 }
 
+bool Optimizer::can_defer_verdict() const {
+  return replay_ && own_replay_flag_ && non_finite_ == NonFinitePolicy::kStop;
+}
+
+void Optimizer::finish_replay_deferred(const Tensor& loss) {
+  DPL_CHECK(can_defer_verdict(), "Optimizer::finish_replay_deferred: expected replay mode under the non-finite ",
+            "policy 'stop' with the optimizer's own flag (can_defer_verdict()); use finish_replay()");
+  // Queued before the previous verdict is awaited, so this run's read is under way meanwhile.
+  std::shared_ptr<backend::PendingRead> next = backend::read_back_start(replay_skip_);
+  settle_replay();
+  pending_verdict_ = std::move(next);
+  pending_loss_ = loss;
+  loss_ = Tensor();
+  finite_.reset();
+  prepared_ = false;
+  ++iteration_;
+  last_skipped_ = false;
+  ++t_;
+  on_step_taken();
+}
+
+void Optimizer::settle_replay() {
+  if (pending_verdict_ == nullptr) return;
+  const std::shared_ptr<backend::PendingRead> read = std::move(pending_verdict_);
+  pending_verdict_ = nullptr;
+  const Tensor loss = std::move(pending_loss_);
+  pending_loss_ = Tensor();
+  if (read->wait().at(0) == 0.f) return;
+  // Counted as taken, it was not: the counters go back to what update() leaves at a stop (the
+  // failing iteration counted, t() and the state's steps not).
+  --t_;
+  on_step_withdrawn();
+  last_skipped_ = true;
+  DPL_FAIL(non_finite::non_finite_message(
+      iteration_, "", "", non_finite::loss_words(loss),
+      "not located: its verdict was read after the next recorded step had begun, which skipped too"));
+}
+
 void Optimizer::count_replayed_step(bool taken) {
   prepared_ = false;
   // A wrapper that skips a step never calls the wrapped update(), so nothing is counted here.
@@ -158,7 +202,15 @@ std::vector<Tensor> Optimizer::prepare_gradients() {
     finite_.reset();
     return {grads};
   }
-  backend::flag_non_finite(grads, reset_non_finite_flag(grads.device()));
+  if (can_defer_verdict()) {
+    // A recorded step under kStop leaves the flag raised once raised (set_replay_mode zeroed it):
+    // a run queued before the verdict on the one before it was read must skip too.
+    flag_ = replay_skip_;
+    finite_.reset();
+  } else {
+    reset_non_finite_flag(grads.device());
+  }
+  backend::flag_non_finite(grads, flag_);
   return {grads, flag_};
 }
 
@@ -189,16 +241,8 @@ bool Optimizer::admit_step(const Tensor& grads) {
   last_skipped_ = !finite;
   if (finite) return true;
   if (stops_on_non_finite()) {
-    std::string loss_words = "the loss was not seen (update() without a loss function)";
-    if (loss.defined()) {
-      // Spelled out: streams print a NaN as "nan" or "-nan" by its sign bit.
-      const float v = loss.to(kFloat32).item();
-      loss_words = std::isnan(v) ? std::string("the loss was NaN")
-                   : std::isinf(v) ? std::string(v > 0 ? "the loss was Inf" : "the loss was -Inf")
-                                   : dpl::detail::concat("the loss was finite (", v, ")");
-    }
     DPL_FAIL(non_finite::non_finite_message(iteration_, non_finite::first_non_finite_parameter(target(), grads), "",
-                                        loss_words));
+                                            non_finite::loss_words(loss)));
   }
   ++skipped_;
   return false;

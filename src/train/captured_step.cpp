@@ -1,5 +1,7 @@
 #include "dpl/train/captured_step.hpp"
 
+#include <cstdio>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -24,8 +26,16 @@ CapturedStep::CapturedStep(optim::Optimizer& optimizer, LossFunction loss, int w
 }
 
 CapturedStep::~CapturedStep() {
+  try {
+    settle();
+  } catch (const std::exception& e) {
+    // A destructor cannot throw: the verdict must still not go unsaid.
+    std::fprintf(stderr, "CapturedStep: the last recorded step was not settled: %s\n", e.what());
+  }
   if (recording_ != nullptr && optimizer_.replay_mode()) optimizer_.set_replay_mode(false);
 }
+
+void CapturedStep::settle() { optimizer_.settle_replay(); }
 
 bool CapturedStep::captured() const { return recording_ != nullptr; }
 
@@ -42,6 +52,8 @@ std::vector<Tensor> on_device(const std::vector<Tensor>& inputs, Device device) 
 }  // namespace
 
 Variable CapturedStep::run_unrecorded(const std::vector<Tensor>& inputs) {
+  // An ordinary step lowers the flag: the verdict on the replay before it is read first.
+  settle();
   const std::vector<Tensor> moved = on_device(inputs, optimizer_.target().device());
   const bool replaying = optimizer_.replay_mode();
   if (replaying) optimizer_.set_replay_mode(false);
@@ -106,7 +118,8 @@ Variable CapturedStep::update(const std::vector<Tensor>& inputs) {
   recording_->graph.replay();
   // The loss of this step, before a later replay writes the next one over it.
   Tensor loss = recording_->loss.clone();
-  optimizer_.finish_replay();
+  if (optimizer_.can_defer_verdict()) optimizer_.finish_replay_deferred(loss);
+  else optimizer_.finish_replay();
   ++replays_;
   return Variable(loss);
 }

@@ -167,6 +167,9 @@ void StandardUpdater::update(Observation& observation) {
     observation_ = &observation;
     const std::int64_t replays = captured_->replays();
     loss = captured_->update({batch.x, batch.y});
+    // The iteration waits for its GPU work below anyway: its verdict costs nothing more, and a
+    // non-finite step stops in its own iteration, as an ordinary one does.
+    captured_->settle();
     // A replay ran the recorded loss function's kernels: observe what they wrote.
     if (captured_->replays() > replays)
       for (const auto& [key, value] : recorded_values_) observation.observe(key, value);

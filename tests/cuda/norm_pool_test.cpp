@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -130,6 +131,24 @@ TEST_F(NormPoolTest, ChannelsLastMaxPoolingPassesNaNOn) {
   ASSERT_EQ(y.size(), 8u * 2 * 2);
   EXPECT_TRUE(std::isnan(y[0]));  // (c 0, 0, 0) in logical NCHW order
   for (std::size_t i = 1; i < y.size(); ++i) EXPECT_EQ(y[i], 1.f) << "element " << i;
+}
+
+// Channels-last max pooling keeps only its winners' indices: an intermediate it pools is freed
+// once no handle holds it, and backward still routes every gradient to its window's maximum.
+TEST_F(NormPoolTest, ChannelsLastMaxPoolingKeepsNoCopyOfItsInput) {
+  const Tensor base = distinct_values({1, 16, 6, 7}, rand({1, 16, 6, 7}));
+  Variable xc(channels_last(base), true), xg(channels_last(on_gpu(base)), true);
+  std::weak_ptr<Storage> h_storage;
+  Variable loss;
+  {
+    const Variable h = add(xg, xg);
+    h_storage = h.data().storage();
+    loss = sum(max_pool2d(h, 3, 2, 1));
+  }
+  EXPECT_TRUE(h_storage.expired());
+  loss.backward();
+  sum(max_pool2d(add(xc, xc), 3, 2, 1)).backward();
+  expect_close(xg.grad().to(Device::cpu()), xc.grad(), 0.f, 0.f, "gradient");
 }
 
 // The second shape has enough rows (N*H*W = 1152) and channels (40) that the channels-last

@@ -121,6 +121,8 @@ class MixedPrecision : public Optimizer {
   void prepare_replay() override;
   void finish_replay() override;
   void count_replayed_step(bool taken) override;
+  /// False: this wrapper reads the verdict itself, in finish_replay().
+  bool can_defer_verdict() const override { return false; }
 
   /// loss multiplied by loss_scale() (float16), or loss itself. A float16 loss carries its
   /// gradient in float16, where 65536 is already Inf: such a run backs off to 2^15 at its first

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,10 @@
 
 #include "dpl/autograd/variable.hpp"
 #include "dpl/nn/module.hpp"
+
+namespace dpl::backend {
+class PendingRead;
+}
 
 namespace dpl::optim {
 
@@ -171,6 +176,26 @@ class Optimizer {
   /// finish_replay() for an optimizer wrapped by one that read the verdict itself: counts a
   /// step, taken or not.
   virtual void count_replayed_step(bool taken);
+  /// Whether finish_replay_deferred() may stand in for finish_replay(): in replay mode under
+  /// NonFinitePolicy::kStop, with this optimizer's own flag. False for wrappers (MixedPrecision,
+  /// parallel::MultiNodeOptimizer), which read the verdict themselves.
+  virtual bool can_defer_verdict() const;
+  /// finish_replay() without the wait for the device: queues the read of this run's flag, then
+  /// settles the previous run's verdict (that run ended before this one began, so its read is
+  /// done or nearly), and counts this run's step as taken. Under kStop a recorded step never
+  /// lowers the flag, so from a non-finite step on every run leaves the parameters and the state
+  /// as they were; the error (update()'s, naming the failing iteration and its loss, with the
+  /// counters as update() leaves them) comes from the next finish_replay_deferred() or
+  /// settle_replay(). Until then t(), iteration() and the state scalars count the last run as
+  /// taken. loss: this run's loss as a tensor of its own, for that message. Requires
+  /// can_defer_verdict() (dpl::Error otherwise).
+  virtual void finish_replay_deferred(const Tensor& loss);
+  /// Reads the verdict that finish_replay_deferred() left pending, waiting for its run, and
+  /// throws the non-finite error when the step was not finite. Does nothing when none is
+  /// pending. Call it before anything reads the counters or the parameters as final.
+  void settle_replay();
+  /// Whether a verdict is pending (see finish_replay_deferred()).
+  bool verdict_pending() const { return pending_verdict_ != nullptr; }
 
  protected:
   /// Allocates and zeroes the state for the arena's layout.
@@ -183,6 +208,9 @@ class Optimizer {
   virtual std::vector<float> replay_values() const { return {}; }
   /// Called after each step that was taken (Adam counts the steps folded into its moments).
   virtual void on_step_taken() {}
+  /// Undoes on_step_taken() for a step counted as taken before its verdict was read, which then
+  /// came out non-finite (finish_replay_deferred()).
+  virtual void on_step_withdrawn() {}
   /// In replay mode: the device copy of replay_values() and the flag that makes the update skip
   /// (undefined when there is none); undefined tensors otherwise.
   const Tensor& replay_values_on_device() const { return replay_values_; }
@@ -217,6 +245,10 @@ class Optimizer {
   Tensor replay_values_;  // replay mode: the step's values on the device
   Tensor replay_skip_;    // replay mode: the flag the update kernel skips on
   Tensor replay_loss_;    // replay mode: the recorded step's loss, for the non-finite message
+  bool own_replay_flag_ = false;  // replay mode: replay_skip_ is this optimizer's own flag
+  // finish_replay_deferred(): the last run's flag on its way to the host, and that run's loss.
+  std::shared_ptr<backend::PendingRead> pending_verdict_;
+  Tensor pending_loss_;
 };
 
 /// Plain gradient descent: p -= lr * g.
@@ -275,6 +307,7 @@ class Adam : public Optimizer {
   void step(nn::ParameterArena& arena) override;
   std::vector<float> replay_values() const override;
   void on_step_taken() override { ++moment_steps_; }
+  void on_step_withdrawn() override { --moment_steps_; }
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:

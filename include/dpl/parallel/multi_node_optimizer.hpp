@@ -88,6 +88,8 @@ class MultiNodeOptimizer : public optim::Optimizer {
   void prepare_replay() override;
   void finish_replay() override;
   void count_replayed_step(bool taken) override { actual_->count_replayed_step(taken); }
+  /// False: this wrapper reads the verdict itself, in finish_replay().
+  bool can_defer_verdict() const override { return false; }
 
   /// Overlap of the allreduce with backward (OverlapOptions; off by default). With it on,
   /// update(loss_fn) arms the reducer before backward, so each bucket of gradients is averaged on

@@ -28,6 +28,13 @@ namespace dpl::train {
 /// copies the step's values (learning rate, Adam's bias correction) to the device before the
 /// replay and reads the non-finite flag after it (when the policy checks), so schedules,
 /// skipping and stopping behave as in ordinary steps, and results are bit-identical to them.
+///
+/// Under NonFinitePolicy::kStop, where the optimizer can (Optimizer::can_defer_verdict(): not
+/// under a wrapper), the flag of a step is read during the next update() instead, so that the
+/// host never waits for the device between steps: a non-finite step still changes nothing, nor
+/// does any step after it, but its error comes from the next update() or from settle(), not
+/// from its own update(). Call settle() after the last step (the destructor reports an unsettled
+/// non-finite step on stderr, as it cannot throw).
 /// Requires an optimizer that can run so (replay_refusal() empty: SGD, MomentumSGD, Adam, under
 /// MixedPrecision in float32 or bfloat16, under a one-process parallel::MultiNodeOptimizer, no
 /// gradient hooks), set up on a model on a GPU, and the caching allocator.
@@ -51,6 +58,10 @@ class CapturedStep {
   /// and dpl::Error when the step cannot be recorded (a CPU model, an optimizer that refuses
   /// replay mode, a loss function that reads a value back), saying why.
   Variable update(const std::vector<Tensor>& inputs);
+
+  /// Reads the verdict on the last replayed step if it is still pending (waiting for that step)
+  /// and throws the optimizer's dpl::Error when the step was not finite; nothing otherwise.
+  void settle();
 
   /// Whether the step has been recorded.
   bool captured() const;

@@ -1,7 +1,9 @@
 // CPU memory and data movement: allocation, copies and fills of any dtype.
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu.hpp"
@@ -76,8 +78,25 @@ void write_values_cpu(Tensor& dst, const std::vector<float>& values) {
   std::memcpy(dst.raw_data(), values.data(), values.size() * sizeof(float));
 }
 
+// The CPU has nothing in flight: the values are read at once.
+class ReadValues final : public PendingRead {
+ public:
+  explicit ReadValues(std::vector<float> values) : values_(std::move(values)) {}
+  std::vector<float> wait() override { return values_; }
+
+ private:
+  std::vector<float> values_;
+};
+
+std::shared_ptr<PendingRead> read_back_start_cpu(const Tensor& src) {
+  DPL_CHECK(src.is_contiguous(), "read_back_start: expected a contiguous tensor");
+  const auto* p = static_cast<const float*>(src.raw_data());
+  return std::make_shared<ReadValues>(std::vector<float>(p, p + src.numel()));
+}
+
 }  // namespace
 
+DPL_REGISTER_KERNEL(read_back_start, kCpu, read_back_start_cpu);
 DPL_REGISTER_KERNEL(write_values, kCpu, write_values_cpu);
 DPL_REGISTER_KERNEL(allocate, kCpu, allocate_cpu);
 DPL_REGISTER_KERNEL(deallocate, kCpu, deallocate_cpu);

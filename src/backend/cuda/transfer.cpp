@@ -100,8 +100,51 @@ void write_values_cuda(Tensor& dst, const std::vector<float>& values) {
   cuda_api::pinned_free(staging);
   DPL_CUDA_CHECK(err);
 }
+// The copy lands in page-locked memory; the event tells when it has.
+class DeviceRead final : public PendingRead {
+ public:
+  DeviceRead(const Tensor& src, CudaDevice& k) : device_(k.device()), n_(static_cast<std::size_t>(src.numel())) {
+    DeviceGuard guard(device_);
+    host_ = static_cast<float*>(cuda_api::pinned_allocate(n_ * sizeof(float)));
+    cudaError_t err = cudaEventCreateWithFlags(&done_, cudaEventDisableTiming);
+    if (err == cudaSuccess)
+      err = cudaMemcpyAsync(host_, src.raw_data(), n_ * sizeof(float), cudaMemcpyDeviceToHost, k.stream());
+    if (err == cudaSuccess) err = cudaEventRecord(done_, k.stream());
+    if (err != cudaSuccess) release();
+    DPL_CUDA_CHECK(err);
+  }
+  ~DeviceRead() override { release(); }
+  DeviceRead(const DeviceRead&) = delete;
+  DeviceRead& operator=(const DeviceRead&) = delete;
+
+  std::vector<float> wait() override {
+    DeviceGuard guard(device_);
+    DPL_CUDA_CHECK(cudaEventSynchronize(done_));
+    return std::vector<float>(host_, host_ + n_);
+  }
+
+ private:
+  void release() noexcept {
+    // pinned_free keeps the block until the queued copy into it is done.
+    if (host_ != nullptr) cuda_api::pinned_free(host_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    host_ = nullptr;
+    done_ = nullptr;
+  }
+
+  int device_;
+  std::size_t n_;
+  float* host_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
+std::shared_ptr<PendingRead> read_back_start_cuda(const Tensor& src) {
+  DPL_CHECK(src.is_contiguous(), "read_back_start: expected a contiguous tensor");
+  return std::make_shared<DeviceRead>(src, CudaDevice::get(src.device().index));
+}
 }  // namespace
 
+DPL_REGISTER_KERNEL(read_back_start, kCuda, read_back_start_cuda);
 DPL_REGISTER_KERNEL(write_values, kCuda, write_values_cuda);
 
 }  // namespace dpl::backend

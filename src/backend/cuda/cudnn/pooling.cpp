@@ -47,14 +47,16 @@ Tensor pool2d_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x, Tensor
 
 void pool2d_backward_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
                           float beta, Tensor& gx) {
-  if (saved.dtype() == kUInt8) {  // the winners' indices of max_pool_nhwc
-    DPL_CHECK(kind == PoolKind::kMax && x.dtype() == gy.dtype() && x.dtype() == gx.dtype(),
-              "pool2d_backward: expected x, gy and gx of one float dtype, got ", x.dtype(), ", ", gy.dtype(), " and ",
-              gx.dtype());
-    cuda_detail::DeviceGuard guard(cuda_device_of(x).device());
+  if (saved.dtype() == kUInt8) {  // the winners' indices of max_pool_nhwc; x is not read
+    DPL_CHECK(kind == PoolKind::kMax && gy.dtype() == gx.dtype() && is_float_dtype(gx.dtype()),
+              "pool2d_backward: expected gy and gx of one float dtype, got ", gy.dtype(), " and ", gx.dtype());
+    cuda_detail::DeviceGuard guard(cuda_device_of(gx).device());
     const Tensor g = cuda_detail::with_strides_of(gy, saved);
-    const bool direct = gx.strides() == x.strides();
-    Tensor out = direct ? gx : cuda_detail::empty_with_strides_of(x);
+    const Shape& s = gx.shape();
+    const Strides channels_last{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+    const bool direct = gx.strides() == channels_last;
+    Tensor out = direct ? gx
+                        : Tensor(Storage::allocate(gx.nbytes(), gx.device()), 0, s, channels_last, gx.dtype());
     cuda_detail::max_pool_nhwc_backward(p, saved, g, direct ? beta : 0.f, out);
     if (!direct) cuda_detail::accumulate_into(out, beta, gx);
     return;
