@@ -43,14 +43,15 @@ import sys
 
 # --- inputs ----------------------------------------------------------------------------------------
 
-# ResNet-50 on one H200, bfloat16 channels-last, batch 128: bench_resnet measured 5274 and 5242
-# img/s on 2026-12-01 (docs/performance.md, "ResNet-50 training on the GPU").
+# ResNet-50 on one H200, bfloat16 channels-last, batch 128: bench_resnet's ordinary (unrecorded:
+# a step of several processes cannot be recorded) steps measured 6231, 6108 and 6152 img/s in the
+# last rounds of 2026-12-02 (docs/performance.md, "After 16-byte coefficient loads").
 RESNET50 = {
     "name": "ResNet-50, batch 128 per GPU, bfloat16, channels-last, H200",
     "batch": 128,
-    "img_per_s_1gpu": (5274 + 5242) / 2,
-    "img_per_s_source": "measured: bench_resnet on one H200, 5274 and 5242 img/s, mean of the two runs "
-                        "(docs/performance.md, 2026-12-01)",
+    "img_per_s_1gpu": (6231.28 + 6108.41 + 6151.57) / 3,
+    "img_per_s_source": "measured: bench_resnet's ordinary steps on one H200, 6231, 6108 and 6152 img/s, "
+                        "mean of the three rounds (docs/performance.md, 2026-12-02)",
     # float32 gradients: the MultiNodeOptimizer reduces the float32 master gradients.
     "grad_bytes": 102228128,
     "grad_bytes_source": "measured: ResNet-50's float32 gradient arena (docs/performance.md)",
@@ -60,7 +61,7 @@ RESNET50 = {
     "backward_share": 2.0 / 3.0,
     "backward_source": "assumed: backward takes 2/3 of forward + backward (two products per forward one)",
     "data_s": 0.0,
-    "data_source": "assumed: the loader keeps up (docs/performance.md: 16 loader threads deliver 2.5x what "
+    "data_source": "assumed: the loader keeps up (docs/performance.md: 16 loader threads deliver 1.8x what "
                    "one H200 consumes), so no wait for data",
 }
 
