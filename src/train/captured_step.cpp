@@ -11,11 +11,14 @@
 
 namespace dpl::train {
 
-// The recorded step: its graph, the input buffers it reads and the loss it writes.
+// The recorded step: its graph, the input buffers it reads, the loss it writes, and the
+// non-finite policy it was recorded under (which decides whether it checks the gradients and
+// whether it lowers the flag).
 struct CapturedStep::Recording {
   cuda::Graph graph;
   std::vector<Tensor> inputs;
   Tensor loss;
+  optim::NonFinitePolicy policy = optim::NonFinitePolicy::kStop;
 };
 
 CapturedStep::CapturedStep(optim::Optimizer& optimizer, LossFunction loss, int warmup_steps)
@@ -102,6 +105,7 @@ void CapturedStep::record(const std::vector<Tensor>& inputs) {
     throw;
   }
   capturing_ = false;
+  recording->policy = optimizer_.non_finite_policy();
   recording_ = std::move(recording);
 }
 
@@ -111,6 +115,11 @@ Variable CapturedStep::update(const std::vector<Tensor>& inputs) {
     record(inputs);
   } else if (!matches_recording(inputs)) {
     return run_unrecorded(inputs);
+  } else if (optimizer_.non_finite_policy() != recording_->policy) {
+    // The recording checks, or keeps the flag raised, as the old policy said: record anew.
+    settle();
+    recording_.reset();
+    record(inputs);
   } else {
     for (std::size_t i = 0; i < inputs.size(); ++i) recording_->inputs[i].copy_(inputs[i]);
   }

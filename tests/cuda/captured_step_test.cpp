@@ -85,7 +85,7 @@ struct MlpRun {
 // Trains an MLP with Adam over the batches, the learning rate changing every step; recorded
 // after 3 ordinary steps when `graph` is set.
 MlpRun train_mlp(const Batches& data, bool graph, std::uint64_t seed,
-                 optim::NonFinitePolicy policy = optim::NonFinitePolicy::kStop) {
+                 optim::NonFinitePolicy policy = optim::NonFinitePolicy::kStop, int skip_from = -1) {
   Generator gen(seed);
   nn::MLP model(kUnits, kIn, kOut, gen);
   model.to(gpu());
@@ -101,6 +101,7 @@ MlpRun train_mlp(const Batches& data, bool graph, std::uint64_t seed,
   try {
     for (; i < data.x.size(); ++i) {
       opt.set_lr(1e-2f / static_cast<float>(i + 1));
+      if (static_cast<int>(i) == skip_from) opt.set_non_finite_policy(optim::NonFinitePolicy::kSkip);
       const Tensor x = data.x[i].to(gpu()), y = data.y[i].to(gpu());
       const Variable loss = graph ? step.update({x, y})
                                   : opt.update([&] { return softmax_cross_entropy(model(Variable(x)), y); });
@@ -171,6 +172,20 @@ TEST_F(CapturedStepTest, NonFiniteStepsSkipOnTheDeviceOrStop) {
   EXPECT_EQ(graphed_last.stopped_at, 6);
   EXPECT_THAT(graphed_last.error, HasSubstr("iteration 6"));
   EXPECT_EQ(graphed_last.params, plain_last.params);
+}
+
+// A recording made under kStop keeps the flag raised once raised; switched to kSkip, the step is
+// recorded again, so that one non-finite batch skips one step and training goes on.
+TEST_F(CapturedStepTest, APolicyChangedAfterTheRecordingIsRecordedAgain) {
+  Batches data = batches(10);
+  data.x[7].set<float>({0, 1}, std::numeric_limits<float>::quiet_NaN());
+  const MlpRun plain = train_mlp(data, false, seed_, optim::NonFinitePolicy::kStop, 6);
+  const MlpRun graphed = train_mlp(data, true, seed_, optim::NonFinitePolicy::kStop, 6);
+  EXPECT_EQ(graphed.error, "");
+  EXPECT_EQ(graphed.skipped, 1);
+  EXPECT_EQ(graphed.t, 9);
+  EXPECT_EQ(graphed.replays, 7);
+  EXPECT_EQ(graphed.params, plain.params);
 }
 
 TEST_F(CapturedStepTest, ReplaysNeverTouchMemoryAllocatedOutsideTheRecording) {

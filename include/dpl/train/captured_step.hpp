@@ -34,7 +34,8 @@ namespace dpl::train {
 /// host never waits for the device between steps: a non-finite step still changes nothing, nor
 /// does any step after it, but its error comes from the next update() or from settle(), not
 /// from its own update(). Call settle() after the last step (the destructor reports an unsettled
-/// non-finite step on stderr, as it cannot throw).
+/// non-finite step on stderr, as it cannot throw). A step whose optimizer's non-finite policy
+/// changed since the recording is recorded again.
 /// Requires an optimizer that can run so (replay_refusal() empty: SGD, MomentumSGD, Adam, under
 /// MixedPrecision in float32 or bfloat16, under a one-process parallel::MultiNodeOptimizer, no
 /// gradient hooks), set up on a model on a GPU, and the caching allocator.
