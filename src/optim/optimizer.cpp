@@ -339,6 +339,8 @@ std::map<std::string, double> Optimizer::state_scalars() const {
 void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                            const std::map<std::string, double>& scalars) {
   const char* who = "Optimizer::load_state";
+  // A verdict still pending would otherwise be applied to the loaded counters.
+  settle_replay();
   nn::ParameterArena& arena = target().arena();
   // The state to fill must have the model's current layout, as the next update() would make it.
   if (arena.id() != state_arena_) {

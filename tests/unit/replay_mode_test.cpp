@@ -231,6 +231,38 @@ TEST(ReplayMode, ANonFiniteLastStepIsReportedBySettling) {
   expect_same_parameters_and_state(before, deferred.run);
 }
 
+TEST(ReplayMode, LoadingStateSettlesAPendingVerdictFirst) {
+  Generator gen(7);
+  nn::MLP model(kUnits, kIn, kOut, gen);
+  optim::Adam opt(1e-2f);
+  opt.setup(model);
+  const Problem prob = make_problem(3);
+  Tensor x = prob.x.clone();
+  const auto loss_fn = [&] { return softmax_cross_entropy(model(Variable(x)), prob.y); };
+  opt.update(loss_fn);
+  const auto tensors = opt.state();
+  std::vector<std::pair<std::string, Tensor>> saved;
+  for (const auto& [name, t] : tensors) saved.emplace_back(name, t.clone());
+  const auto scalars = opt.state_scalars();
+  opt.set_replay_mode(true);
+  const auto replay = [&] {
+    opt.prepare_replay();
+    const Variable loss = opt.update(loss_fn);
+    opt.finish_replay_deferred(loss.data().clone());
+  };
+  // A finite pending step: read, then the loaded counters stand as loaded.
+  replay();
+  ASSERT_TRUE(opt.verdict_pending());
+  opt.load_state(saved, scalars);
+  EXPECT_FALSE(opt.verdict_pending());
+  EXPECT_EQ(opt.state_scalars(), scalars);
+  // A non-finite pending step: loading reports it rather than fold it into the loaded counters.
+  x.set<float>({0, 0}, std::numeric_limits<float>::quiet_NaN());
+  replay();
+  DPL_EXPECT_ERROR(opt.load_state(saved, scalars), HasSubstr("non-finite gradient"));
+  EXPECT_FALSE(opt.verdict_pending());
+}
+
 std::unique_ptr<optim::Optimizer> with_decay(std::unique_ptr<optim::Optimizer> o) {
   o->set_weight_decay(1e-3f);
   return o;

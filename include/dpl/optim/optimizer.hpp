@@ -192,7 +192,8 @@ class Optimizer {
   virtual void finish_replay_deferred(const Tensor& loss);
   /// Reads the verdict that finish_replay_deferred() left pending, waiting for its run, and
   /// throws the non-finite error when the step was not finite. Does nothing when none is
-  /// pending. Call it before anything reads the counters or the parameters as final.
+  /// pending. Call it before anything reads the counters or the parameters as final
+  /// (load_state() and an ordinary update() call it themselves).
   void settle_replay();
   /// Whether a verdict is pending (see finish_replay_deferred()).
   bool verdict_pending() const { return pending_verdict_ != nullptr; }
