@@ -42,8 +42,6 @@ nn::Module& Optimizer::target() const {
 }
 
 void Optimizer::update() {
-  // An ordinary step after deferred replays: their last verdict first (this step lowers the flag).
-  if (!replay_) settle_replay();
   nn::ParameterArena& arena = target().arena();
   if (!prepared_) prepare_gradients();
   if (replay_) {
@@ -92,6 +90,9 @@ std::string Optimizer::replay_refusal() const {
 }
 
 void Optimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
+  // Either way the deferred protocol ends here, and replay mode lowers the flag: a verdict still
+  // pending is read first.
+  settle_replay();
   if (!on) {
     // The buffers stay: a recording made before reads them, and a step run unrecorded in
     // between (CapturedStep's odd batch) must find them in place when replay mode returns.
@@ -158,17 +159,12 @@ void Optimizer::finish_replay_deferred(const Tensor& loss) {
   pending_loss_ = loss;
   loss_ = Tensor();
   finite_.reset();
-  prepared_ = false;
-  ++iteration_;
-  last_skipped_ = false;
-  ++t_;
-  on_step_taken();
+  Optimizer::count_replayed_step(true);
 }
 
 void Optimizer::settle_replay() {
   if (pending_verdict_ == nullptr) return;
-  const std::shared_ptr<backend::PendingRead> read = std::move(pending_verdict_);
-  pending_verdict_ = nullptr;
+  const std::shared_ptr<backend::PendingRead> read = std::move(pending_verdict_);  // leaves it null
   const Tensor loss = std::move(pending_loss_);
   pending_loss_ = Tensor();
   if (read->wait().at(0) == 0.f) return;

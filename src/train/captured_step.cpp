@@ -55,8 +55,6 @@ std::vector<Tensor> on_device(const std::vector<Tensor>& inputs, Device device) 
 }  // namespace
 
 Variable CapturedStep::run_unrecorded(const std::vector<Tensor>& inputs) {
-  // An ordinary step lowers the flag: the verdict on the replay before it is read first.
-  settle();
   const std::vector<Tensor> moved = on_device(inputs, optimizer_.target().device());
   const bool replaying = optimizer_.replay_mode();
   if (replaying) optimizer_.set_replay_mode(false);
@@ -116,8 +114,8 @@ Variable CapturedStep::update(const std::vector<Tensor>& inputs) {
   } else if (!matches_recording(inputs)) {
     return run_unrecorded(inputs);
   } else if (optimizer_.non_finite_policy() != recording_->policy) {
-    // The recording checks, or keeps the flag raised, as the old policy said: record anew.
-    settle();
+    // The recording checks, or keeps the flag raised, as the old policy said: record anew
+    // (set_replay_mode, in record(), settles the last verdict first).
     recording_.reset();
     record(inputs);
   } else {

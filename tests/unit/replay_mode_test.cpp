@@ -83,7 +83,9 @@ void expect_same_parameters_and_state(const TrainedRun& a, const TrainedRun& b) 
   for (std::size_t i = 0; i < pa.size(); ++i) ASSERT_EQ(pa[i], pb[i]) << "parameter element " << i;
   EXPECT_EQ(a.opt->t(), b.opt->t());
   const auto sa = a.opt->state_scalars(), sb = b.opt->state_scalars();
-  if (sa.count("moment_steps")) EXPECT_EQ(sa.at("moment_steps"), sb.at("moment_steps"));
+  if (sa.count("moment_steps")) {
+    EXPECT_EQ(sa.at("moment_steps"), sb.at("moment_steps"));
+  }
   const auto ta = a.opt->state(), tb = b.opt->state();
   ASSERT_EQ(ta.size(), tb.size());
   for (std::size_t k = 0; k < ta.size(); ++k) {

@@ -193,7 +193,7 @@ class Optimizer {
   /// Reads the verdict that finish_replay_deferred() left pending, waiting for its run, and
   /// throws the non-finite error when the step was not finite. Does nothing when none is
   /// pending. Call it before anything reads the counters or the parameters as final
-  /// (load_state() and an ordinary update() call it themselves).
+  /// (set_replay_mode() and load_state() call it themselves).
   void settle_replay();
   /// Whether a verdict is pending (see finish_replay_deferred()).
   bool verdict_pending() const { return pending_verdict_ != nullptr; }

@@ -52,11 +52,8 @@ void pool2d_backward_cuda(PoolKind kind, const Pool2dParams& p, const Tensor& x,
               "pool2d_backward: expected gy and gx of one float dtype, got ", gy.dtype(), " and ", gx.dtype());
     cuda_detail::DeviceGuard guard(cuda_device_of(gx).device());
     const Tensor g = cuda_detail::with_strides_of(gy, saved);
-    const Shape& s = gx.shape();
-    const Strides channels_last{s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
-    const bool direct = gx.strides() == channels_last;
-    Tensor out = direct ? gx
-                        : Tensor(Storage::allocate(gx.nbytes(), gx.device()), 0, s, channels_last, gx.dtype());
+    const bool direct = cuda_detail::max_pool_nhwc_fits(gx, p);  // packed channels-last, as the kernel writes
+    Tensor out = direct ? gx : Tensor::empty_channels_last(gx.shape(), TensorOptions(gx.dtype(), gx.device()));
     cuda_detail::max_pool_nhwc_backward(p, saved, g, direct ? beta : 0.f, out);
     if (!direct) cuda_detail::accumulate_into(out, beta, gx);
     return;
