@@ -9,8 +9,16 @@
 // between steps (weights, gradients, optimizer state, the batch), so that the difference is what
 // one step's activations and workspaces take. --graph records the step as a CUDA graph after
 // three ordinary steps and replays it (train::CapturedStep).
+//
+// --reduce after|overlap adds the data-parallel gradient allreduce of this process alone (run it
+// under mpiexec for more ranks) in buckets (parallel::GradientReducer, --bucket-mb,
+// --first-bucket-mb) over --communicator in the --wire dtype: after backward, or overlapped with
+// it. The same buckets run either way, so the two differ only in the overlap; the record then
+// adds the mean bucket time per step and the mean exposed part (what the step waited for after
+// backward; on a GPU both are the GPU's, from events).
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +45,8 @@ int main(int argc, char** argv) {
   float lr = 0.1f;
   std::uint64_t seed = 0;
   bool graph = false, memory_breakdown = false;
+  std::string reduce = "none", communicator = "pure_nccl", wire_arg = "float32";
+  double bucket_mb = 25.0, first_bucket_mb = 1.0;
   flags.add_to(app);
   app.add_option("-a,--arch", arch, "resnet18, resnet34, resnet50, resnet101 or resnet152")
       ->check(CLI::IsMember(models::resnet_archs()));
@@ -55,6 +65,13 @@ int main(int argc, char** argv) {
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
   app.add_flag("--memory-breakdown", memory_breakdown,
                "after the timed steps, one ordinary step with the allocator read after each phase (cuda only)");
+  app.add_option("--reduce", reduce, "none, or the gradient allreduce after backward or overlapped with it")
+      ->check(CLI::IsMember({"none", "after", "overlap"}));
+  app.add_option("--communicator", communicator, "communicator of --reduce");
+  app.add_option("--wire", wire_arg, "dtype the gradients travel in: float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--bucket-mb", bucket_mb, "MiB of gradients per bucket")->check(CLI::PositiveNumber);
+  app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -90,12 +107,37 @@ int main(int argc, char** argv) {
     opt.setup(*model);
     train::CapturedStep captured(
         opt, [&](const std::vector<Tensor>& in) { return softmax_cross_entropy((*model)(Variable(in[0])), in[1]); });
+    std::unique_ptr<comm::Communicator> comm;
+    std::unique_ptr<parallel::GradientReducer> reducer;
+    const bool overlap = reduce == "overlap";
+    double bucket_seconds = 0.0, exposed_seconds = 0.0;
+    if (reduce != "none") {
+      comm = comm::create_communicator(communicator, comm::CommOptions{parse_dtype(wire_arg)});
+      reducer = std::make_unique<parallel::GradientReducer>(*model, *comm);
+      const double mib = 1024.0 * 1024.0;
+      reducer->set_overlap({true, static_cast<std::size_t>(bucket_mb * mib), static_cast<std::size_t>(first_bucket_mb * mib)});
+      reducer->broadcast_parameters();
+    }
     auto step = [&]() -> Variable {
       if (graph) return captured.update({images, labels});
-      return opt.update([&] { return softmax_cross_entropy((*model)(x), labels); });
+      if (!reducer) return opt.update([&] { return softmax_cross_entropy((*model)(x), labels); });
+      opt.zero_grad();
+      Variable loss = softmax_cross_entropy((*model)(x), labels);
+      if (overlap) reducer->begin_backward(nullptr, opt.gradient_ranges());
+      opt.backward(loss);
+      if (!overlap) reducer->begin_backward(nullptr, opt.gradient_ranges());
+      const parallel::OverlapTimes t = reducer->finish_backward();
+      bucket_seconds += t.total;
+      exposed_seconds += t.exposed;
+      opt.update();
+      return loss;
     };
     if (graph && !cuda) {
       std::fprintf(stderr, "bench_resnet: --graph needs --device cuda\n");
+      return 2;
+    }
+    if (graph && reducer) {
+      std::fprintf(stderr, "bench_resnet: --graph runs without --reduce\n");
       return 2;
     }
     if (graph && warmup < 4) warmup = 4;  // three ordinary steps, then the recording
@@ -112,6 +154,7 @@ int main(int argc, char** argv) {
     sync(device);
     const std::size_t held = cuda ? cuda::memory_stats(device.index).current : 0;
     if (cuda && !graph) cuda::reset_peak(device.index);
+    bucket_seconds = exposed_seconds = 0.0;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) step();
     if (graph) captured.settle();  // the last step's non-finite verdict, when it was deferred
@@ -148,9 +191,14 @@ int main(int argc, char** argv) {
     if (graph) captured.settle();
     const double step_s = seconds / iters;
     std::printf("arch=%s batch=%lld dtype=%s layout=%s graph=%d img_per_s=%.2f step_ms=%.3f peak_mem_bytes=%zu "
-                "held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",
+                "held_mem_bytes=%zu device=%s iters=%d loss=%.4f",
                 arch.c_str(), static_cast<long long>(batch), dtype_name(dtype), layout.c_str(), graph ? 1 : 0,
                 static_cast<double>(batch) / step_s, step_s * 1e3, peak, held, cuda ? "cuda" : "cpu", iters, loss);
+    if (reducer)
+      std::printf(" reduce=%s communicator=%s ranks=%d wire=%s buckets=%zu bucket_ms=%.3f exposed_ms=%.3f", reduce.c_str(),
+                  communicator.c_str(), comm->size(), wire_arg.c_str(), reducer->buckets().size(),
+                  bucket_seconds / iters * 1e3, exposed_seconds / iters * 1e3);
+    std::printf("\n");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_resnet: %s\n", e.what());

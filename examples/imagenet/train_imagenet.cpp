@@ -7,7 +7,7 @@
 //       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
-//       [--trace] [--graph]
+//       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
 // decodes, crops and flips its shard's JPEG files into 8-bit batches; with -g those travel to the
@@ -77,6 +77,7 @@ struct Options {
   bool test = false;
   bool trace = false;
   bool graph = false;
+  parallel::OverlapOptions overlap;
   std::uint64_t seed = 0;
 };
 
@@ -192,7 +193,11 @@ int run(Options o) {
                               {"synthetic data (--synthetic)", o.synthetic ? "on" : "off"},
                               {"test run (--test)", o.test ? "on" : "off"},
                               {"seed (--seed)", std::to_string(o.seed)},
-                              {"graph capture (--graph)", o.graph ? "on" : "off"}},
+                              {"graph capture (--graph)", o.graph ? "on" : "off"},
+                              // The buckets are the collectives: ranks that cut them differently never meet.
+                              {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
+                              {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
+                              {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_imagenet");
   const bool root = comm->rank() == 0;
 
@@ -293,6 +298,7 @@ int run(Options o) {
   std::unique_ptr<optim::Optimizer> actual = std::move(sgd);
   if (o.dtype != kFloat32) actual = optim::mixed_precision(std::move(actual), o.dtype);
   auto optimizer = parallel::create_multi_node_optimizer(std::move(actual), comm);
+  optimizer->set_overlap(o.overlap);
   optimizer->setup(model);
 
   const float smoothing = static_cast<float>(o.label_smoothing);
@@ -357,7 +363,8 @@ int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
               crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
-              warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0", seed = "0";
+              warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0", seed = "0",
+              bucket_mb = "25", first_bucket_mb = "1";
   CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
   app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
   app.add_option("val", o.val_list, "List of validation images, in the same format");
@@ -386,6 +393,9 @@ int main(int argc, char** argv) {
   app.add_flag("--synthetic", o.synthetic, "Random images resident on the device instead of files (throughput)");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
   app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
+  app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
+  app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
+  app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
   CLI11_PARSE(app, argc, argv);
@@ -417,6 +427,10 @@ int main(int argc, char** argv) {
     o.classes = static_cast<std::int64_t>(parse_whole("--classes", classes, 0, std::uint64_t{1} << 31));
     o.log_interval = static_cast<std::int64_t>(parse_whole("--log-interval", log_interval, 0, kMax));
     o.seed = parse_whole("--seed", seed, 0, kMax);
+    const double mib = 1024.0 * 1024.0;
+    o.overlap.bucket_bytes = static_cast<std::size_t>(parse_real("--bucket-mb", bucket_mb, 1e-6, 1e6) * mib);
+    o.overlap.first_bucket_bytes =
+        static_cast<std::size_t>(parse_real("--first-bucket-mb", first_bucket_mb, 1e-6, 1e6) * mib);
     const auto archs = models::resnet_archs();
     if (std::find(archs.begin(), archs.end(), o.arch) == archs.end())
       throw BadFlag{"-a must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + o.arch + "'"};

@@ -73,7 +73,11 @@ int run(const Options& o) {
                               {"snapshot interval (--snapshot-every)", std::to_string(o.snapshot_every)},
                               {"resumed checkpoint (--resume)", o.resume},
                               {"non-finite policy (--non-finite)", optim::to_string(o.non_finite)},
-                              {"graph capture (--graph)", o.graph ? "on" : "off"}},
+                              {"graph capture (--graph)", o.graph ? "on" : "off"},
+                              // The buckets are the collectives: ranks that cut them differently never meet.
+                              {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
+                              {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
+                              {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_mnist");
 
   const Device device = examples::device_for_rank(o.gpu, *comm);
@@ -164,7 +168,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", o.data, "Folder of the MNIST-format files (Fashion-MNIST by default)");
   app.add_option("--seed", seed, "Seed for initialisation and shuffling");
   app.add_flag("--sync-timing", o.sync_timing, "Barriers between phases for clean phase times");
-  app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs (host memory)");
+  app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "backend/kernels.hpp"
@@ -27,6 +28,16 @@ BucketWorker* BucketWorker::abandon() {
 }
 
 void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare) {
+  backend::SideLane* lane = nullptr;
+  if (!slices.empty() && slices.front().data.device().is_cuda()) {
+    const int device = slices.front().data.device().index;
+    if (!side_lane_ || side_lane_->device() != device) {
+      side_lane_.reset();  // waits for the old GPU's side stream
+      side_lane_ = std::make_unique<backend::SideLane>(device);
+    }
+    lane = side_lane_.get();
+    lane->prepare(slices.size());
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     slices_ = std::move(slices);
@@ -36,6 +47,7 @@ void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* fl
     done_ = 0;
     wire_ = wire_dtype;
     flag_ = flag;
+    lane_ = lane;
     error_ = nullptr;
     armed_ = true;
   }
@@ -43,6 +55,9 @@ void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* fl
 }
 
 void BucketWorker::ready(std::size_t k) {
+  // The main thread alone writes ready_ and queues the compute stream: the mark is where the
+  // compute stream stands now, recorded before the worker may see the bucket ready.
+  if (lane_ != nullptr && k < ready_.size() && !ready_[k]) lane_->mark_ready(k);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (k < ready_.size()) ready_[k] = true;
@@ -53,17 +68,38 @@ void BucketWorker::ready(std::size_t k) {
 OverlapTimes BucketWorker::finish() {
   OverlapTimes out;
   out.backward_end = profile::now_seconds();
+  backend::SideLane* lane = lane_;
+  if (lane != nullptr) {
+    lane->mark_backward_end();
+    for (std::size_t k = 0; k < ready_.size(); ++k)
+      if (!ready_[k]) lane->mark_ready(k);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   std::fill(ready_.begin(), ready_.end(), true);
   changed_.notify_all();
   changed_.wait(lock, [&] { return done_ == slices_.size(); });
   const double end = profile::now_seconds();
+  const std::size_t n = slices_.size();
   armed_ = false;
   slices_.clear();
   prepare_ = nullptr;
   flag_ = nullptr;
+  lane_ = nullptr;
+  // Whatever was queued, the compute stream goes on only after it.
+  if (lane != nullptr) lane->join();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   out.exposed = end - out.backward_end;
+  if (lane != nullptr) {
+    // The GPU's times, anchored to the host clock when the later of the side stream's end and
+    // backward's end is seen.
+    lock.unlock();
+    const backend::SideLane::Times t = lane->times(n);
+    const double finished = profile::now_seconds() - std::max(0.0, t.backward_end);
+    lock.lock();
+    for (std::size_t k = 0; k < n; ++k) times_[k] = {finished + t.start[k], t.seconds[k]};
+    out.backward_end = finished + t.backward_end;
+    out.exposed = std::max(0.0, -t.backward_end);
+  }
   out.buckets = times_;
   for (const auto& t : times_) {
     out.total += t.seconds;
@@ -77,6 +113,8 @@ void BucketWorker::run() {
   // DPL_NUM_THREADS: the host loops of a bucket's allreduce (sums, the mean's scaling, the
   // non-finite check) would each start a team whose idle threads spin on the cores backward is
   // computing on. This thread is one core's worth of communication; its loops run on it alone.
+  // (Giving it the rank's threads once backward is over was measured slower: its team's idle
+  // threads then spin on the cores the next step's forward pass computes on.)
   omp_set_num_threads(1);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -87,6 +125,7 @@ void BucketWorker::run() {
     const Prepare prepare = prepare_;
     Tensor* flag = flag_;
     const DType wire = wire_;
+    backend::SideLane* lane = lane_;
     const bool failed = error_ != nullptr;
     lock.unlock();
     // After an error the remaining buckets are only counted off: the step is lost, and the main
@@ -94,11 +133,17 @@ void BucketWorker::run() {
     OverlapTimes::Interval t;
     if (!failed) {
       try {
+        std::optional<backend::SideLane::Scope> on_lane;
+        if (lane != nullptr) {
+          on_lane.emplace(*lane);
+          lane->begin_item(k);
+        }
         if (prepare) prepare(slice.begin, slice.end, flag);
         else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
         t.start = profile::now_seconds();
         comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         t.seconds = profile::now_seconds() - t.start;
+        if (lane != nullptr) lane->end_item(k);
       } catch (...) {
         lock.lock();
         error_ = std::current_exception();

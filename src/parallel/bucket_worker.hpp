@@ -2,6 +2,11 @@
 // The thread that runs the overlapped gradient allreduce: one blocking allreduce per bucket, in
 // bucket order, each as soon as the main thread (running backward) has marked it ready.
 //
+// On a GPU the buckets' work is queued, not run, by this thread: on a side stream of the GPU
+// (backend::SideLane), each bucket after the compute stream has reached the point where the main
+// thread marked it ready, and the compute stream waits for the side stream in finish(). The
+// times are then the GPU's, read from events once the side stream is done.
+//
 // A thread rather than non-blocking collectives: every communicator (the composed hierarchical
 // and two_dimensional ones too) is a sequence of blocking calls, and MPI's non-blocking
 // collectives make progress only while some thread is inside MPI, which during backward none
@@ -13,10 +18,12 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "backend/side_lane.hpp"
 #include "dpl/comm/communicator.hpp"
 #include "dpl/parallel/gradient_reducer.hpp"
 #include "dpl/tensor/tensor.hpp"
@@ -39,14 +46,17 @@ class BucketWorker {
   /// (when not null) on an Inf or NaN: an optimizer's gradient ranges (optim::GradientRanges).
   using Prepare = std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)>;
 
-  /// Arms one step over `slices` (in bucket order), each reduced with kMean in wire_dtype. Before
-  /// a slice's allreduce, `prepare` (when set) fills it and raises `flag`; else `flag`, when not
-  /// null, is raised when the slice holds an Inf or NaN.
+  /// Arms one step over `slices` (in bucket order, all on one device), each reduced with kMean in
+  /// wire_dtype. Before a slice's allreduce, `prepare` (when set) fills it and raises `flag`;
+  /// else `flag`, when not null, is raised when the slice holds an Inf or NaN. Slices on a GPU
+  /// are reduced on that GPU's side lane (created on first use).
   void start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare);
-  /// Marks bucket k ready (its gradients are final). Called by the main thread.
+  /// Marks bucket k ready (its gradients are final, or on a GPU: queued). Called by the main
+  /// thread.
   void ready(std::size_t k);
-  /// Marks every bucket ready, waits until all are reduced, and returns their times; rethrows
-  /// the first error a bucket's allreduce raised.
+  /// Marks every bucket ready, waits until all are reduced (on a GPU: queued, with the compute
+  /// stream made to wait for them), and returns their times; rethrows the first error a bucket's
+  /// allreduce raised.
   OverlapTimes finish();
   /// Detaches the thread, which may be blocked in a collective that will not complete; the
   /// worker must then never be destroyed (its thread may still read it). Returns this.
@@ -68,7 +78,9 @@ class BucketWorker {
   bool stop_ = false;
   DType wire_ = DType::kFloat32;
   Tensor* flag_ = nullptr;
+  backend::SideLane* lane_ = nullptr;  // the armed step's lane: null for host slices
   std::exception_ptr error_;
+  std::unique_ptr<backend::SideLane> side_lane_;  // of the last GPU the slices were on
   std::thread thread_;
 };
 

@@ -111,8 +111,6 @@ void GradientReducer::check_overlap_supported(const char* who, bool optimizer_pr
   DPL_CHECK(optimizer_prepares_ranges || arena.dtype() == kFloat32, who, ": expected a float32 gradient arena, got ",
             arena.dtype(), ", and an optimizer that does not prepare float32 gradients range by range (wrap the ",
             "optimizer in optim::MixedPrecision, which does)");
-  DPL_CHECK(arena.device().is_cpu(), who, ": the overlapped allreduce runs on gradients in host memory; this "
-            "arena is on ", arena.device(), " (on GPUs the gradients are reduced after backward)");
   DPL_CHECK(comm::calls_from_other_threads_allowed(), who, ": MPI was initialised with less than ",
             "MPI_THREAD_SERIALIZED, so the allreduce cannot run on a worker thread; initialise it with ",
             "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or leave it to dpl");
@@ -126,9 +124,12 @@ void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRa
   check_overlap_supported(who, prepared);
   nn::ParameterArena& arena = model_.arena();
   const Tensor grads = prepared ? ranges.gradients : arena.grads();
-  DPL_CHECK(grads.dtype() == kFloat32 && grads.numel() == arena.numel() && grads.device().is_cpu(), who,
-            ": expected the gradients to reduce as float32 of the arena's ", arena.numel(), " elements in host ",
-            "memory, got ", grads.dtype(), " of ", grads.numel(), " on ", grads.device());
+  DPL_CHECK(grads.dtype() == kFloat32 && grads.numel() == arena.numel() && grads.device() == arena.device(), who,
+            ": expected the gradients to reduce as float32 of the arena's ", arena.numel(), " elements on ",
+            arena.device(), ", got ", grads.dtype(), " of ", grads.numel(), " on ", grads.device());
+  DPL_CHECK(local_flag == nullptr || (local_flag->defined() && local_flag->device() == arena.device()), who,
+            ": expected the non-finite flag on ", arena.device(), ", got ",
+            local_flag->defined() ? detail::concat("one on ", local_flag->device()) : std::string("an undefined one"));
   DPL_CHECK(!prepared || ranges.prepare, who, ": the optimizer's gradient ranges have no prepare function");
   const auto& plan = buckets();
   pending_ = hooks_in_bucket_;

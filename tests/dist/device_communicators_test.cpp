@@ -25,39 +25,12 @@
 namespace dpl::test {
 namespace {
 
-struct HostPlace {
-  int local_rank = 0;
-  int local_size = 1;
-};
-
-HostPlace host_place() {
-  MPI_Comm shared;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
-  HostPlace p;
-  MPI_Comm_rank(shared, &p.local_rank);
-  MPI_Comm_size(shared, &p.local_size);
-  MPI_Comm_free(&shared);
-  return p;
-}
-
 // One parameter of n elements: an arena of (about) n gradients.
 class FlatModel : public nn::Module {
  public:
   explicit FlatModel(std::int64_t n) { register_parameter("w", Tensor::zeros({n})); }
   Variable forward(const Variable& x) override { return x; }
 };
-
-comm::Communicator& communicator_with(const std::string& name, DType dtype) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<comm::Communicator>> cache;
-  auto& slot = cache[{name, static_cast<int>(dtype)}];
-  if (!slot) slot = comm::create_communicator(name, comm::CommOptions{dtype});
-  return *slot;
-}
-
-bool reduces_16bit(const std::string& name) {
-  return DPL_WITH_NCCL && (name == "pure_nccl" || name == "single_node" || name == "hierarchical" ||
-                           name == "two_dimensional");
-}
 
 class DeviceComm : public ::testing::TestWithParam<std::string> {
  protected:

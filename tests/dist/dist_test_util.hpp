@@ -7,6 +7,8 @@
 //    rank leaves the others waiting in the next collective);
 //  - an unexpected exception aborts every rank with its message (see dist_main.cpp).
 
+#include <mpi.h>
+
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -30,6 +32,37 @@ inline comm::Communicator& communicator(const std::string& name) {
   auto& slot = cache[name];
   if (!slot) slot = comm::create_communicator(name);
   return *slot;
+}
+
+/// The communicator `name` with gradients carried in `wire` (CommOptions::allreduce_dtype), cached
+/// as communicator() caches (same rules: every rank asks for the same ones in the same order).
+inline comm::Communicator& communicator_with(const std::string& name, DType wire) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<comm::Communicator>> cache;
+  auto& slot = cache[{name, static_cast<int>(wire)}];
+  if (!slot) slot = comm::create_communicator(name, comm::CommOptions{wire});
+  return *slot;
+}
+
+/// Whether communicator `name` carries GPU gradients in a 16-bit wire dtype (through NCCL).
+inline bool reduces_16bit(const std::string& name) {
+  return DPL_WITH_NCCL && (name == "pure_nccl" || name == "single_node" || name == "hierarchical" ||
+                           name == "two_dimensional");
+}
+
+/// This rank's place among the ranks of its machine (the hardware's, whatever the virtual node
+/// layout): how many share it, and which of them this one is. Collective over MPI_COMM_WORLD.
+struct HostPlace {
+  int local_rank = 0;
+  int local_size = 1;
+};
+inline HostPlace host_place() {
+  MPI_Comm shared;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+  HostPlace p;
+  MPI_Comm_rank(shared, &p.local_rank);
+  MPI_Comm_size(shared, &p.local_size);
+  MPI_Comm_free(&shared);
+  return p;
 }
 
 /// Whether this run's DPL_RANKS_PER_NODE lists nodes of unequal sizes ("2,1"). Read from the

@@ -114,20 +114,26 @@ class GradientReducer {
   /// each bucket filled by ranges.prepare just before its allreduce. When local_flag is given (a
   /// one-element float32 tensor on the arena's device), each bucket is checked for Inf and NaN
   /// before its allreduce and the flag raised (set to 1) when one is found: this rank's own
-  /// verdict, before averaging mixes the ranks'. Requires overlap enabled, gradients in host
-  /// memory (a float32 arena unless `ranges` names the buffer), an MPI runtime that allows calls
-  /// from a second thread, and no begin_backward() armed already (else dpl::Error). Nothing may
-  /// use the communicator or the gradient buffers, other than backward writing the arena, until
-  /// finish_backward() returns.
+  /// verdict, before averaging mixes the ranks'. Requires overlap enabled, a float32 arena unless
+  /// `ranges` names the buffer, an MPI runtime that allows calls from a second thread, and no
+  /// begin_backward() armed already (else dpl::Error). Nothing may use the communicator or the
+  /// gradient buffers, other than backward writing the arena, until finish_backward() returns.
+  ///
+  /// On a GPU the worker thread queues each bucket's work (the range's preparation, the check,
+  /// the communicator's kernels and NCCL calls) on a side stream of the GPU, which waits for the
+  /// point of the compute stream where backward finished the bucket; finish_backward() makes the
+  /// compute stream wait for the side stream. See docs/communicators.md, "Overlap on GPUs".
   void begin_backward(Tensor* local_flag = nullptr, const optim::GradientRanges& ranges = {});
-  /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now (in
-  /// device memory, float32 unless the optimizer prepares float32 gradient ranges, or MPI
-  /// without MPI_THREAD_SERIALIZED), naming `who`.
+  /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now
+  /// (float32 unless the optimizer prepares float32 gradient ranges, or MPI without
+  /// MPI_THREAD_SERIALIZED), naming `who`.
   void check_overlap_supported(const char* who, bool optimizer_prepares_ranges = false);
   /// Ends what begin_backward() armed: starts the buckets backward did not complete (parameters
   /// it never reached keep their zero gradients), waits until every bucket is reduced, and
-  /// returns the times. Rethrows the first error of a bucket's allreduce. Requires a
-  /// begin_backward() before it.
+  /// returns the times. On a GPU it waits until the side stream has finished, and the times are
+  /// the GPU's (from events): exposed is how long the side stream ran on after backward's last
+  /// kernel. Rethrows the first error of a bucket's allreduce. Requires a begin_backward()
+  /// before it.
   OverlapTimes finish_backward();
   /// Whether begin_backward() is armed and finish_backward() not yet called.
   bool backward_armed() const { return armed_; }

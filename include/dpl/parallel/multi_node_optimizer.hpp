@@ -97,8 +97,11 @@ class MultiNodeOptimizer : public optim::Optimizer {
   /// exposed part (what the step waited for after backward), and the phases "allreduce/hidden"
   /// (bucket time that ran during backward), "allreduce/total" and "allreduce/bucket<k>" say the
   /// rest. update() after a hand-driven backward reduces after backward as before. Results are
-  /// bit-identical to the same buckets reduced after backward. Requires a float32 model in host
-  /// memory (checked at setup(), or here when already set up; dpl::Error otherwise).
+  /// bit-identical to the same buckets reduced after backward. On a GPU the buckets run on a side
+  /// stream (GradientReducer::begin_backward). Requires a float32 model, or a wrapped optimizer
+  /// that prepares float32 gradient ranges (optim::MixedPrecision), and MPI initialised for
+  /// calls from a second thread (checked at setup(), or here when already set up; dpl::Error
+  /// otherwise).
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const { return overlap_; }
 

@@ -111,7 +111,8 @@ void* CachingAllocator::allocate(std::size_t nbytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!caching_) return allocate_uncached(size);
   const bool small = size <= kSmallRequest;
-  const int pool_id = routed_pool_ != 0 && std::this_thread::get_id() == routed_thread_ ? routed_pool_ : 0;
+  const Route* route = route_of_this_thread();
+  const int pool_id = route != nullptr ? route->pool : 0;
   Pools& pools = pools_[pool_id];
   Block* b = take_from_pool(small ? pools.small : pools.large, size, small, pool_id);
   b->allocated = true;
@@ -145,6 +146,33 @@ void CachingAllocator::deallocate(void* p) noexcept {
   if (it == active_.end()) return;
   Block* b = it->second;
   active_.erase(it);
+  const Route* route = route_of_this_thread();
+  if (route != nullptr && route->hold_shared_frees && b->pool == 0) {
+    // Work queued on the routed thread's side stream may still read it: reused once that stream
+    // is waited for (release_held).
+    held_[route->pool].push_back(b);
+    return;
+  }
+  free_block(b);
+}
+
+const CachingAllocator::Route* CachingAllocator::route_of_this_thread() const {
+  if (routes_.empty()) return nullptr;
+  const std::thread::id me = std::this_thread::get_id();
+  for (const Route& r : routes_)
+    if (r.thread == me) return &r;
+  return nullptr;
+}
+
+void CachingAllocator::release_held(int id) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = held_.find(id);
+  if (it == held_.end()) return;
+  for (Block* b : it->second) free_block(b);
+  held_.erase(it);
+}
+
+void CachingAllocator::free_block(Block* b) {
   b->allocated = false;
   stats_.current -= b->size;
   stats_.cached += b->size;
@@ -211,24 +239,34 @@ int CachingAllocator::open_private_pool() {
   return id;
 }
 
-void CachingAllocator::route_to_pool(int id) {
+void CachingAllocator::route_to_pool(int id, bool hold_shared_frees) {
   std::lock_guard<std::mutex> lock(mutex_);
   DPL_CHECK(pools_.count(id) == 1 && id != 0, "CachingAllocator::route_to_pool: no private pool ", id);
-  DPL_CHECK(routed_pool_ == 0, "cuda:", device_, ": a CUDA graph is already being recorded on this device");
-  routed_pool_ = id;
-  routed_thread_ = std::this_thread::get_id();
+  const Route* mine = route_of_this_thread();
+  DPL_CHECK(mine == nullptr, "cuda:", device_, ": this thread's allocations already go to private pool ", mine->pool,
+            " (a CUDA graph being recorded, or the overlapped allreduce's side stream)");
+  routes_.push_back(Route{std::this_thread::get_id(), id, hold_shared_frees});
 }
 
 void CachingAllocator::stop_routing() {
   std::lock_guard<std::mutex> lock(mutex_);
-  routed_pool_ = 0;
-  routed_thread_ = std::thread::id();
+  const std::thread::id me = std::this_thread::get_id();
+  for (auto it = routes_.begin(); it != routes_.end(); ++it)
+    if (it->thread == me) {
+      routes_.erase(it);
+      return;
+    }
 }
 
 void CachingAllocator::close_private_pool(int id) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pools_.find(id);
   if (id == 0 || it == pools_.end()) return;
+  // Held blocks were the shared cache's all along; the caller has waited for the pool's stream.
+  if (auto held = held_.find(id); held != held_.end()) {
+    for (Block* b : held->second) free_block(b);
+    held_.erase(held);
+  }
   // Blocks still in use become the shared cache's when freed; free ones join it now. A segment's
   // blocks all change pool together, so merging neighbours never mixes pools.
   for (auto& [ptr, b] : active_)

@@ -9,10 +9,16 @@
 // DPL_CUDA_NO_CACHING=1 turns the cache off (every allocate is a cudaMalloc, every free a
 // cudaFree), which lets compute-sanitizer see each buffer on its own.
 //
-// Private pools serve the recording of a CUDA graph: while one is routed to, the recording
-// thread's allocations come from segments of that pool only, and blocks freed there return to
-// it. A recorded graph replays its kernels on the same addresses, so none of them may be handed
-// to other work in between; the pool keeps them until the graph is gone (close_private_pool).
+// Private pools serve work that is not ordered on the compute stream, while a thread is routed
+// to one: its allocations come from segments of that pool only, and blocks return to the pool
+// they came from.
+//  - The recording of a CUDA graph: a recorded graph replays its kernels on the same addresses,
+//    so none of them may be handed to other work in between; the pool keeps them until the graph
+//    is gone (close_private_pool).
+//  - A side stream (backend/side_lane.hpp): the pool's blocks are ordered on that stream instead.
+//    A block of the shared cache that the routed thread frees may still be read there, so it is
+//    held back until release_held() (after the compute stream has been made to wait for the side
+//    stream).
 
 #include <cstddef>
 #include <cstdint>
@@ -65,9 +71,14 @@ class CachingAllocator {
   /// A new private pool (see the file comment); its id is never 0. Requires caching (dpl::Error
   /// otherwise: without the cache every free is a cudaFree, which a graph cannot survive).
   int open_private_pool();
-  /// From now until stop_routing(), allocations made by the calling thread come from pool id.
-  void route_to_pool(int id);
+  /// From now until stop_routing(), allocations made by the calling thread come from pool id;
+  /// with hold_shared_frees, blocks of the shared cache it frees are held until release_held(id).
+  /// Requires a thread not routed already (else dpl::Error).
+  void route_to_pool(int id, bool hold_shared_frees = false);
+  /// Ends the calling thread's route (nothing when it has none).
   void stop_routing();
+  /// Returns the shared-cache blocks held for pool id's routes to the shared cache.
+  void release_held(int id) noexcept;
   /// Gives pool id's blocks back to the shared cache: its free blocks at once, the others when
   /// freed. Call when the graph that used the pool is destroyed. Never throws.
   void close_private_pool(int id) noexcept;
@@ -105,8 +116,15 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::map<int, Pools> pools_;  // 0: the shared cache
   int next_pool_ = 1;
-  int routed_pool_ = 0;  // the pool route_to_pool() named, for routed_thread_ only
-  std::thread::id routed_thread_;
+  struct Route {
+    std::thread::id thread;
+    int pool = 0;
+    bool hold_shared_frees = false;
+  };
+  std::vector<Route> routes_;                  // one per routed thread (few: a recording, a side lane)
+  std::map<int, std::vector<Block*>> held_;    // pool id -> shared blocks freed by its routed thread
+  const Route* route_of_this_thread() const;  // caller holds mutex_; null when not routed
+  void free_block(Block* b);                   // caller holds mutex_: back to its pool, merged
   std::unordered_map<void*, Block*> active_;
   std::unordered_map<void*, std::size_t> uncached_;  // no-caching mode: pointer -> size
   cuda::MemoryStats stats_;

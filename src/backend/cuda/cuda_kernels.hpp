@@ -13,11 +13,23 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "backend/cuda/caching_allocator.hpp"
 #include "backend/kernels.hpp"
 
 namespace dpl::backend {
+
+namespace cuda_detail {
+/// Where the calling thread's work for one GPU goes instead of that GPU's compute stream: set by
+/// a SideLane (backend/side_lane.hpp) on the thread that queues the overlapped allreduce, for
+/// the time it queues one bucket. device -1: no route, everything goes to the compute stream.
+struct StreamRoute {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+};
+inline thread_local StreamRoute t_stream_route;
+}  // namespace cuda_detail
 
 class CudaDevice {
  public:
@@ -30,9 +42,22 @@ class CudaDevice {
 
   /// The GPU's index.
   int device() const { return device_; }
-  /// The compute stream: every kernel and copy of this device runs on it. Work on other streams
-  /// (communication) must be ordered against it with events.
-  cudaStream_t stream() const { return stream_; }
+  /// The stream the calling thread queues this device's kernels and copies on: the compute
+  /// stream, unless a SideLane routes this thread elsewhere for a while (the bucket worker of the
+  /// overlapped allreduce). Work on other streams must be ordered against it with events.
+  cudaStream_t stream() const {
+    return cuda_detail::t_stream_route.device == device_ ? cuda_detail::t_stream_route.stream : stream_;
+  }
+  /// The compute stream itself, whatever the calling thread's route: for what is bound to it once
+  /// (the cuBLAS and cuDNN handles) and for orderings that must hold for every stream.
+  cudaStream_t compute_stream() const { return stream_; }
+  /// Whether the calling thread's work for this device is routed to a side stream.
+  bool routed_here() const { return cuda_detail::t_stream_route.device == device_; }
+  /// The side streams of live SideLanes on this device, and their registration: a page-locked
+  /// block freed by the host must wait for every stream that may still copy from it.
+  std::vector<cudaStream_t> side_streams() const;
+  void add_side_stream(cudaStream_t s);
+  void remove_side_stream(cudaStream_t s) noexcept;
   /// The copy stream: host-to-device copies of input batches only (SideStreamCopy), ordered
   /// against stream() by events, so that they overlap the kernels there.
   cudaStream_t copy_stream() const { return copy_stream_; }
@@ -48,8 +73,9 @@ class CudaDevice {
     double* partials = nullptr;
     unsigned* counter = nullptr;
   };
-  /// This device's reduction scratch, for launches on stream().
-  const ReduceScratch& scratch() const { return scratch_; }
+  /// This device's reduction scratch, for launches on the compute stream (a thread routed to a
+  /// side stream may not use it: its reductions would race with the compute stream's).
+  const ReduceScratch& scratch() const;
   /// Most blocks a one-launch reduction may use (size of ReduceScratch::partials).
   static constexpr int kMaxReduceBlocks = 1024;
 
@@ -64,6 +90,8 @@ class CudaDevice {
   std::mutex cublas_mutex_;
   std::unique_ptr<cuda_detail::CachingAllocator> allocator_;
   ReduceScratch scratch_;
+  mutable std::mutex side_mutex_;
+  std::vector<cudaStream_t> side_streams_;
 };
 
 /// The state of the GPU a tensor lives on (the tensor must be on a CUDA device).

@@ -149,6 +149,8 @@ CudaDevice::CudaDevice(int device)
 }
 
 cublasHandle_t CudaDevice::cublas() {
+  DPL_CHECK(!routed_here(), "cuda:", device_, ": cuBLAS work is bound to the compute stream and cannot be queued ",
+            "from a thread whose work is routed to a side stream (the overlapped allreduce's)");
   std::lock_guard<std::mutex> lock(cublas_mutex_);
   const bool tf32 = tf32_allowed();
   if (cublas_ == nullptr) {
@@ -164,6 +166,31 @@ cublasHandle_t CudaDevice::cublas() {
   }
   DPL_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return cublas_;
+}
+
+const CudaDevice::ReduceScratch& CudaDevice::scratch() const {
+  DPL_CHECK(!routed_here(), "cuda:", device_, ": the one-launch reductions share the compute stream's scratch and ",
+            "cannot run on a thread whose work is routed to a side stream (the overlapped allreduce's)");
+  return scratch_;
+}
+
+std::vector<cudaStream_t> CudaDevice::side_streams() const {
+  std::lock_guard<std::mutex> lock(side_mutex_);
+  return side_streams_;
+}
+
+void CudaDevice::add_side_stream(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(side_mutex_);
+  side_streams_.push_back(s);
+}
+
+void CudaDevice::remove_side_stream(cudaStream_t s) noexcept {
+  std::lock_guard<std::mutex> lock(side_mutex_);
+  for (auto it = side_streams_.begin(); it != side_streams_.end(); ++it)
+    if (*it == s) {
+      side_streams_.erase(it);
+      return;
+    }
 }
 
 cudaStream_t cuda_stream(int device) { return CudaDevice::get(device).stream(); }

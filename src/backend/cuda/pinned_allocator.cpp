@@ -79,12 +79,15 @@ void PinnedAllocator::deallocate(void* p) noexcept {
   active_.erase(it);
   stats_.current -= pend.size;
   stats_.cached += pend.size;
-  // One event per device stream that exists (compute and copy): copies from or to this block can
-  // only have been queued on those.
+  // One event per device stream that exists (compute, copy and the side streams of overlapped
+  // allreduces): copies from or to this block can only have been queued on those.
   for (int d = 0; d < cuda_device_count(); ++d) {
     CudaDevice* k = CudaDevice::get_if_created(d);
     if (k == nullptr) continue;
-    for (cudaStream_t stream : {k->stream(), k->copy_stream()}) {
+    std::vector<cudaStream_t> streams = k->side_streams();
+    streams.push_back(k->compute_stream());
+    streams.push_back(k->copy_stream());
+    for (cudaStream_t stream : streams) {
       std::vector<cudaEvent_t>& spare = spare_events_[d];
       cudaEvent_t e = nullptr;
       if (!spare.empty()) {

@@ -4,6 +4,7 @@
 // tensor in such a build itself (backend/dispatch.cpp).
 #include "backend/cuda_api.hpp"
 #include "backend/kernels.hpp"
+#include "backend/side_lane.hpp"
 #include "backend/side_stream_copy.hpp"
 #include "dpl/core/error.hpp"
 
@@ -24,6 +25,20 @@ void SideStreamCopy::reset() noexcept {}
 void SideStreamCopy::copy(const Tensor&, Tensor&) { DPL_FAIL("SideStreamCopy::copy: ", kNoCudaBackend); }
 void SideStreamCopy::order_compute_after() const {}
 void SideStreamCopy::wait() const {}
+
+// No lane can be made, so no other member is ever reached.
+SideLane::SideLane(int device) { DPL_FAIL("SideLane: a side stream on cuda:", device, " was requested, but ", kNoCudaBackend); }
+SideLane::~SideLane() = default;
+void SideLane::release() noexcept {}
+void SideLane::prepare(std::size_t) {}
+void SideLane::mark_ready(std::size_t) {}
+void SideLane::mark_backward_end() {}
+SideLane::Scope::Scope(SideLane& lane) : lane_(lane) {}
+SideLane::Scope::~Scope() = default;
+void SideLane::begin_item(std::size_t) {}
+void SideLane::end_item(std::size_t) {}
+void SideLane::join() {}
+SideLane::Times SideLane::times(std::size_t) { return {}; }
 
 namespace cuda_api {
 

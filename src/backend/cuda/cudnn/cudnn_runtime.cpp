@@ -26,6 +26,8 @@ void throw_cudnn_error(const char* call, cudnnStatus_t status) {
 
 cudnnHandle_t cudnn_handle(int device) {
   CudaDevice& d = CudaDevice::get(device);  // checks the device
+  DPL_CHECK(!d.routed_here(), "cuda:", device, ": cuDNN work is bound to the compute stream and cannot be queued ",
+            "from a thread whose work is routed to a side stream (the overlapped allreduce's)");
   DPL_CHECK(device < kMaxHandles, "cudnn_handle: cuda:", device, " is beyond the ", kMaxHandles,
             " GPUs dpl supports");
   std::lock_guard<std::mutex> lock(g_handles_mutex);
@@ -33,7 +35,7 @@ cudnnHandle_t cudnn_handle(int device) {
   if (h == nullptr) {
     DeviceGuard guard(device);
     DPL_CUDNN_CHECK(cudnnCreate(&h));
-    DPL_CUDNN_CHECK(cudnnSetStream(h, d.stream()));
+    DPL_CUDNN_CHECK(cudnnSetStream(h, d.compute_stream()));
   }
   return h;
 }
