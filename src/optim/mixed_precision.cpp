@@ -165,6 +165,23 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
   return {master};
 }
 
+std::vector<Tensor> MixedPrecision::adopt_prepared_gradients(const Tensor& flag) {
+  if (dtype_ == kFloat32) return actual_->adopt_prepared_gradients(flag);
+  if (!ranges_prepared_->load()) return prepare_gradients();
+  ranges_prepared_->store(false);
+  Tensor master = master_arena().grads();
+  prepared_ = true;
+  if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
+    DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == master.device(),
+              "MixedPrecision::adopt_prepared_gradients: expected a one-element float32 flag on ", master.device());
+    reset_non_finite_flag(master.device()).copy_(flag);
+    return {master, flag_};
+  }
+  flag_ = Tensor();
+  finite_.reset();
+  return {master};
+}
+
 GradientRanges MixedPrecision::gradient_ranges() {
   if (dtype_ == kFloat32) return actual_->gradient_ranges();
   // Captured now, on the calling thread: the range calls touch only these tensors, never the

@@ -212,6 +212,22 @@ std::vector<Tensor> Optimizer::prepare_gradients() {
 
 GradientRanges Optimizer::gradient_ranges() { return {}; }
 
+std::vector<Tensor> Optimizer::adopt_prepared_gradients(const Tensor& flag) {
+  const Tensor grads = target().arena().grads();
+  prepared_ = true;
+  if (non_finite_ == NonFinitePolicy::kOff) {
+    flag_ = Tensor();
+    finite_.reset();
+    return {grads};
+  }
+  DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == grads.device(),
+            "Optimizer::adopt_prepared_gradients: expected a one-element float32 flag on ", grads.device(), ", got ",
+            flag.defined() ? detail::concat(flag.numel(), " elements of ", flag.dtype(), " on ", flag.device())
+                           : std::string("an undefined tensor"));
+  reset_non_finite_flag(grads.device()).copy_(flag);
+  return {grads, flag_};
+}
+
 Tensor& Optimizer::reset_non_finite_flag(Device device) {
   if (!flag_.defined() || flag_.device() != device) flag_ = Tensor::empty({1}, TensorOptions(kFloat32, device));
   flag_.fill_(0.0);

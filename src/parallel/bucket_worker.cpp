@@ -54,13 +54,33 @@ void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* fl
   changed_.notify_all();
 }
 
+void BucketWorker::prepare_slice(std::size_t k) {
+  const Slice& slice = slices_[k];
+  if (prepare_) prepare_(slice.begin, slice.end, flag_);
+  else if (flag_ != nullptr) backend::flag_non_finite(slice.data, *flag_);
+}
+
 void BucketWorker::ready(std::size_t k) {
-  // The main thread alone writes ready_ and queues the compute stream: the mark is where the
-  // compute stream stands now, recorded before the worker may see the bucket ready.
-  if (lane_ != nullptr && k < ready_.size() && !ready_[k]) lane_->mark_ready(k);
+  // The main thread alone writes ready_, slices_ and prepare_ (the worker reads them under the
+  // lock), so it reads them here without it.
+  if (k >= ready_.size() || ready_[k]) return;
+  if (lane_ != nullptr) {
+    // The mark is where the compute stream stands now, recorded before the worker may see the
+    // bucket ready; the worker prepares the bucket on the side stream.
+    lane_->mark_ready(k);
+  } else {
+    // Host memory: the bucket is filled and checked here, by the rank's own threads, so that
+    // the worker's one thread goes from one allreduce to the next. The same values either way.
+    try {
+      prepare_slice(k);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (k < ready_.size()) ready_[k] = true;
+    ready_[k] = true;
   }
   changed_.notify_all();
 }
@@ -69,11 +89,9 @@ OverlapTimes BucketWorker::finish() {
   OverlapTimes out;
   out.backward_end = profile::now_seconds();
   backend::SideLane* lane = lane_;
-  if (lane != nullptr) {
-    lane->mark_backward_end();
-    for (std::size_t k = 0; k < ready_.size(); ++k)
-      if (!ready_[k]) lane->mark_ready(k);
-  }
+  if (lane != nullptr) lane->mark_backward_end();
+  // The buckets backward did not complete, in bucket order, each handed over once prepared.
+  for (std::size_t k = 0; k < ready_.size(); ++k) ready(k);
   std::unique_lock<std::mutex> lock(mutex_);
   std::fill(ready_.begin(), ready_.end(), true);
   changed_.notify_all();
@@ -138,8 +156,10 @@ void BucketWorker::run() {
           on_lane.emplace(*lane);
           lane->begin_item(k);
         }
-        if (prepare) prepare(slice.begin, slice.end, flag);
-        else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
+        if (lane != nullptr) {  // on the host, ready() prepared it
+          if (prepare) prepare(slice.begin, slice.end, flag);
+          else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
+        }
         t.start = profile::now_seconds();
         comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         t.seconds = profile::now_seconds() - t.start;

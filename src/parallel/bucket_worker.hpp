@@ -1,6 +1,8 @@
 #pragma once
 // The thread that runs the overlapped gradient allreduce: one blocking allreduce per bucket, in
-// bucket order, each as soon as the main thread (running backward) has marked it ready.
+// bucket order, each as soon as the main thread (running backward) has marked it ready. On the
+// host the main thread also fills and checks each bucket as it marks it (with the rank's threads,
+// between backward's ops), so that the worker's one thread only communicates.
 //
 // On a GPU the buckets' work is queued, not run, by this thread: on a side stream of the GPU
 // (backend::SideLane), each bucket after the compute stream has reached the point where the main
@@ -52,7 +54,7 @@ class BucketWorker {
   /// are reduced on that GPU's side lane (created on first use).
   void start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare);
   /// Marks bucket k ready (its gradients are final, or on a GPU: queued). Called by the main
-  /// thread.
+  /// thread, which on the host also prepares the bucket (fills and checks it) first.
   void ready(std::size_t k);
   /// Marks every bucket ready, waits until all are reduced (on a GPU: queued, with the compute
   /// stream made to wait for them), and returns their times; rethrows the first error a bucket's
@@ -64,6 +66,8 @@ class BucketWorker {
 
  private:
   void run();
+  // Fills and checks bucket k (prepare_, or the non-finite check into flag_) on this thread.
+  void prepare_slice(std::size_t k);
 
   comm::Communicator& comm_;
   std::mutex mutex_;

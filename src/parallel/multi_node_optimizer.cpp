@@ -98,15 +98,24 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
   nn::Module& model = target();
   if (overlapped) {
     // The buckets were averaged during backward; the exposed part is what is left to wait for.
+    // Each bucket was checked on this rank before its allreduce (local_flag_, this rank's own
+    // verdict). Averaging that one flag gives every rank the same verdict, as the flag averaged
+    // beside the gradients does without overlap, instead of another pass over the gradients.
+    // Without a flag (policy off), a float16 model's overflow check still passes over its masters.
     OverlapTimes times;
     {
       profile::ScopedPhase phase(timer_, "allreduce", iteration_);
       times = reducer_->finish_backward();
+      if (checked_overlap_) {
+        if (!averaged_flag_.defined() || averaged_flag_.device() != local_flag_.device())
+          averaged_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, local_flag_.device()));
+        averaged_flag_.copy_(local_flag_);
+        comm_->allreduce(averaged_flag_, comm::ReduceOp::kMean);
+      }
     }
     record_overlap(times);
-    // The wrapped optimizer's flag pass now reads the averaged gradients, the same on every
-    // rank, so its verdict needs no allreduce; local_flag_ holds this rank's own.
-    const std::vector<Tensor> buffers = actual_->prepare_gradients();
+    const std::vector<Tensor> buffers =
+        checked_overlap_ ? actual_->adopt_prepared_gradients(averaged_flag_) : actual_->prepare_gradients();
     if (buffers.size() > 1 && actual_->stops_on_non_finite() && !actual_->gradients_finite())
       stop_on_every_rank(buffers.front());
     step();
@@ -171,7 +180,8 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
       if (reducer_->needs_broadcast()) broadcast_parameters();
       // This rank's own non-finite verdict, raised bucket by bucket before averaging.
       Tensor* flag = nullptr;
-      if (actual_->non_finite_policy() != optim::NonFinitePolicy::kOff) {
+      checked_overlap_ = actual_->non_finite_policy() != optim::NonFinitePolicy::kOff;
+      if (checked_overlap_) {
         flag = &local_flag_on(target().device());
         flag->fill_(0.0);
       }

@@ -102,6 +102,40 @@ TEST(NonFiniteCheck, PreparedGradientsCarryTheFlagUnlessOff) {
   EXPECT_STREQ(optim::to_string(optim::NonFinitePolicy::kSkip), "skip");
 }
 
+// After an overlapped allreduce the verdict comes from the buckets' checks: the optimizer takes
+// the flag it is given and reads the gradients no more (a raised flag skips finite gradients; a
+// lowered one lets a NaN through, which only a wrong caller could give it).
+TEST(NonFiniteCheck, AdoptedGradientsTakeTheGivenVerdictWithoutAnotherPass) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Generator gen(2);
+    nn::MLP model(kUnits, kIn, kOut, gen);
+    auto opt = optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), dtype);
+    opt->set_non_finite_policy(optim::NonFinitePolicy::kSkip);
+    opt->setup(model);
+    const Tensor before = model.arena().params().clone();
+    const optim::GradientRanges ranges = opt->gradient_ranges();
+    model.zero_grad();
+    opt->backward(softmax_cross_entropy(model(Variable(make_batch(false).x.to(dtype))), make_batch(false).y));
+    if (ranges.prepare) ranges.prepare(0, model.arena().numel(), nullptr);
+    const std::vector<Tensor> raised = opt->adopt_prepared_gradients(Tensor::full({1}, 0.5));
+    ASSERT_EQ(raised.size(), 2u);
+    EXPECT_FALSE(opt->gradients_finite());
+    opt->update();
+    EXPECT_TRUE(opt->last_step_skipped());
+    EXPECT_TRUE(same_values(model.arena().params(), before));
+
+    model.zero_grad();
+    opt->backward(softmax_cross_entropy(model(Variable(make_batch(true).x.to(dtype))), make_batch(true).y));
+    if (ranges.prepare) ranges.prepare(0, model.arena().numel(), nullptr);
+    static_cast<void>(opt->adopt_prepared_gradients(Tensor::zeros({1})));
+    EXPECT_TRUE(opt->gradients_finite()) << "no pass of its own over the (NaN) gradients";
+    if (ranges.prepare) ranges.prepare(0, model.arena().numel(), nullptr);
+    DPL_EXPECT_ERROR(static_cast<void>(opt->adopt_prepared_gradients(Tensor::zeros({2}))),
+                     HasSubstr("one-element float32 flag"));
+  }
+}
+
 // The default: a NaN in the data stops at that iteration, names the first parameter whose
 // gradient is not finite and the loss, and the step is not applied.
 TEST(NonFiniteCheck, StopNamesIterationParameterAndLoss) {

@@ -83,6 +83,9 @@ class MixedPrecision : public Optimizer {
   /// The float32 master gradients, range by range (see Optimizer::gradient_ranges); dtype
   /// float32 passes the wrapped optimizer's through.
   GradientRanges gradient_ranges() override;
+  /// See Optimizer::adopt_prepared_gradients: the masters as the ranges left them, with `flag`
+  /// as the check's (for float16: the overflow check's) verdict.
+  std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag) override;
   bool gradients_finite() override;
   /// float16: false, a non-finite step is an overflow and is skipped, whatever the policy (the
   /// loss scale backs off); bfloat16: the policy's kStop; float32: the wrapped optimizer's.

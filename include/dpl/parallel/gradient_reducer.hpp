@@ -111,10 +111,12 @@ class GradientReducer {
   /// every rank whatever order backward finishes them in, so the collectives match. What is
   /// reduced is the model's float32 gradient arena, or, when `ranges` names gradients (an
   /// optimizer's float32 master gradients of a 16-bit model, optim::GradientRanges), that buffer,
-  /// each bucket filled by ranges.prepare just before its allreduce. When local_flag is given (a
+  /// each bucket filled by ranges.prepare before its allreduce. When local_flag is given (a
   /// one-element float32 tensor on the arena's device), each bucket is checked for Inf and NaN
   /// before its allreduce and the flag raised (set to 1) when one is found: this rank's own
-  /// verdict, before averaging mixes the ranks'. Requires overlap enabled, a float32 arena unless
+  /// verdict, before averaging mixes the ranks'. In host memory the filling and the check run on
+  /// the calling thread, inside backward, as each bucket becomes final (or in finish_backward()
+  /// for the buckets backward did not reach); the worker thread only communicates. Requires overlap enabled, a float32 arena unless
   /// `ranges` names the buffer, an MPI runtime that allows calls from a second thread, and no
   /// begin_backward() armed already (else dpl::Error). Nothing may use the communicator or the
   /// gradient buffers, other than backward writing the arena, until finish_backward() returns.
