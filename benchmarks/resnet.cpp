@@ -115,7 +115,8 @@ int main(int argc, char** argv) {
       comm = comm::create_communicator(communicator, comm::CommOptions{parse_dtype(wire_arg)});
       reducer = std::make_unique<parallel::GradientReducer>(*model, *comm);
       const double mib = 1024.0 * 1024.0;
-      reducer->set_overlap({true, static_cast<std::size_t>(bucket_mb * mib), static_cast<std::size_t>(first_bucket_mb * mib)});
+      reducer->set_overlap(
+          {true, static_cast<std::size_t>(bucket_mb * mib), static_cast<std::size_t>(first_bucket_mb * mib)});
       reducer->broadcast_parameters();
     }
     auto step = [&]() -> Variable {
@@ -195,8 +196,8 @@ int main(int argc, char** argv) {
                 arch.c_str(), static_cast<long long>(batch), dtype_name(dtype), layout.c_str(), graph ? 1 : 0,
                 static_cast<double>(batch) / step_s, step_s * 1e3, peak, held, cuda ? "cuda" : "cpu", iters, loss);
     if (reducer)
-      std::printf(" reduce=%s communicator=%s ranks=%d wire=%s buckets=%zu bucket_ms=%.3f exposed_ms=%.3f", reduce.c_str(),
-                  communicator.c_str(), comm->size(), wire_arg.c_str(), reducer->buckets().size(),
+      std::printf(" reduce=%s communicator=%s ranks=%d wire=%s buckets=%zu bucket_ms=%.3f exposed_ms=%.3f",
+                  reduce.c_str(), communicator.c_str(), comm->size(), wire_arg.c_str(), reducer->buckets().size(),
                   bucket_seconds / iters * 1e3, exposed_seconds / iters * 1e3);
     std::printf("\n");
     return 0;

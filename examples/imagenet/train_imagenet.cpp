@@ -363,8 +363,8 @@ int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
               crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
-              warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0", seed = "0",
-              bucket_mb = "25", first_bucket_mb = "1";
+              warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0",
+              seed = "0", bucket_mb = "25", first_bucket_mb = "1";
   CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
   app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
   app.add_option("val", o.val_list, "List of validation images, in the same format");

@@ -149,8 +149,7 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
       backend::flag_non_finite(master, reset_non_finite_flag(master.device()));
       return {master, flag_};
     }
-    flag_ = Tensor();
-    finite_.reset();
+    drop_non_finite_flag();
     return {master};
   }
   if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
@@ -159,8 +158,7 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
     backend::unscale_grads(arena.grads(), inv_scale, master, reset_non_finite_flag(arena.device()));
     return {master, flag_};
   }
-  flag_ = Tensor();
-  finite_.reset();
+  drop_non_finite_flag();
   backend::cast(arena.grads(), master);
   return {master};
 }
@@ -171,14 +169,9 @@ std::vector<Tensor> MixedPrecision::adopt_prepared_gradients(const Tensor& flag)
   ranges_prepared_->store(false);
   Tensor master = master_arena().grads();
   prepared_ = true;
-  if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
-    DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == master.device(),
-              "MixedPrecision::adopt_prepared_gradients: expected a one-element float32 flag on ", master.device());
-    reset_non_finite_flag(master.device()).copy_(flag);
-    return {master, flag_};
-  }
-  flag_ = Tensor();
-  finite_.reset();
+  if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff)
+    return {master, adopt_non_finite_flag(flag, master.device())};
+  drop_non_finite_flag();
   return {master};
 }
 

@@ -194,8 +194,7 @@ std::vector<Tensor> Optimizer::prepare_gradients() {
   const Tensor grads = target().arena().grads();
   prepared_ = true;
   if (non_finite_ == NonFinitePolicy::kOff) {
-    flag_ = Tensor();
-    finite_.reset();
+    drop_non_finite_flag();
     return {grads};
   }
   if (can_defer_verdict()) {
@@ -216,16 +215,24 @@ std::vector<Tensor> Optimizer::adopt_prepared_gradients(const Tensor& flag) {
   const Tensor grads = target().arena().grads();
   prepared_ = true;
   if (non_finite_ == NonFinitePolicy::kOff) {
-    flag_ = Tensor();
-    finite_.reset();
+    drop_non_finite_flag();
     return {grads};
   }
-  DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == grads.device(),
-            "Optimizer::adopt_prepared_gradients: expected a one-element float32 flag on ", grads.device(), ", got ",
+  return {grads, adopt_non_finite_flag(flag, grads.device())};
+}
+
+void Optimizer::drop_non_finite_flag() {
+  flag_ = Tensor();
+  finite_.reset();
+}
+
+Tensor& Optimizer::adopt_non_finite_flag(const Tensor& flag, Device device) {
+  DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == device,
+            "adopt_prepared_gradients: expected a one-element float32 flag on ", device, ", got ",
             flag.defined() ? detail::concat(flag.numel(), " elements of ", flag.dtype(), " on ", flag.device())
                            : std::string("an undefined tensor"));
-  reset_non_finite_flag(grads.device()).copy_(flag);
-  return {grads, flag_};
+  reset_non_finite_flag(device).copy_(flag);
+  return flag_;
 }
 
 Tensor& Optimizer::reset_non_finite_flag(Device device) {

@@ -230,6 +230,10 @@ class Optimizer {
   virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
   /// The flag prepare_gradients() raises (one float32 on device, zeroed): allocated once per device.
   Tensor& reset_non_finite_flag(Device device);
+  /// No check this step: no flag, nothing read back.
+  void drop_non_finite_flag();
+  /// adopt_prepared_gradients(): this step's flag = `flag` (checked: one float32 on `device`).
+  Tensor& adopt_non_finite_flag(const Tensor& flag, Device device);
   /// Counts this update as an iteration and decides from gradients_finite() whether its step
   /// goes ahead: true if so; false for a skipped step (counted); throws dpl::Error for kStop,
   /// naming the iteration, the first non-finite parameter of `grads` (the arena's layout) and the

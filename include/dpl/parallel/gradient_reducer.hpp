@@ -116,9 +116,9 @@ class GradientReducer {
   /// before its allreduce and the flag raised (set to 1) when one is found: this rank's own
   /// verdict, before averaging mixes the ranks'. In host memory the filling and the check run on
   /// the calling thread, inside backward, as each bucket becomes final (or in finish_backward()
-  /// for the buckets backward did not reach); the worker thread only communicates. Requires overlap enabled, a float32 arena unless
-  /// `ranges` names the buffer, an MPI runtime that allows calls from a second thread, and no
-  /// begin_backward() armed already (else dpl::Error). Nothing may use the communicator or the
+  /// for the buckets backward did not reach); the worker thread only communicates. Requires
+  /// overlap enabled, a float32 arena unless `ranges` names the buffer, an MPI runtime that
+  /// allows calls from a second thread, and no begin_backward() armed already (else dpl::Error). Nothing may use the communicator or the
   /// gradient buffers, other than backward writing the arena, until finish_backward() returns.
   ///
   /// On a GPU the worker thread queues each bucket's work (the range's preparation, the check,

@@ -27,7 +27,9 @@ void SideStreamCopy::order_compute_after() const {}
 void SideStreamCopy::wait() const {}
 
 // No lane can be made, so no other member is ever reached.
-SideLane::SideLane(int device) { DPL_FAIL("SideLane: a side stream on cuda:", device, " was requested, but ", kNoCudaBackend); }
+SideLane::SideLane(int device) {
+  DPL_FAIL("SideLane: a side stream on cuda:", device, " was requested, but ", kNoCudaBackend);
+}
 SideLane::~SideLane() = default;
 void SideLane::release() noexcept {}
 void SideLane::prepare(std::size_t) {}
