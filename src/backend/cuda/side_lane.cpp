@@ -106,7 +106,12 @@ SideLane::Scope::Scope(SideLane& lane) : lane_(lane) {
             cuda_detail::t_stream_route.device, "'s side stream already");
   DPL_CUDA_CHECK(cudaGetDevice(&previous_device_));
   if (previous_device_ != lane_.device_) DPL_CUDA_CHECK(cudaSetDevice(lane_.device_));
-  if (lane_.pool_ != 0) CudaDevice::get(lane_.device_).allocator().route_to_pool(lane_.pool_, true);
+  try {
+    if (lane_.pool_ != 0) CudaDevice::get(lane_.device_).allocator().route_to_pool(lane_.pool_, true);
+  } catch (...) {
+    if (previous_device_ != lane_.device_) cudaSetDevice(previous_device_);
+    throw;
+  }
   cuda_detail::t_stream_route = {lane_.device_, stream_of(lane_.stream_)};
 }
 
