@@ -5,6 +5,8 @@
     python3 scripts/scaling_profile.py --mode cpu --procs 1,2,4 --virtual-nodes 2 --out /tmp/scaling
     # GPU: ResNet-50 on synthetic data (train_imagenet --synthetic), on 1, 2, 4, ... up to every GPU
     python3 scripts/scaling_profile.py --mode gpu --out /tmp/scaling-gpu
+    # the same with the allreduce overlapped with backward, in float32
+    python3 scripts/scaling_profile.py --mode gpu --overlap --dtype fp32 --out /tmp/scaling-gpu-overlap
     # the table and plots again from a profile already measured
     python3 scripts/scaling_profile.py --from /tmp/scaling/scaling_profile.json
 
@@ -368,10 +370,12 @@ def measure(args):
             else:
                 cmd = mpiexec(p, env) + [os.path.join(build, "examples", "imagenet", "train_imagenet"), "--synthetic",
                                          "-g", "-a", "resnet50", "-B", str(batch), "-E", str(args.epochs),
-                                         "--dtype", "bf16", "--layout", "nhwc", "--communicator",
+                                         "--dtype", args.dtype, "--layout", "nhwc", "--communicator",
                                          args.communicator, "-o", folder]
             if args.trace:
                 cmd.append("--trace")
+            if args.overlap:
+                cmd.append("--overlap")
             run(cmd, env, log)
             with open(summary_path, encoding="utf-8") as f:
                 summary = json.load(f)
@@ -397,10 +401,12 @@ def measure(args):
     p2p = parse_osu(run(mpiexec(2, {}) + [os.path.join(build, "benchmarks", "bench_p2p"), "--max-bytes",
                                          args.p2p_max], {}, log))
 
-    label = "(train_mnist, CPU)" if args.mode == "cpu" else "(ResNet-50 synthetic, GPU)"
+    label = "(train_mnist, CPU" if args.mode == "cpu" else f"(ResNet-50 synthetic {args.dtype}, GPU"
+    label += ", overlap)" if args.overlap else ")"
     profile = {
         "label": label,
         "mode": args.mode,
+        "overlap": args.overlap,
         "machine": {"cores": cores, "gpus": gpu_count()},
         "runs": [median_point(v) for _, v in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))],
         "calibration": [median_point(v) for v in cal.values()],
@@ -430,6 +436,10 @@ def main(argv=None):
     parser.add_argument("--communicator", default="hierarchical")
     parser.add_argument("--repeats", type=int, default=1, help="runs per point; the median is kept")
     parser.add_argument("--trace", action="store_true", help="also write per-rank traces (--trace) in each run")
+    parser.add_argument("--overlap", action="store_true",
+                        help="average the gradients bucket by bucket during backward (the examples' --overlap)")
+    parser.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], default="bf16",
+                        help="--mode gpu: train_imagenet's compute dtype")
     parser.add_argument("--allreduce-min", default="64K")
     parser.add_argument("--allreduce-max", default="32M")
     parser.add_argument("--p2p-max", default=str(64 << 20), help="bench_p2p's largest message, in bytes")
