@@ -97,6 +97,14 @@ class TableTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "expected positive phase times"):
             sp.run_point(dict(summary(1, 0.0, 0.0), phases=[]), 100, 1, "hierarchical")
 
+    def test_an_overlapped_run_measures_bandwidth_over_all_of_its_buckets(self):
+        # 0.5 ms exposed of 3 ms of buckets: the traffic moved in 3 ms.
+        s = summary(2, 0.010, 0.0005)
+        s["phases"].append({"name": "allreduce/total", "mean_s": 0.003})
+        r = sp.run_point(s, 100, 2, "hierarchical")
+        self.assertAlmostEqual(r["phases_ms"]["allreduce"], 0.5)
+        self.assertAlmostEqual(r["achieved_gbps"], 7184040 / 3e-3 / 1e9)
+
     def test_the_table_has_speedup_efficiency_and_the_link(self):
         lines = sp.table(self.profile()).splitlines()
         one, two, four = (line.split() for line in lines[2:5])
