@@ -3,10 +3,12 @@
 // compute stream, a cuBLAS handle bound to that stream, a caching allocator and the scratch of
 // the one-launch reductions. Every kernel and copy of the device is queued on that one stream,
 // so work is ordered without host synchronisation and freed memory can be reused at once (see
-// caching_allocator.hpp). The one exception is the copy stream, where SideStreamCopy
-// (backend/side_stream_copy.hpp) moves input batches to the device while the compute stream
-// trains; events order it against the compute stream. The kernels themselves are file-local functions of the .cu and .cpp
-// files of this folder, registered with the dispatcher (backend/kernels.hpp). Internal header.
+// caching_allocator.hpp). Two exceptions, each ordered against the compute stream by events: the
+// copy stream, where SideStreamCopy (backend/side_stream_copy.hpp) moves input batches to the
+// device while the compute stream trains, and the side streams of SideLanes
+// (backend/side_lane.hpp), where the overlapped allreduce's worker thread queues its buckets.
+// The kernels themselves are file-local functions of the .cu and .cpp files of this folder,
+// registered with the dispatcher (backend/kernels.hpp). Internal header.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
