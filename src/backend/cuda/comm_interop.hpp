@@ -28,9 +28,11 @@ using cuda_detail::DeviceGuard;
 using cuda_detail::launch_cast;
 
 /// The compute stream of GPU `device`: every kernel and copy dpl queues for that GPU runs on it,
-/// in order. Work that comm queues on its own streams must be ordered against it with events:
-/// wait for it before reading a buffer, and make it wait before the buffer is used or freed
-/// again. Throws dpl::Error for a device that does not exist.
+/// in order — or, on a thread inside a SideLane's scope (the overlapped allreduce's worker), that
+/// lane's stream, which the lane itself orders against the compute stream. Work that comm queues
+/// on its own streams must be ordered against the stream this returns with events: wait for it
+/// before reading a buffer, and make it wait before the buffer is used or freed again. Throws
+/// dpl::Error for a device that does not exist.
 inline cudaStream_t compute_stream(int device) { return cuda_stream(device); }
 
 }  // namespace comm_interop

@@ -53,7 +53,8 @@ class NcclContext final : public DeviceWork {
   int device() const { return device_; }
   /// This communicator's stream on the bound GPU.
   cudaStream_t stream() const { return stream_; }
-  /// The compute stream of the bound GPU.
+  /// The compute stream of the bound GPU, as comm_interop::compute_stream gives it to the calling
+  /// thread (the side lane's stream on the overlapped allreduce's worker).
   cudaStream_t compute_stream() const;
 
   /// The NCCL communicator over all ranks, created on the first call, or null when two ranks of
