@@ -165,8 +165,7 @@ std::vector<Tensor> MixedPrecision::prepare_gradients() {
 
 std::vector<Tensor> MixedPrecision::adopt_prepared_gradients(const Tensor& flag) {
   if (dtype_ == kFloat32) return actual_->adopt_prepared_gradients(flag);
-  if (!ranges_prepared_->load()) return prepare_gradients();
-  ranges_prepared_->store(false);
+  if (!ranges_prepared_->exchange(false)) return prepare_gradients();
   Tensor master = master_arena().grads();
   prepared_ = true;
   if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff)

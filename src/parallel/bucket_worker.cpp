@@ -54,11 +54,13 @@ void BucketWorker::start(std::vector<Slice> slices, DType wire_dtype, Tensor* fl
   changed_.notify_all();
 }
 
-void BucketWorker::prepare_slice(std::size_t k) {
-  const Slice& slice = slices_[k];
-  if (prepare_) prepare_(slice.begin, slice.end, flag_);
-  else if (flag_ != nullptr) backend::flag_non_finite(slice.data, *flag_);
+namespace {
+// Fills and checks one bucket before its allreduce: the optimizer's range, or the check alone.
+void prepare_slice(const BucketWorker::Slice& slice, const BucketWorker::Prepare& prepare, Tensor* flag) {
+  if (prepare) prepare(slice.begin, slice.end, flag);
+  else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
 }
+}  // namespace
 
 void BucketWorker::ready(std::size_t k) {
   // The main thread alone writes ready_, slices_ and prepare_ (the worker reads them under the
@@ -72,7 +74,7 @@ void BucketWorker::ready(std::size_t k) {
     // Host memory: the bucket is filled and checked here, by the rank's own threads, so that
     // the worker's one thread goes from one allreduce to the next. The same values either way.
     try {
-      prepare_slice(k);
+      prepare_slice(slices_[k], prepare_, flag_);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -156,10 +158,7 @@ void BucketWorker::run() {
           on_lane.emplace(*lane);
           lane->begin_item(k);
         }
-        if (lane != nullptr) {  // on the host, ready() prepared it
-          if (prepare) prepare(slice.begin, slice.end, flag);
-          else if (flag != nullptr) backend::flag_non_finite(slice.data, *flag);
-        }
+        if (lane != nullptr) prepare_slice(slice, prepare, flag);  // on the host, ready() prepared it
         t.start = profile::now_seconds();
         comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         t.seconds = profile::now_seconds() - t.start;

@@ -66,8 +66,6 @@ class BucketWorker {
 
  private:
   void run();
-  // Fills and checks bucket k (prepare_, or the non-finite check into flag_) on this thread.
-  void prepare_slice(std::size_t k);
 
   comm::Communicator& comm_;
   std::mutex mutex_;

@@ -99,23 +99,23 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
   if (overlapped) {
     // The buckets were averaged during backward; the exposed part is what is left to wait for.
     // Each bucket was checked on this rank before its allreduce (local_flag_, this rank's own
-    // verdict). Averaging that one flag gives every rank the same verdict, as the flag averaged
-    // beside the gradients does without overlap, instead of another pass over the gradients.
-    // Without a flag (policy off), a float16 model's overflow check still passes over its masters.
+    // verdict): the wrapped optimizer takes that as its flag instead of another pass over the
+    // gradients, and the flag is averaged as it is without overlap, so every rank reads the same
+    // verdict. Without a flag (policy off), a float16 model's overflow check still passes over
+    // its masters.
+    const bool checked = actual_->non_finite_policy() != optim::NonFinitePolicy::kOff;
     OverlapTimes times;
+    std::vector<Tensor> buffers;
     {
       profile::ScopedPhase phase(timer_, "allreduce", iteration_);
       times = reducer_->finish_backward();
-      if (checked_overlap_) {
-        if (!averaged_flag_.defined() || averaged_flag_.device() != local_flag_.device())
-          averaged_flag_ = Tensor::empty({1}, TensorOptions(kFloat32, local_flag_.device()));
-        averaged_flag_.copy_(local_flag_);
-        comm_->allreduce(averaged_flag_, comm::ReduceOp::kMean);
+      if (checked) {
+        buffers = actual_->adopt_prepared_gradients(local_flag_);
+        if (buffers.size() > 1) comm_->allreduce(buffers.back(), comm::ReduceOp::kMean);
       }
     }
     record_overlap(times);
-    const std::vector<Tensor> buffers =
-        checked_overlap_ ? actual_->adopt_prepared_gradients(averaged_flag_) : actual_->prepare_gradients();
+    if (!checked) buffers = actual_->prepare_gradients();
     if (buffers.size() > 1 && actual_->stops_on_non_finite() && !actual_->gradients_finite())
       stop_on_every_rank(buffers.front());
     step();
@@ -180,8 +180,7 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
       if (reducer_->needs_broadcast()) broadcast_parameters();
       // This rank's own non-finite verdict, raised bucket by bucket before averaging.
       Tensor* flag = nullptr;
-      checked_overlap_ = actual_->non_finite_policy() != optim::NonFinitePolicy::kOff;
-      if (checked_overlap_) {
+      if (actual_->non_finite_policy() != optim::NonFinitePolicy::kOff) {
         flag = &local_flag_on(target().device());
         flag->fill_(0.0);
       }

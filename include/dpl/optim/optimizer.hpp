@@ -94,11 +94,12 @@ class Optimizer {
   virtual GradientRanges gradient_ranges();
   /// prepare_gradients() for a step whose gradients an overlapped allreduce has already prepared
   /// (range by range, or the model's own float32 arena) and averaged, and whose non-finite check
-  /// has already run before the averaging, bucket by bucket: `flag` is that check's verdict (a
-  /// one-element float32 tensor on the gradients' device, every rank's flag averaged). Takes it
-  /// as this step's flag instead of another pass over the gradients, and returns what
-  /// prepare_gradients() returns. MixedPrecision falls back to prepare_gradients() when no range
-  /// was prepared this step. Requires setup().
+  /// has already run before the averaging, bucket by bucket: `flag` is that check's verdict on
+  /// this rank (a one-element float32 tensor on the gradients' device). Copies it into this
+  /// step's flag instead of another pass over the gradients, and returns what
+  /// prepare_gradients() returns; a data-parallel wrapper then averages the returned flag (the
+  /// gradients are averaged already). MixedPrecision falls back to prepare_gradients() when no
+  /// range was prepared this step. Requires setup().
   virtual std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag);
   /// Whether the gradients this step would apply are finite, from the flag of the last
   /// prepare_gradients() (averaged over the ranks when a MultiNodeOptimizer sits outside): true

@@ -140,8 +140,6 @@ class MultiNodeOptimizer : public optim::Optimizer {
   double replay_start_ = 0.0;           // when prepare_replay() began, for the "step" phase
   std::vector<Tensor> replay_buffers_;  // what the recorded step's prepare_gradients() gave
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
-  Tensor averaged_flag_;         // overlap: local_flag_ averaged over the ranks, the step's verdict
-  bool checked_overlap_ = false;  // overlap: the buckets raised local_flag_ before their allreduces
   OverlapOptions overlap_;
 };
 

@@ -158,7 +158,6 @@ SideLane::Times SideLane::times(std::size_t items) {
     t.seconds[k] = milliseconds(begin_[k], end_[k]) * 1e-3;
   }
   t.backward_end = -milliseconds(backward_end_, finished_) * 1e-3;
-  begun_.assign(begun_.size(), 0);
   return t;
 }
 
