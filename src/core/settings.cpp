@@ -76,6 +76,16 @@ OutputSetting output(const char* (*lookup)(const char*), const char* name) {
   bad_value(name, v, "plain or terminal");
 }
 
+WindowStoresSetting window_stores(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return WindowStoresSetting::kMeasured;
+  const std::string s(v);
+  if (s == "measured") return WindowStoresSetting::kMeasured;
+  if (s == "cached") return WindowStoresSetting::kCached;
+  if (s == "streaming") return WindowStoresSetting::kStreaming;
+  bad_value(name, v, "measured, cached or streaming");
+}
+
 const char* system_lookup(const char* name) { return std::getenv(name); }
 
 }  // namespace
@@ -95,6 +105,7 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
                                "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
   s.output = output(lookup, "DPL_OUTPUT");
+  s.window_stores = window_stores(lookup, "DPL_WINDOW_STORES");
   s.staging_chunk_bytes = positive(lookup, "DPL_STAGING_CHUNK_BYTES").value_or(s.staging_chunk_bytes);
   if (const auto slots = positive(lookup, "DPL_STAGING_SLOTS")) {
     if (*slots < 2) bad_value("DPL_STAGING_SLOTS", value_of(lookup, "DPL_STAGING_SLOTS"), "a whole number from 2 to 2147483647");
@@ -137,6 +148,10 @@ const std::vector<SettingInfo>& settings_table() {
       {"DPL_COLLECTIVE_TIMEOUT", "600",
        "Seconds a collective may wait for the other ranks; then the watchdog reports the collective, its "
        "sequence number and the ranks that did not arrive, and aborts the job (0: no watchdog)"},
+      {"DPL_WINDOW_STORES", "measured",
+       "How hierarchical and two_dimensional write the node's shared window on host buffers: measured (each "
+       "node times both kinds of stores now and then and uses the faster), cached (ordinary stores) or "
+       "streaming (non-temporal stores, which skip the caches)"},
   };
   return table;
 }

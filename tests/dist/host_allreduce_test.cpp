@@ -136,19 +136,23 @@ std::vector<std::int64_t> sizes_for(int ranks, std::int64_t chunk_floats) {
 // Lowers the chunk size, or turns the window off, for the communicators created while it lives.
 class SharedPathSetup {
  public:
-  SharedPathSetup(std::int64_t chunk_bytes, bool window) {
+  SharedPathSetup(std::int64_t chunk_bytes, bool window,
+                  std::optional<WindowStoresSetting> stores = std::nullopt) {
     comm::detail::set_shared_chunk_bytes(chunk_bytes);
     comm::detail::set_shared_window_allowed(window);
+    comm::detail::set_shared_window_stores(stores);
   }
   ~SharedPathSetup() {
     comm::detail::set_shared_chunk_bytes(0);
     comm::detail::set_shared_window_allowed(true);
+    comm::detail::set_shared_window_stores(std::nullopt);
   }
   SharedPathSetup(const SharedPathSetup&) = delete;
   SharedPathSetup& operator=(const SharedPathSetup&) = delete;
 };
 
-void check_layouts(std::int64_t chunk_bytes, bool window) {
+void check_layouts(std::int64_t chunk_bytes, bool window,
+                   std::optional<WindowStoresSetting> stores = std::nullopt) {
   const int size = communicator("naive").size();
   for (const auto& layout : layouts(size)) {
     std::optional<ScopedEnv> env;  // none: this run's own layout
@@ -158,7 +162,7 @@ void check_layouts(std::int64_t chunk_bytes, bool window) {
       if (!even && std::string(name) == "two_dimensional") continue;  // refused; topology_test checks how
       std::unique_ptr<comm::Communicator> comm;
       {
-        const SharedPathSetup setup(chunk_bytes, window);
+        const SharedPathSetup setup(chunk_bytes, window, stores);
         comm = comm::create_communicator(name);
       }
       const std::string where = std::string(name) + " DPL_RANKS_PER_NODE=" + (layout.empty() ? "as launched" : layout) +
@@ -193,6 +197,18 @@ TEST(HostAllreduce, SharedWindowDefaultChunk) {
         },
         std::string(name) + " n=" + std::to_string(n));
   }
+}
+
+// The two kinds of stores into the window, each on its own: the measured default switches
+// between them as the chunks' times say, so it may not run both in every run. Streaming stores
+// cover whole 16-byte pieces; the chunk sizes leave heads and tails of every length around them.
+TEST(HostAllreduce, SharedWindowWithOrdinaryStores) {
+  check_layouts(2048, true, WindowStoresSetting::kCached);
+}
+
+TEST(HostAllreduce, SharedWindowWithStreamingStores) {
+  check_layouts(2048, true, WindowStoresSetting::kStreaming);
+  check_layouts(64, true, WindowStoresSetting::kStreaming);
 }
 
 TEST(HostAllreduce, MessagePassingWhereNodesCannotShareMemory) { check_layouts(0, false); }

@@ -62,7 +62,8 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_OUTPUT", "plain"},
                             {"DPL_STAGING_CHUNK_BYTES", "65536"},
                             {"DPL_STAGING_SLOTS", "3"},
-                            {"DPL_COLLECTIVE_TIMEOUT", "5"}});
+                            {"DPL_COLLECTIVE_TIMEOUT", "5"},
+                            {"DPL_WINDOW_STORES", "streaming"}});
   EXPECT_THAT(s.ranks_per_node, ElementsAre(2));
   EXPECT_EQ(s.num_threads, 7);
   EXPECT_TRUE(s.omp_num_threads_set);
@@ -78,6 +79,9 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_EQ(s.collective_timeout, 5);
   EXPECT_EQ(parse({{"DPL_COLLECTIVE_TIMEOUT", "0"}}).collective_timeout, 0);  // no watchdog
   EXPECT_EQ(parse({{"DPL_OUTPUT", "terminal"}}).output, OutputSetting::kTerminal);
+  EXPECT_EQ(s.window_stores, WindowStoresSetting::kStreaming);
+  EXPECT_EQ(parse({{"DPL_WINDOW_STORES", "cached"}}).window_stores, WindowStoresSetting::kCached);
+  EXPECT_EQ(parse({}).window_stores, WindowStoresSetting::kMeasured);
   EXPECT_EQ(parse({{"DPL_MPI_CUDA_AWARE", "1"}}).mpi_cuda_aware, true);
 }
 
@@ -110,6 +114,7 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_COLLECTIVE_TIMEOUT", "-1", "whole number of seconds"},
       {"DPL_COLLECTIVE_TIMEOUT", "2.5", "whole number of seconds"},
       {"DPL_COLLECTIVE_TIMEOUT", "99999999", "31536000"},
+      {"DPL_WINDOW_STORES", "fast", "measured, cached or streaming"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);

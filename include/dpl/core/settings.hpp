@@ -11,6 +11,10 @@ namespace dpl {
 
 /// How reports draw on a stream (DPL_OUTPUT).
 enum class OutputSetting { kAuto, kPlain, kTerminal };
+/// How the host allreduce of hierarchical and two_dimensional writes the node's shared window:
+/// the kind of stores each node measures to be faster, or always ordinary (cached) or streaming
+/// (non-temporal) ones. See docs/communicators.md ("Host memory: the node's shared window").
+enum class WindowStoresSetting { kMeasured, kCached, kStreaming };
 
 /// dpl's configuration from the environment. A variable that is unset or empty takes its default.
 struct Settings {
@@ -45,6 +49,8 @@ struct Settings {
   /// DPL_COLLECTIVE_TIMEOUT: seconds a collective may wait for the other ranks before the
   /// watchdog reports it and aborts the job (0: no watchdog). See docs/reliability.md.
   int collective_timeout = 600;
+  /// DPL_WINDOW_STORES=measured|cached|streaming: the stores of the host allreduce's shared window.
+  WindowStoresSetting window_stores = WindowStoresSetting::kMeasured;
 };
 
 /// One row of the table of variables: its name, default and meaning.

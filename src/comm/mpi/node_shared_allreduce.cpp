@@ -4,6 +4,9 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -29,6 +32,9 @@ struct NodeSharedAllreduce::Control {
   alignas(64) std::atomic<std::uint32_t> arrived{0};
   std::atomic<std::uint32_t> sleepers{0};  // ranks that are, or are about to be, asleep in the kernel
   alignas(64) std::atomic<std::uint32_t> generation{0};
+  // 1: the next chunk writes the window with streaming stores. Written by the node's first rank
+  // before a chunk's last barrier, read by every rank after it (window_store_choice.hpp).
+  alignas(64) std::atomic<std::uint32_t> streaming{0};
 };
 
 namespace {
@@ -43,6 +49,9 @@ constexpr std::int64_t kLineBytes = 64;
 constexpr std::int64_t kWindowBudgetBytes = 12 << 20;
 constexpr std::int64_t kMinChunkBytes = 64 << 10;
 constexpr std::int64_t kMaxChunkBytes = 4 << 20;
+// Smaller chunks (the tail of a buffer, a 4-byte flag) take their time in the barriers, whatever
+// the stores: they do not count towards the choice of stores.
+constexpr std::int64_t kMinMeasuredChunkBytes = 256 << 10;
 // How long a waiting rank that has a CPU of its own polls the barrier before it sleeps; a rank of
 // a machine with more processes than CPUs sleeps at once. Milliseconds, not microseconds: a
 // sleeping rank wakes when the scheduler next gives it a CPU, and while backward computes on the
@@ -56,6 +65,7 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
 
 std::int64_t g_chunk_bytes_for_tests = 0;
 bool g_window_allowed = true;
+std::optional<WindowStoresSetting> g_window_stores_for_tests;
 
 // The same on every rank of the job (it depends on the largest node only), as the inter-node
 // step needs: every node cuts the buffer into the same chunks.
@@ -105,19 +115,69 @@ void cpu_relax() {
 #endif
 }
 
+#if defined(__SSE2__)
+constexpr bool kCanStream = true;
+#else
+constexpr bool kCanStream = false;
+#endif
+
+// memcpy, with streaming stores where `streaming`: whole 64-byte lines go straight to memory
+// without first fetching the line into this core's cache, and so without taking it from a
+// partner's cache first (window_store_choice.hpp says when that pays). The bytes before the first
+// 16-byte boundary of dst and after the last one are ordinary stores.
+void store_copy(char* dst, const char* src, std::size_t n, bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) {
+    std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+    if (head > n) head = n;
+    std::memcpy(dst, src, head);
+    std::size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    for (; i + 16 <= n; i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    std::memcpy(dst + i, src + i, n - i);
+    return;
+  }
+#endif
+  (void)streaming;
+  std::memcpy(dst, src, n);
+}
+
+// Streaming stores are not ordered with later stores: the barrier's release must not overtake
+// them, or a partner could read the window before the data has arrived.
+void fence_streaming_stores(bool streaming) {
+#if defined(__SSE2__)
+  if (streaming) _mm_sfence();
+#endif
+  (void)streaming;
+}
+
 // dst = src[0] + src[1] + ... + src[count-1], added in that order (rank order), so every node adds
 // its ranks the same way. A is the type the addition happens in. Blocks keep the partial sums in
 // L1 between sources.
+// With `streaming`, each block is added up in a buffer on the stack (in L1) and then streamed
+// into dst.
 template <typename A>
-void add_sources(char* dst_bytes, const char* const* src_bytes, int count, std::int64_t n) {
+void add_sources(char* dst_bytes, const char* const* src_bytes, int count, std::int64_t n, bool streaming) {
   constexpr std::int64_t kBlock = 2048;
+  A block[kBlock];
   A* __restrict dst = reinterpret_cast<A*>(dst_bytes);
   for (std::int64_t b = 0; b < n; b += kBlock) {
     const std::int64_t m = std::min(kBlock, n - b);
     const A* __restrict s0 = reinterpret_cast<const A*>(src_bytes[0]) + b;
-    A* __restrict d = dst + b;
+    A* __restrict d = streaming ? block : dst + b;
+    const std::size_t bytes = static_cast<std::size_t>(m) * sizeof(A);
     if (count == 1) {
-      std::memcpy(d, s0, static_cast<std::size_t>(m) * sizeof(A));
+      store_copy(reinterpret_cast<char*>(dst + b), reinterpret_cast<const char*>(s0), bytes, streaming);
       continue;
     }
     const A* __restrict s1 = reinterpret_cast<const A*>(src_bytes[1]) + b;
@@ -126,16 +186,17 @@ void add_sources(char* dst_bytes, const char* const* src_bytes, int count, std::
       const A* __restrict s = reinterpret_cast<const A*>(src_bytes[r]) + b;
       for (std::int64_t j = 0; j < m; ++j) d[j] += s[j];
     }
+    if (streaming) store_copy(reinterpret_cast<char*>(dst + b), reinterpret_cast<const char*>(block), bytes, true);
   }
 }
 
 // Integers add as unsigned of their width: the same bits as MPI_SUM's wrap-around, without the
 // undefined behaviour of a signed overflow.
-void add_sources(DType dtype, char* dst, const char* const* src, int count, std::int64_t n) {
+void add_sources(DType dtype, char* dst, const char* const* src, int count, std::int64_t n, bool streaming) {
   switch (dtype) {
-    case DType::kFloat32: return add_sources<float>(dst, src, count, n);
-    case DType::kInt32: return add_sources<std::uint32_t>(dst, src, count, n);
-    case DType::kInt64: return add_sources<std::uint64_t>(dst, src, count, n);
+    case DType::kFloat32: return add_sources<float>(dst, src, count, n, streaming);
+    case DType::kInt32: return add_sources<std::uint32_t>(dst, src, count, n, streaming);
+    case DType::kInt64: return add_sources<std::uint64_t>(dst, src, count, n, streaming);
     default: DPL_FAIL("shared-memory allreduce: expected a float32, int32 or int64 buffer, got ", dtype);
   }
 }
@@ -153,6 +214,8 @@ void divide(char* bytes, std::int64_t n, int divisor) {
 void set_shared_chunk_bytes(std::int64_t bytes) { g_chunk_bytes_for_tests = bytes; }
 
 void set_shared_window_allowed(bool allowed) { g_window_allowed = allowed; }
+
+void set_shared_window_stores(std::optional<WindowStoresSetting> stores) { g_window_stores_for_tests = stores; }
 
 std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world, MPI_Comm intra, MPI_Comm inter,
                                                                  const Topology& t, const std::string& comm_name) {
@@ -180,6 +243,7 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
   s->all_single_ = *largest == 1;
   s->oversubscribed_ = t.host_size > hardware_cpus();
   s->chunk_bytes_ = chunk_bytes_for(*largest);
+  s->stores_ = kCanStream ? g_window_stores_for_tests.value_or(settings().window_stores) : WindowStoresSetting::kCached;
 
   // The window: the barrier's page, the result chunk, then one chunk per rank. Each page lands
   // near the rank that writes it first (its own chunk, its slice of the result).
@@ -328,6 +392,7 @@ SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType
     char* const mine = bytes + off * esize;
     const Range own = slice_of(count, p, me, line);
     double t0 = MPI_Wtime();
+    const double chunk_start = t0;
 
     Range carried = own;  // the part of the result this rank finishes (crosses nodes, divides)
     if (p == 1) {
@@ -347,14 +412,21 @@ SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType
     }
 
     // 1. What the other ranks need of this rank's chunk goes into its part of the window; its own
-    //    slice it adds straight from its buffer.
+    //    slice it adds straight from its buffer. Every rank of the node writes the window with the
+    //    same kind of stores in a chunk, the kind the node's first rank last published.
+    const bool streaming = stores_ == WindowStoresSetting::kMeasured
+                               ? control_->streaming.load(std::memory_order_relaxed) != 0
+                               : stores_ == WindowStoresSetting::kStreaming;
     char* const in = inputs_[static_cast<std::size_t>(me)];
-    std::memcpy(in, mine, static_cast<std::size_t>(own.lo * esize));
-    std::memcpy(in + own.hi * esize, mine + own.hi * esize, static_cast<std::size_t>((count - own.hi) * esize));
+    store_copy(in, mine, static_cast<std::size_t>(own.lo * esize), streaming);
+    store_copy(in + own.hi * esize, mine + own.hi * esize, static_cast<std::size_t>((count - own.hi) * esize),
+               streaming);
+    fence_streaming_stores(streaming);
     node_barrier();
     for (int r = 0; r < p; ++r)
       sources[static_cast<std::size_t>(r)] = (r == me ? mine : inputs_[static_cast<std::size_t>(r)]) + own.lo * esize;
-    add_sources(dtype, result_ + own.lo * esize, sources.data(), p, own.size());
+    add_sources(dtype, result_ + own.lo * esize, sources.data(), p, own.size(), streaming);
+    fence_streaming_stores(streaming);
     if (synchronized) node_barrier();
     phases.intra_reduce += MPI_Wtime() - t0;
 
@@ -372,14 +444,23 @@ SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType
     }
     if (mean) divide(result_ + carried.lo * esize, carried.size(), job_size_);
     if (synchronized) node_barrier();
-    phases.inter_allreduce += MPI_Wtime() - t0;
+    const double inter_seconds = MPI_Wtime() - t0;
+    phases.inter_allreduce += inter_seconds;
 
     // 3. Every rank copies the whole result out. The next chunk's first barrier keeps anyone from
-    //    overwriting the window before all have.
+    //    overwriting the window before all have. Before this chunk's last barrier the first rank
+    //    publishes the stores of the next chunk.
     t0 = MPI_Wtime();
+    if (me == 0 && stores_ == WindowStoresSetting::kMeasured)
+      control_->streaming.store(store_choice_.decide() ? 1 : 0, std::memory_order_relaxed);
     node_barrier();
     std::memcpy(mine, result_, static_cast<std::size_t>(count * esize));
-    phases.intra_gather += MPI_Wtime() - t0;
+    const double end = MPI_Wtime();
+    phases.intra_gather += end - t0;
+    // The node's passes, without the inter-node step (the network's time, whatever the stores):
+    // what the first rank's choice compares.
+    if (me == 0 && stores_ == WindowStoresSetting::kMeasured && count * esize >= kMinMeasuredChunkBytes)
+      store_choice_.record(streaming, (end - chunk_start - inter_seconds) / static_cast<double>(count * esize));
   }
   return phases;
 }

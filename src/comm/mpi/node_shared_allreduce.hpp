@@ -8,11 +8,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/window_store_choice.hpp"
 #include "dpl/comm/communicator.hpp"
 #include "dpl/core/dtype.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl::comm::detail {
 
@@ -30,6 +33,11 @@ void set_shared_chunk_bytes(std::int64_t bytes);
 /// makes it return null, so communicators created afterwards take their message-passing path.
 /// Not thread-safe.
 void set_shared_window_allowed(bool allowed);
+
+/// For tests: the stores of windows created afterwards, in place of DPL_WINDOW_STORES (nullopt:
+/// the setting again). Where the build has no streaming stores (not x86-64) every window writes
+/// with ordinary ones. Not thread-safe.
+void set_shared_window_stores(std::optional<WindowStoresSetting> stores);
 
 class NodeSharedAllreduce {
  public:
@@ -75,6 +83,8 @@ class NodeSharedAllreduce {
   bool all_single_ = false;   // every node has one rank: no window anywhere
   bool oversubscribed_ = false;  // more processes than CPUs on this machine: waiting ranks sleep at once
   std::int64_t chunk_bytes_ = 0;
+  WindowStoresSetting stores_ = WindowStoresSetting::kMeasured;
+  WindowStoreChoice store_choice_;  // the node's first rank's measurements (kMeasured)
 
   bool map_window(MPI_Comm intra);
 
