@@ -3,6 +3,7 @@
 
     python3 scripts/cost_model.py                                  # ResNet-50 on H200s, 1..16 GPUs
     python3 scripts/cost_model.py --cpu-profile /tmp/scaling/scaling_profile.json   # + CPU check
+    python3 scripts/cost_model.py --gpu-profile /tmp/scaling-gpu/scaling_profile.json  # calibrated on it
     python3 scripts/cost_model.py --json /tmp/model.json --plot /tmp/model.png
 
 The model (docs/scaling.md explains it with its numbers):
@@ -31,6 +32,12 @@ The model (docs/scaling.md explains it with its numbers):
 Every input is printed with its origin: "measured" (with where) or "assumed" (with why). The
 CPU check (--cpu-profile) predicts every measured train_mnist point from the one-process runs
 and the measured allreduce curves, and prints the error beside each.
+
+A GPU scaling profile (--gpu-profile, scripts/scaling_profile.py --mode gpu) replaces the built-in
+one-GPU inputs: its one-process run gives the step, optimize, data and L; where it has runs of
+several GPUs, its bench_allreduce point at L on the most GPUs of one node gives the intra-node
+bandwidth, and every run is predicted from those inputs and the allreduce measured at its own
+process count, with the error beside it.
 
 Python 3 standard library only; --plot needs matplotlib.
 """
@@ -195,7 +202,7 @@ def predict_gpu(model, comm, nodes, per_node, link, intra=INTRA, stage=STAGE, ov
     }
 
 
-def predict_all(model=RESNET50, links=LINKS, layouts=LAYOUTS, bucket_bytes=25 * 2**20):
+def predict_all(model=RESNET50, links=LINKS, layouts=LAYOUTS, bucket_bytes=25 * 2**20, intra=INTRA):
     rows = []
     for link in links:
         for nodes, per_node in layouts:
@@ -203,8 +210,9 @@ def predict_all(model=RESNET50, links=LINKS, layouts=LAYOUTS, bucket_bytes=25 * 
                 for staged in (True, False):
                     for overlap in (False, True):
                         for half in (False, True):
-                            rows.append(predict_gpu(model, comm, nodes, per_node, link, overlap=overlap,
-                                                    half=half, bucket_bytes=bucket_bytes, staged=staged))
+                            rows.append(predict_gpu(model, comm, nodes, per_node, link, intra=intra,
+                                                    overlap=overlap, half=half, bucket_bytes=bucket_bytes,
+                                                    staged=staged))
     return rows
 
 
@@ -230,27 +238,39 @@ def predict_cpu(profile, cores=None):
     its one-process runs and its measured allreduce curves. Returns rows with measured, predicted
     and the relative error of the step time and img/s.
 
-    Per process, compute, optimize and data scale with the share of a core each process gets:
-    from the one-thread run, times max(1, processes / cores); the one-process point itself is
-    predicted from the one-process run with all cores (its error is 0 by construction). The
-    allreduce comes from bench_allreduce at the same process count and layout, interpolated at
-    the gradient bytes L."""
+    Per process, the step without its allreduce (data, compute, optimize and what no phase covers)
+    is that of one process alone with the same number of threads (the profile's calibration runs; p processes get cores / p threads each), times
+    max(1, processes x threads / cores) where the processes share cores; the one-process point is
+    predicted from itself (its error is 0 by construction). What the model leaves out is what the
+    processes do to each other beyond sharing cores (memory bandwidth, caches). The allreduce comes
+    from bench_allreduce at the same process count and layout, interpolated at the gradient bytes L."""
     cores = cores or profile["machine"]["cores"]
     runs = profile["runs"]
     one = next((r for r in runs if r["processes"] == 1 and not r.get("threads_override")), None)
-    one_thread = next((r for r in profile.get("calibration", []) if r.get("threads_override") == 1), None)
-    if one is None or one_thread is None:
-        raise ValueError("expected a one-process run and a one-thread calibration run in the profile")
+    if one is None:
+        raise ValueError("expected a one-process run in the profile")
+    # One process alone at each thread count measured: the calibration runs, and the one-process run.
+    alone = {}
+    for r in profile.get("calibration", []) + [one]:
+        threads = r.get("threads_per_process") or r.get("threads_override")
+        if threads:
+            alone.setdefault(threads, r)
     rows = []
     for r in runs:
         p = r["processes"]
         if p == 1:
             base, factor = one, 1.0
         else:
-            base, factor = one_thread, max(1.0, p / cores)
-        compute = base["phases_ms"].get("compute", 0.0) * factor
-        optimize = base["phases_ms"].get("optimize", 0.0) * factor
-        data = base["phases_ms"].get("data", 0.0) * factor
+            threads = r.get("threads_per_process") or max(1, cores // p)
+            base = alone.get(threads)
+            if base is None:
+                raise ValueError(f"expected a one-process calibration run at {threads} threads (those of each "
+                                 f"process of the {p}-process run); the profile has one-process runs at "
+                                 f"{sorted(alone)} threads")
+            factor = max(1.0, p * threads / cores)
+        # Everything of the one-process step but its allreduce: data, compute, optimize and what no
+        # phase covers (the measured iteration's rest).
+        alone_ms = (base["step_ms"] - base["phases_ms"].get("allreduce", 0.0)) * factor
         allreduce = 0.0
         if p > 1:
             curve = [(c["bytes"], c["time_us"] / 1e3) for c in profile.get("allreduce", [])
@@ -260,7 +280,7 @@ def predict_cpu(profile, cores=None):
                 raise ValueError(f"expected bench_allreduce points for {p} processes, {r['communicator']}, "
                                  f"ranks per node {r.get('ranks_per_node')}; the profile has none")
             allreduce = interpolate_loglog(curve, r["grad_bytes"])
-        step = compute + optimize + data + allreduce
+        step = alone_ms + allreduce
         measured_step = r["step_ms"]
         rows.append({
             "processes": p, "nodes": r["nodes"], "communicator": r["communicator"],
@@ -291,20 +311,120 @@ def measured_gpu_points(model=RESNET50, intra=INTRA, stage=STAGE):
     ]
 
 
+# --- calibration on a GPU scaling profile ----------------------------------------------------------
+
+def _one_process_run(profile):
+    one = next((r for r in profile.get("runs", []) if r["processes"] == 1), None)
+    if one is None:
+        counts = sorted({r["processes"] for r in profile.get("runs", [])})
+        raise ValueError(f"expected a one-process run in the GPU profile, got process counts {counts}")
+    return one
+
+
+def model_from_profile(profile):
+    """The one-GPU inputs measured by a GPU scaling profile's one-process run: its steady-state step
+    (img/s), optimize and data phases and gradient bytes. Forward + backward is the rest of its
+    step, so a one-process allreduce, if any, is counted there."""
+    one = _one_process_run(profile)
+    phases = one["phases_ms"]
+    what = f"the scaling profile's one-GPU run {profile.get('label', '')}".rstrip()
+    repeats = one.get("repeats_img_per_s")
+    model = dict(RESNET50)
+    model.update({
+        "name": f"{profile.get('label', 'profiled model').strip('()')}, batch {one['batch']} per GPU",
+        "batch": one["batch"],
+        "img_per_s_1gpu": one["img_per_s"],
+        "img_per_s_source": f"measured: {what}" + (f", median of {repeats} img/s" if repeats else ""),
+        "grad_bytes": one["grad_bytes"],
+        "grad_bytes_source": f"measured: {what}",
+        "optimize_s": phases.get("optimize", 0.0) / 1e3,
+        "optimize_source": f"measured: {what}, its optimize phase",
+        "data_s": phases.get("data", 0.0) / 1e3,
+        "data_source": f"measured: {what}, its data phase",
+    })
+    return model
+
+
+def _curve(profile, processes, comm, ranks_per_node):
+    return [(c["bytes"], c["time_us"] * 1e-6) for c in profile.get("allreduce", [])
+            if c["processes"] == processes and c["comm"] == comm and c.get("ranks_per_node") == ranks_per_node]
+
+
+def intra_from_profile(profile, comm="hierarchical", default=INTRA):
+    """The intra-node point measured by the profile: its bench_allreduce of L on the most GPUs of one
+    node. Without runs of several GPUs, the built-in point (default)."""
+    L = _one_process_run(profile)["grad_bytes"]
+    counts = sorted({c["processes"] for c in profile.get("allreduce", [])
+                     if c["comm"] == comm and c.get("ranks_per_node") is None and c["bytes"] == L})
+    if not counts:
+        return default
+    p = counts[-1]
+    seconds = next(t for b, t in _curve(profile, p, comm, None) if b == L)
+    return dict(default, bytes=L, ranks=p, seconds=seconds,
+                source=f"measured: the scaling profile's bench_allreduce, {comm}, {p} GPUs of one node, "
+                       f"{L} B in {seconds * 1e6:.1f} us",
+                more_gpus_source=f"assumed: more GPUs of one node than {p} reach the same bus bandwidth")
+
+
+def predict_gpu_profile(profile, model, bucket_bytes=25 * 2**20, tolerance=0.10):
+    """Predicts each run of a GPU scaling profile from the model's one-GPU inputs and, for several
+    processes, the allreduce bench_allreduce measured at the same process count and layout
+    (interpolated in log-log at each bucket's bytes; the alpha-beta formula of the built-in
+    intra-node point where the profile has no curve). Rows carry the error and whether it is
+    within tolerance."""
+    step1 = model["batch"] / model["img_per_s_1gpu"]
+    compute = step1 - model["optimize_s"] - model["data_s"]
+    backward = compute * model["backward_share"]
+    host = {"name": "one host", "Bps": float("inf"), "alpha_s": STAGE["shm_alpha_s"]}
+    rows = []
+    for r in profile["runs"]:
+        p, nodes = r["processes"], r.get("nodes", 1)
+        comm = r["communicator"]
+        curve = _curve(profile, p, comm, r.get("ranks_per_node"))
+        if p <= 1:
+            def reduce_seconds(b):
+                return 0.0
+            origin = "none (one process)"
+        elif curve:
+            def reduce_seconds(b, curve=curve):
+                return interpolate_loglog(curve, b)
+            origin = "measured curve"
+        else:
+            per_node = max(1, p // max(1, nodes))
+            def reduce_seconds(b, nodes=nodes, per_node=per_node, comm=comm):
+                return allreduce_seconds(comm if comm in ("hierarchical", "flat") else "hierarchical",
+                                         nodes, per_node, b, host, INTRA, STAGE)
+            origin = "model"
+        L = r["grad_bytes"]
+        exposed = exposed_allreduce(backward, L, bucket_bytes, reduce_seconds, bool(profile.get("overlap")))
+        step = step1 + exposed
+        measured = r["step_ms"] / 1e3
+        error = step / measured - 1.0
+        rows.append({
+            "processes": p, "nodes": nodes, "communicator": comm, "allreduce_from": origin,
+            "measured_step_ms": measured * 1e3, "predicted_step_ms": step * 1e3,
+            "measured_img_per_s": r["img_per_s"], "predicted_img_per_s": p * model["batch"] / step,
+            "measured_allreduce_ms": r["phases_ms"].get("allreduce", 0.0), "predicted_allreduce_ms": exposed * 1e3,
+            "error": error, "within_tolerance": abs(error) <= tolerance,
+        })
+    return rows
+
+
 # --- output --------------------------------------------------------------------------------------------
 
-def print_inputs(out=None):
+def print_inputs(out=None, model=RESNET50, intra=INTRA):
     out = out or sys.stdout
-    print("Inputs (measured = measured, with where; assumed = not measurable here):", file=out)
-    m = RESNET50
+    print(f"Inputs for {model['name']} (measured = measured, with where; assumed = not measurable here):",
+          file=out)
+    m = model
     print(f"  one-GPU step: {m['batch']} / {m['img_per_s_1gpu']:.0f} img/s = "
           f"{m['batch'] / m['img_per_s_1gpu'] * 1e3:.2f} ms  [{m['img_per_s_source']}]", file=out)
     print(f"  gradient bytes L = {m['grad_bytes']}  [{m['grad_bytes_source']}]", file=out)
-    print(f"  optimize {m['optimize_s'] * 1e3:.1f} ms  [{m['optimize_source']}]", file=out)
+    print(f"  optimize {m['optimize_s'] * 1e3:.2f} ms  [{m['optimize_source']}]", file=out)
     print(f"  backward share {m['backward_share']:.2f}  [{m['backward_source']}]", file=out)
-    print(f"  data 0 ms  [{m['data_source']}]", file=out)
-    print(f"  intra-node bus bandwidth {intra_bandwidth(INTRA) / 1e9:.1f} GB/s  [{INTRA['source']}; "
-          f"{INTRA['alpha_source']}; {INTRA['more_gpus_source']}]", file=out)
+    print(f"  data {m['data_s'] * 1e3:.2f} ms  [{m['data_source']}]", file=out)
+    print(f"  intra-node bus bandwidth {intra_bandwidth(intra) / 1e9:.1f} GB/s  [{intra['source']}; "
+          f"{intra['alpha_source']}; {intra['more_gpus_source']}]", file=out)
     print(f"  staged inter-node ceiling {STAGE['hierarchical_Bps'] / 1e9:.2f} GB/s (hierarchical), "
           f"{STAGE['flat_Bps'] / 1e9:.2f} GB/s (flat)  [{STAGE['source']}]", file=out)
     for link in LINKS:
@@ -324,10 +444,9 @@ def pick(rows, **want):
     return [r for r in rows if all(r[k] == v for k, v in want.items())]
 
 
-def print_predictions(rows, out=None):
+def print_predictions(rows, out=None, model=RESNET50):
     out = out or sys.stdout
-    print("\nPredicted efficiency (step time on 1 GPU / step time on p GPUs), ResNet-50 bf16 batch 128 per GPU,",
-          file=out)
+    print(f"\nPredicted efficiency (step time on 1 GPU / step time on p GPUs), {model['name']},", file=out)
     print("hierarchical communicator, inter-node step staged through host memory as this build does "
           "(unstaged in brackets: CUDA-aware MPI):", file=out)
     layouts = [(n, g) for n, g in LAYOUTS]
@@ -357,6 +476,21 @@ def print_predictions(rows, out=None):
         print("  " + link["name"].ljust(18) + "".join(f"{c:>15}" for c in cells), file=out)
 
 
+def print_gpu_check(rows, out=None):
+    out = out or sys.stdout
+    print("\nGPU check: the profile's runs measured against predicted (step time; allreduce: the exposed part)",
+          file=out)
+    print(f"  {'processes':>9} {'nodes':>5} {'comm':>13} {'measured ms':>12} {'predicted ms':>13} {'error':>7} "
+          f"{'within 10%':>10} {'meas. img/s':>12} {'pred. img/s':>12} {'allreduce ms meas/pred':>23}  allreduce from",
+          file=out)
+    for r in rows:
+        print(f"  {r['processes']:>9} {r['nodes']:>5} {r['communicator']:>13} {r['measured_step_ms']:>12.2f} "
+              f"{r['predicted_step_ms']:>13.2f} {r['error'] * 100:>6.1f}% {'yes' if r['within_tolerance'] else 'NO':>10} "
+              f"{r['measured_img_per_s']:>12.0f} {r['predicted_img_per_s']:>12.0f} "
+              f"{r['measured_allreduce_ms']:>11.2f} / {r['predicted_allreduce_ms']:<9.2f}  {r['allreduce_from']}",
+              file=out)
+
+
 def print_cpu_check(rows, out=None):
     out = out or sys.stdout
     print("\nCPU check: train_mnist measured against predicted (per-process step time)", file=out)
@@ -369,7 +503,7 @@ def print_cpu_check(rows, out=None):
               f"{r['predicted_allreduce_ms']:<9.2f}", file=out)
 
 
-def plot(rows, path):
+def plot(rows, path, model=RESNET50):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from scaling_profile import ensure_matplotlib  # the same import, install and message
     if not ensure_matplotlib():
@@ -393,7 +527,7 @@ def plot(rows, path):
         ax.set_title("staged inter-node step (this build)" if staged else "unstaged (CUDA-aware MPI)")
     axes[0].set_ylabel("predicted scaling efficiency")
     axes[1].legend(loc="lower left", fontsize=8)
-    fig.suptitle("ResNet-50 bf16, batch 128/GPU, H200: hierarchical, overlap on, float32 gradients (model)")
+    fig.suptitle(f"{model['name']}: hierarchical, overlap on, float32 gradients (model)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -404,16 +538,36 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Predict data-parallel step time and efficiency (alpha-beta model).")
     parser.add_argument("--cpu-profile", help="scaling_profile.json of train_mnist runs to predict and compare")
     parser.add_argument("--cores", type=int, help="cores of the machine the CPU profile ran on (default: its record)")
+    parser.add_argument("--gpu-profile", help="scaling_profile.json of --mode gpu: calibrate on it and check its runs")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size for overlap (MiB)")
     parser.add_argument("--json", help="write every prediction here")
     parser.add_argument("--plot", help="write the efficiency plot (PNG) here")
     args = parser.parse_args(argv)
-    rows = predict_all(bucket_bytes=int(args.bucket_mb * 2**20))
-    print_inputs()
-    print_measured_gpu_points()
-    print_predictions(rows)
-    result = {"inputs": {"model": RESNET50, "intra": INTRA, "stage": STAGE, "links": LINKS,
-                         "bucket_bytes": int(args.bucket_mb * 2**20)}, "predictions": rows}
+    if args.bucket_mb <= 0:
+        print(f"cost_model: expected --bucket-mb above 0, got {args.bucket_mb}", file=sys.stderr)
+        return 2
+    bucket_bytes = int(args.bucket_mb * 2**20)
+    model, intra, gpu_profile = RESNET50, INTRA, None
+    if args.gpu_profile:
+        try:
+            with open(args.gpu_profile, encoding="utf-8") as f:
+                gpu_profile = json.load(f)
+            model, intra = model_from_profile(gpu_profile), intra_from_profile(gpu_profile)
+            gpu_check = predict_gpu_profile(gpu_profile, model, bucket_bytes)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"cost_model: cannot calibrate on {args.gpu_profile}: {e}", file=sys.stderr)
+            return 2
+    rows = predict_all(model, bucket_bytes=bucket_bytes, intra=intra)
+    print_inputs(model=model, intra=intra)
+    if gpu_profile is None:
+        print_measured_gpu_points()
+    else:
+        print_gpu_check(gpu_check)
+    print_predictions(rows, model=model)
+    result = {"inputs": {"model": model, "intra": intra, "stage": STAGE, "links": LINKS,
+                         "bucket_bytes": bucket_bytes}, "predictions": rows}
+    if gpu_profile is not None:
+        result["gpu_check"] = gpu_check
     if args.cpu_profile:
         try:
             with open(args.cpu_profile, encoding="utf-8") as f:
@@ -428,7 +582,7 @@ def main(argv=None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, model)
     return 0
 
 

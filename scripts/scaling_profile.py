@@ -22,9 +22,12 @@ bench_allreduce at that process count (the same layout) and bench_p2p once, and 
   process count, allreduce bus bandwidth against message size, point-to-point bandwidth against
   message size (matplotlib; installed with apt-get when missing and run as root).
 
-img/s is the steady state: processes x batch / (sum of the top-level phase means per iteration,
-first iteration left out); the end-to-end rate (iterations over training seconds) is in the JSON
+img/s is the steady state: processes x batch / (the mean measured iteration, first iteration left
+out; the sum of the top-level phase means for summaries without one); the end-to-end rate (iterations over training seconds) is in the JSON
 too. --repeats N runs each point N times, alternating process counts, and keeps the median.
+On GPUs the examples run with --sync-timing (--timing): each phase then ends when the device has
+done its work, so the phases add up to the step; timed without waiting, a phase is only the time
+to queue its kernels and the sum falls short of the step.
 """
 
 import argparse
@@ -92,11 +95,15 @@ def bandwidth_at(section, nbytes):
 
 
 def run_point(summary, batch, processes, communicator, ranks_per_node=None, threads_override=None):
-    """One profile row from a phase_summary.json (a dict) of a run with this shape."""
+    """One profile row from a phase_summary.json (a dict) of a run with this shape. The step is the
+    measured iteration where the summary has one (the training loop's whole update), else the sum
+    of the top-level phases."""
     phases = {p["name"]: p["mean_s"] * 1e3 for p in summary["phases"]}
     top = sum(v for k, v in phases.items() if "/" not in k)
     if top <= 0:
         raise ValueError("phase_summary.json: expected positive phase times, got none")
+    iteration_ms = (summary.get("iteration") or {}).get("mean_s", 0.0) * 1e3
+    step = iteration_ms if iteration_ms > 0 else top
     iters = summary.get("training_iterations", 0)
     seconds = summary.get("training_seconds", 0.0)
     L = summary["allreduce_bytes"]
@@ -112,8 +119,9 @@ def run_point(summary, batch, processes, communicator, ranks_per_node=None, thre
         "communicator": communicator,
         "batch": batch,
         "phases_ms": phases,
-        "step_ms": top,
-        "img_per_s": processes * batch / top * 1e3,
+        "phases_sum_ms": top,
+        "step_ms": step,
+        "img_per_s": processes * batch / step * 1e3,
         "img_per_s_end_to_end": processes * batch * iters / seconds if seconds > 0 else None,
         "grad_bytes": L,
         "traffic_bytes": traffic,
@@ -158,8 +166,12 @@ def table(profile):
             f"{ph.get('optimize', 0.0):>7.2f} {r['grad_bytes'] / 1e6:>7.2f} {r['traffic_bytes'] / 1e6:>10.2f} "
             f"{achieved if achieved else 0.0:>9.2f} {link_gbps if link_gbps else 0.0:>9.2f} "
             f"{(achieved / link_gbps if achieved and link_gbps else 0.0):>6.2f}")
-    notes = ["img/s: steady state (processes x batch / sum of the phase means, first iteration left out); "
+    notes = ["img/s: steady state (processes x batch / mean iteration, first iteration left out); "
              "data: waiting for the batch; allreduce: the part of it the step waited for"]
+    short = [r["processes"] for r in runs if r.get("phases_sum_ms", r["step_ms"]) < 0.9 * r["step_ms"]]
+    if short:
+        notes.append(f"the phases cover less than 90% of the iteration at {short} processes: on a GPU, time the "
+                     f"phases with --timing synchronized")
     if link:
         notes.append(f"link: bench_p2p '{link['what']}' at the largest size <= L")
     return "\n".join(lines + notes)
@@ -316,6 +328,15 @@ def run(cmd, env_extra, log):
     return result.stdout
 
 
+def calibration_threads(procs, cores):
+    """Thread counts of the one-process calibration runs on a CPU: one thread, and the count each
+    process of a larger run gets (cores / processes, dpl's default), so that the cost model
+    (cost_model.py) takes each process's compute from one process alone at the same count. The
+    one-process run itself has every core."""
+    counts = {1} | {max(1, cores // p) for p in procs if p > 1}
+    return sorted(counts - {cores})
+
+
 def gpu_count():
     if not shutil.which("nvidia-smi"):
         return 0
@@ -328,8 +349,8 @@ def measure(args):
     os.makedirs(args.out, exist_ok=True)
     log = os.path.join(args.out, "commands.log")
     cores = os.cpu_count() or 1
+    gpus = gpu_count()
     if args.mode == "gpu":
-        gpus = gpu_count()
         if gpus == 0:
             raise RuntimeError("--mode gpu: expected nvidia-smi to list GPUs, found none")
         procs = [p for p in (1, 2, 4, 8, 16, 32) if p <= gpus]
@@ -338,13 +359,15 @@ def measure(args):
     else:
         procs = [int(p) for p in args.procs.split(",")]
     batch = args.batch or (128 if args.mode == "gpu" else 100)
+    # On a GPU a phase timed without waiting for the device is the time to queue its kernels.
+    timing = args.timing or ("synchronized" if args.mode == "gpu" else "non-intrusive")
     points = []  # (processes, ranks_per_node, threads_override)
     for p in procs:
         points.append((p, None, None))
         # The same count as --virtual-nodes nodes: the inter-node code path on one machine.
         if args.virtual_nodes > 1 and p >= args.virtual_nodes and p % args.virtual_nodes == 0:
             points.append((p, p // args.virtual_nodes, None))
-    calibration = [(1, None, 1)] if args.mode == "cpu" else []
+    calibration = [(1, None, t) for t in calibration_threads(procs, cores)] if args.mode == "cpu" else []
 
     runs, cal = {}, {}
     for rep in range(args.repeats):
@@ -375,6 +398,8 @@ def measure(args):
                                          "-g", "-a", "resnet50", "-B", str(batch), "-E", str(args.epochs),
                                          "--dtype", args.dtype, "--layout", "nhwc", "--communicator",
                                          args.communicator, "-o", folder]
+            if timing == "synchronized":
+                cmd.append("--sync-timing")
             if args.trace:
                 cmd.append("--trace")
             if args.overlap:
@@ -401,8 +426,13 @@ def measure(args):
         for row in parse_allreduce_summary(out):
             row.update(processes=p, ranks_per_node=rpn)
             allreduce.append(row)
-    p2p = parse_osu(run(mpiexec(2, {}) + [os.path.join(build, "benchmarks", "bench_p2p"), "--max-bytes",
-                                         args.p2p_max], {}, log))
+    if args.mode == "gpu" and gpus < 2:
+        # Two ranks would share the one GPU, which NCCL refuses; one GPU has no link to measure.
+        print("scaling_profile: one GPU: bench_p2p not run (no link between GPUs)", file=sys.stderr)
+        p2p = []
+    else:
+        p2p = parse_osu(run(mpiexec(2, {}) + [os.path.join(build, "benchmarks", "bench_p2p"), "--max-bytes",
+                                             args.p2p_max], {}, log))
 
     label = "(train_mnist, CPU" if args.mode == "cpu" else f"(ResNet-50 synthetic {args.dtype}, GPU"
     label += ", overlap)" if args.overlap else ")"
@@ -410,7 +440,8 @@ def measure(args):
         "label": label,
         "mode": args.mode,
         "overlap": args.overlap,
-        "machine": {"cores": cores, "gpus": gpu_count()},
+        "timing": timing,
+        "machine": {"cores": cores, "gpus": gpus},
         "runs": [median_point(v) for _, v in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))],
         "calibration": [median_point(v) for v in cal.values()],
         "allreduce": allreduce,
@@ -441,6 +472,10 @@ def main(argv=None):
     parser.add_argument("--trace", action="store_true", help="also write per-rank traces (--trace) in each run")
     parser.add_argument("--overlap", action="store_true",
                         help="average the gradients bucket by bucket during backward (the examples' --overlap)")
+    parser.add_argument("--timing", choices=["synchronized", "non-intrusive"],
+                        help="the examples' phase timing (--sync-timing when synchronized); default: synchronized "
+                             "on GPUs, where a phase not waited for measures only the queueing of its kernels, "
+                             "non-intrusive on CPUs")
     parser.add_argument("--dtype", choices=["bf16", "fp32", "fp16"], default="bf16",
                         help="--mode gpu: train_imagenet's compute dtype")
     parser.add_argument("--allreduce-min", default="64K")

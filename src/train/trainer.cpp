@@ -159,8 +159,8 @@ void StandardUpdater::update(Observation& observation) {
   data_seconds_ += waited;
   // Recorded with the optimizer's phases, under the iteration its update will have, so a loop
   // starved by its loader shows in the timeline and in the summary next to compute and allreduce.
-  if (auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&optimizer_))
-    parallel->timer().record("data", t0, waited, updates_);
+  auto* parallel = dynamic_cast<parallel::MultiNodeOptimizer*>(&optimizer_);
+  if (parallel != nullptr) parallel->timer().record("data", t0, waited, updates_);
   observation.reserve("main/loss");
   Variable loss;
   if (captured_ != nullptr) {
@@ -182,7 +182,10 @@ void StandardUpdater::update(Observation& observation) {
   if (optimizer_.non_finite_policy() == optim::NonFinitePolicy::kSkip)
     observation.observe("main/skipped_steps", optimizer_.last_step_skipped() ? 1.0 : 0.0);
   if (device_.is_cuda()) cuda::synchronize(device_.index);  // the iteration's time includes its GPU work
-  update_seconds_ += profile::now_seconds() - t0;
+  const double seconds = profile::now_seconds() - t0;
+  update_seconds_ += seconds;
+  // The whole iteration beside its phases: what they leave out shows as the difference.
+  if (parallel != nullptr) parallel->timer().record(profile::kIterationSeries, t0, seconds, updates_);
   ++updates_;
 }
 

@@ -76,11 +76,26 @@ TEST(Trace, TheUpdaterTimesEachBatchAsTheDataPhaseBeforeCompute) {
     total += d.seconds;
   }
   EXPECT_NEAR(run.data_seconds, total, 1e-9);
+  // The whole iteration is recorded beside the phases, and each of its phases lies inside it.
+  const profile::PhaseSeries* iteration = timer.find(profile::kIterationSeries);
+  const profile::PhaseSeries* optimize = timer.find("optimize");
+  ASSERT_NE(iteration, nullptr);
+  ASSERT_NE(optimize, nullptr);
+  ASSERT_EQ(iteration->samples.size(), static_cast<std::size_t>(kIterations));
+  for (std::size_t i = 0; i < iteration->samples.size(); ++i) {
+    const profile::PhaseSample& it = iteration->samples[i];
+    EXPECT_EQ(it.iteration, static_cast<std::int64_t>(i));
+    EXPECT_EQ(it.start, data->samples[i].start) << "iteration " << i;
+    EXPECT_GE(it.start + it.seconds + 1e-9, optimize->samples[i].start + optimize->samples[i].seconds)
+        << "iteration " << i;
+  }
   // The summary carries the new phase like the others, on every rank alike.
   const profile::Summary s = run.opt->summary(1);
   ASSERT_FALSE(s.phases.empty());
   EXPECT_EQ(s.phases.front().name, "data");
   EXPECT_EQ(s.phases.front().iterations, kIterations - 1);
+  EXPECT_EQ(s.iteration.iterations, kIterations - 1);
+  for (const auto& p : s.phases) EXPECT_NE(p.name, profile::kIterationSeries);
 }
 
 TEST(Trace, EveryRankRecordsTheSameAgreedMomentAndWritesIt) {
@@ -143,6 +158,13 @@ TEST(Trace, ThePhaseSummaryFileCarriesTheRunsShape) {
   EXPECT_LE(j.at("data_seconds").get<double>(), j.at("training_seconds").get<double>());
   EXPECT_GE(j.at("threads_per_process").get<int>(), 1);
   EXPECT_EQ(j.at("phases").at(0).at("name").get<std::string>(), "data");
+  // The measured iteration holds its phases: the mean over ranks of each rank's iteration is at
+  // least that of the sum of its top-level phases (to the nanoseconds the summary rounds to).
+  double phases = 0.0;
+  for (const auto& p : j.at("phases"))
+    if (p.at("name").get<std::string>().find('/') == std::string::npos) phases += p.at("mean_s").get<double>();
+  EXPECT_GE(j.at("iteration").at("mean_s").get<double>() + 1e-8, phases);
+  EXPECT_EQ(j.at("iteration").at("iterations").get<std::int64_t>(), kIterations - 1);
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ class CpuCheckTest(unittest.TestCase):
             cm.predict_cpu(p)
         p = self.profile()
         p["calibration"] = []
-        with self.assertRaisesRegex(ValueError, "one-thread calibration run"):
+        with self.assertRaisesRegex(ValueError, "calibration run at 1 threads"):
             cm.predict_cpu(p)
 
     def test_command_line_prints_inputs_predictions_and_the_check(self):
@@ -176,6 +176,113 @@ class CpuCheckTest(unittest.TestCase):
         self.assertIn("IB 400 Gb (NDR)", text)
         self.assertIn("CPU check", text)
         self.assertEqual(len(written["m.json"]["cpu_check"]), 3)
+
+    def test_each_process_takes_the_compute_of_one_process_at_its_thread_count(self):
+        # 16 cores: 2 processes run 8 threads each, 4 run 4; one process alone measured at both.
+        def run(p, compute, step, threads, override=None):
+            return {"processes": p, "nodes": 1, "ranks_per_node": None, "threads_override": override,
+                    "threads_per_process": threads, "communicator": "hierarchical", "batch": 100,
+                    "grad_bytes": 1000, "phases_ms": {"data": 0.0, "compute": compute,
+                                                      "allreduce": 1.0 if p > 1 else 0.0, "optimize": 1.0},
+                    "step_ms": step, "img_per_s": p * 100 / step * 1e3}
+        curve = [{"processes": p, "comm": "hierarchical", "ranks_per_node": None, "bytes": 1000,
+                  "time_us": 2000.0} for p in (2, 4)]
+        profile = {"machine": {"cores": 16}, "runs": [run(1, 8.0, 9.0, 16), run(2, 5.0, 9.0, 8), run(4, 6.0, 10.0, 4)],
+                   "calibration": [run(1, 20.0, 21.0, 1, 1), run(1, 5.5, 6.5, 8, 8), run(1, 6.5, 7.5, 4, 4)],
+                   "allreduce": curve}
+        one, two, four = cm.predict_cpu(profile)
+        # The 8- and 4-thread runs alone (their steps hold 0.5 ms that no phase covers), + 2 ms.
+        self.assertAlmostEqual(two["predicted_step_ms"], 6.5 + 2.0)
+        self.assertAlmostEqual(four["predicted_step_ms"], 7.5 + 2.0)
+        # More processes x threads than cores: each process gets its share of them.
+        profile["runs"].append(run(32, 30.0, 40.0, 1))
+        profile["allreduce"].append(dict(curve[0], processes=32))
+        self.assertAlmostEqual(cm.predict_cpu(profile)[-1]["predicted_step_ms"], 21.0 * 2 + 2.0)
+        profile["calibration"] = profile["calibration"][:1]
+        with self.assertRaisesRegex(ValueError, "calibration run at 8 threads .* at \\[1, 16\\] threads"):
+            cm.predict_cpu(profile)
+
+
+class GpuProfileTest(unittest.TestCase):
+    """Calibration on a GPU scaling profile: its one-GPU run as the model's inputs, its allreduce
+    point as the intra-node bandwidth, and each run predicted with its error."""
+
+    L = 100 * 2**20
+
+    def profile(self, overlap=False, two_gpu_step=21.0):
+        def run(p, compute, allreduce, step):
+            return {"processes": p, "nodes": 1, "ranks_per_node": None, "threads_override": None,
+                    "communicator": "hierarchical", "batch": 128, "grad_bytes": self.L,
+                    "phases_ms": {"data": 0.1, "compute": compute, "allreduce": allreduce, "optimize": 0.4},
+                    "step_ms": step, "img_per_s": p * 128 / step * 1e3, "repeats_img_per_s": [1.0, 2.0, 3.0]}
+        return {"label": "(ResNet-50 synthetic bf16, GPU)", "overlap": overlap,
+                "runs": [run(1, 19.5, 0.0, 20.0), run(2, 19.5, 1.0, two_gpu_step)],
+                "allreduce": [{"processes": 2, "comm": "hierarchical", "ranks_per_node": None, "bytes": b,
+                               "time_us": t} for b, t in ((2**20, 20.0), (self.L, 1000.0))]}
+
+    def test_the_one_gpu_run_is_the_models_step_optimize_data_and_bytes(self):
+        model = cm.model_from_profile(self.profile())
+        self.assertAlmostEqual(model["batch"] / model["img_per_s_1gpu"], 20.0e-3)
+        self.assertAlmostEqual(model["optimize_s"], 0.4e-3)
+        self.assertAlmostEqual(model["data_s"], 0.1e-3)
+        self.assertEqual(model["grad_bytes"], self.L)
+        self.assertIn("measured: the scaling profile's one-GPU run", model["img_per_s_source"])
+        self.assertIn("ResNet-50 synthetic bf16", model["name"])
+        r = cm.predict_gpu(model, "hierarchical", 1, 1, cm.LINKS[0], intra=cm.intra_from_profile(self.profile()))
+        self.assertAlmostEqual(r["step_s"], 20.0e-3)
+
+    def test_the_intra_node_point_is_the_profiles_allreduce_of_L_on_the_most_gpus(self):
+        intra = cm.intra_from_profile(self.profile())
+        self.assertEqual((intra["bytes"], intra["ranks"]), (self.L, 2))
+        self.assertAlmostEqual(intra["seconds"], 1e-3)
+        self.assertIn("measured: the scaling profile's bench_allreduce", intra["source"])
+        one_gpu = self.profile()
+        one_gpu["runs"], one_gpu["allreduce"] = one_gpu["runs"][:1], []
+        self.assertIs(cm.intra_from_profile(one_gpu), cm.INTRA)
+
+    def test_every_run_is_predicted_from_its_own_allreduce_curve(self):
+        model = cm.model_from_profile(self.profile())
+        one, two = cm.predict_gpu_profile(self.profile(), model)
+        self.assertAlmostEqual(one["error"], 0.0)
+        self.assertEqual(one["allreduce_from"], "none (one process)")
+        # No overlap: the whole 1 ms allreduce of L is added to the 20 ms step.
+        self.assertEqual(two["allreduce_from"], "measured curve")
+        self.assertAlmostEqual(two["predicted_step_ms"], 21.0)
+        self.assertTrue(two["within_tolerance"])
+        slow = cm.predict_gpu_profile(self.profile(two_gpu_step=25.0), model)[1]
+        self.assertAlmostEqual(slow["error"], 21.0 / 25.0 - 1)
+        self.assertFalse(slow["within_tolerance"])
+
+    def test_with_overlap_only_what_runs_past_backward_is_added(self):
+        profile = self.profile(overlap=True)
+        model = cm.model_from_profile(profile)
+        two = cm.predict_gpu_profile(profile, model, bucket_bytes=25 * 2**20)[1]
+        # Four 25 MiB buckets of about 0.25 ms each hide behind 13 ms of backward but the last.
+        self.assertGreater(two["predicted_allreduce_ms"], 0.2)
+        self.assertLess(two["predicted_allreduce_ms"], 0.4)
+        self.assertAlmostEqual(two["predicted_step_ms"], 20.0 + two["predicted_allreduce_ms"])
+
+    def test_command_line_calibrates_on_the_profile_and_prints_the_check(self):
+        status, text, written = run_main_on_json(
+            cm.main, self.profile(), lambda path, folder: ["--gpu-profile", path, "--json",
+                                                           os.path.join(folder, "m.json")])
+        self.assertEqual(status, 0)
+        self.assertIn("GPU check", text)
+        self.assertIn("within 10%", text)
+        self.assertNotIn("Measured GPU points (performance.md)", text)
+        self.assertEqual(len(written["m.json"]["gpu_check"]), 2)
+        self.assertEqual(written["m.json"]["inputs"]["model"]["batch"], 128)
+
+    def test_a_profile_without_a_one_gpu_run_is_refused_by_name(self):
+        profile = self.profile()
+        profile["runs"] = profile["runs"][1:]
+        with self.assertRaisesRegex(ValueError, "one-process run in the GPU profile, got process counts \\[2\\]"):
+            cm.model_from_profile(profile)
+        status, text, _ = run_main_on_json(cm.main, profile, lambda path, folder: ["--gpu-profile", path])
+        self.assertEqual(status, 2)
+        status, _, _ = run_main_on_json(cm.main, self.profile(), lambda path, folder: ["--gpu-profile", path,
+                                                                                       "--bucket-mb", "0"])
+        self.assertEqual(status, 2)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,17 @@ class ParserTest(unittest.TestCase):
         self.assertEqual(sp.bandwidth_at(sections[0], 0), 2.5)
 
 
+class CalibrationTest(unittest.TestCase):
+    def test_one_process_runs_at_each_larger_runs_thread_count(self):
+        # 16 cores: 2, 4 and 8 processes get 8, 4 and 2 threads each; 16 threads is the 1-process run.
+        self.assertEqual(sp.calibration_threads([1, 2, 4, 8], 16), [1, 2, 4, 8])
+        # 2 cores: every larger run has one thread per process, the calibration of old.
+        self.assertEqual(sp.calibration_threads([1, 2, 4], 2), [1])
+        # 12 cores, 5 processes: 2 threads each (dpl rounds down).
+        self.assertEqual(sp.calibration_threads([1, 5], 12), [1, 2])
+        self.assertEqual(sp.calibration_threads([1], 1), [])
+
+
 class TableTest(unittest.TestCase):
     def profile(self):
         runs = [sp.run_point(summary(1, 0.010, 0.0), 100, 1, "hierarchical"),
@@ -96,6 +107,19 @@ class TableTest(unittest.TestCase):
         self.assertEqual(r["nodes"], 1)
         with self.assertRaisesRegex(ValueError, "expected positive phase times"):
             sp.run_point(dict(summary(1, 0.0, 0.0), phases=[]), 100, 1, "hierarchical")
+
+    def test_the_step_is_the_measured_iteration_where_the_summary_has_one(self):
+        s = summary(2, 0.010, 0.002)
+        s["iteration"] = {"iterations": 299, "mean_s": 0.020}
+        r = sp.run_point(s, 100, 2, "hierarchical")
+        self.assertAlmostEqual(r["step_ms"], 20.0)
+        self.assertAlmostEqual(r["phases_sum_ms"], 14.0)
+        self.assertAlmostEqual(r["img_per_s"], 2 * 100 / 20e-3)
+        # Phases that cover 70% of the iteration (a GPU timed without waiting) are pointed out.
+        text = sp.table({"label": "", "runs": [r]})
+        self.assertIn("less than 90% of the iteration at [2] processes", text)
+        s["iteration"]["mean_s"] = 0.015
+        self.assertNotIn("less than 90%", sp.table({"label": "", "runs": [sp.run_point(s, 100, 2, "hierarchical")]}))
 
     def test_an_overlapped_run_measures_bandwidth_over_all_of_its_buckets(self):
         # 0.5 ms exposed of 3 ms of buckets: the traffic moved in 3 ms.

@@ -45,10 +45,18 @@ struct PhaseSample {
   std::int64_t iteration = 0;
 };
 
+/// The series a training loop records around each whole update (train::StandardUpdater does):
+/// from asking for the batch until the device has finished the update's work. It is not a phase
+/// beside the others: they lie inside it, and the difference is what no phase covers (the loop's
+/// own work, and under non-intrusive timing on a GPU the wait for the device, since a phase that
+/// does not wait measures only the queueing of its kernels). summarize() reports it apart.
+inline constexpr const char* kIterationSeries = "iteration";
+
 /// All samples of one named phase on this rank, in recording order.
 struct PhaseSeries {
-  std::string name;  // "data", "compute", "allreduce", "optimize", "allreduce/<sub-phase>", or "step" (a
-                     // recorded step replayed, parallel::MultiNodeOptimizer::set_replay_mode)
+  std::string name;  // "data", "compute", "allreduce", "optimize", "allreduce/<sub-phase>", "step" (a
+                     // recorded step replayed, parallel::MultiNodeOptimizer::set_replay_mode), or
+                     // kIterationSeries
   std::vector<PhaseSample> samples;
 };
 
@@ -112,7 +120,8 @@ struct Summary {
   double algbw_gbps = 0.0;         // L / mean allreduce time, GB/s (1e9 bytes)
   double busbw_gbps = 0.0;         // algbw * 2(p-1)/p
   std::int64_t skipped_iterations = 0;
-  std::vector<PhaseSummary> phases;
+  std::vector<PhaseSummary> phases;  // every series but kIterationSeries, in recording order
+  PhaseSummary iteration;            // kIterationSeries; iterations == 0 where none was recorded
 };
 
 /// Summarises timer over all ranks of comm (a collective: every rank must call it with timers
@@ -120,7 +129,8 @@ struct Summary {
 /// iterations (warm-up) are left out where more remain.
 Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_t skip = 1);
 
-/// A fixed-width text table of the summary (milliseconds, share of an iteration, bandwidth).
+/// A fixed-width text table of the summary (milliseconds, share of an iteration, bandwidth). Shares
+/// are of the measured iteration where one was recorded, else of the sum of the top-level phases.
 std::string format_table(const Summary& summary);
 /// The summary as a JSON object (seconds and bytes, GB/s).
 std::string to_json(const Summary& summary);
