@@ -38,6 +38,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -438,6 +439,7 @@ def measure(args):
     label += ", overlap)" if args.overlap else ")"
     profile = {
         "label": label,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "mode": args.mode,
         "overlap": args.overlap,
         "timing": timing,

@@ -110,16 +110,19 @@ class ConvTest : public CudaTest {
 };
 
 TEST_F(ConvTest, Float32AgreesWithTheCpu) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (const auto& g : kGeometries)
     for (bool nhwc : {false, true}) check(g, kFloat32, nhwc);
 }
 
 TEST_F(ConvTest, BFloat16AgreesWithTheCpu) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (const auto& g : kGeometries)
     for (bool nhwc : {false, true}) check(g, kBFloat16, nhwc);
 }
 
 TEST_F(ConvTest, Float16AgreesWithTheCpu) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (const auto& g : kGeometries)
     for (bool nhwc : {false, true}) check(g, kFloat16, nhwc);
 }

@@ -13,8 +13,14 @@
 #include <vector>
 
 #include "backend/kernels.hpp"
+#include "dpl/config.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/dpl.hpp"
+
+/// Skips a test whose reference is the CPU's convolution, batch norm or pooling: those need
+/// oneDNN, an optional library, so a build without it has nothing to compare the GPU with.
+#define DPL_SKIP_WITHOUT_CPU_REFERENCE() \
+  if (!DPL_WITH_DNNL) GTEST_SKIP() << "the CPU reference needs oneDNN, which this build lacks"
 
 namespace dpl::test {
 

@@ -101,6 +101,7 @@ class NormPoolTest : public CudaTest {
 };
 
 TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (DType t : {kFloat32, kBFloat16, kFloat16})
     for (bool nhwc : {false, true}) {
       check("max_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
@@ -136,6 +137,7 @@ TEST_F(NormPoolTest, ChannelsLastMaxPoolingPassesNaNOn) {
 // Channels-last max pooling keeps only its winners' indices: an intermediate it pools is freed
 // once no handle holds it, and backward still routes every gradient to its window's maximum.
 TEST_F(NormPoolTest, ChannelsLastMaxPoolingKeepsNoCopyOfItsInput) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   const Tensor base = distinct_values({1, 16, 6, 7}, rand({1, 16, 6, 7}));
   Variable xc(channels_last(base), true), xg(channels_last(on_gpu(base)), true);
   std::weak_ptr<Storage> h_storage;
@@ -154,6 +156,7 @@ TEST_F(NormPoolTest, ChannelsLastMaxPoolingKeepsNoCopyOfItsInput) {
 // The second shape has enough rows (N*H*W = 1152) and channels (40) that the channels-last
 // kernels split both over several blocks and combine partial moments.
 TEST_F(NormPoolTest, BatchNormTrainingAgreesIncludingRunningStatistics) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (const Shape& shape : {Shape{4, 6, 5, 3}, Shape{8, 40, 12, 12}})
     for (DType t : {kFloat32, kBFloat16, kFloat16})
     for (bool nhwc : {false, true}) {
@@ -174,6 +177,7 @@ TEST_F(NormPoolTest, BatchNormTrainingAgreesIncludingRunningStatistics) {
 }
 
 TEST_F(NormPoolTest, BatchNormEvaluationAgrees) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   const Tensor x = rand({3, 4, 5, 5}), w = rand({4}), b = rand({4}), rm = rand({4}), rv = rand({4}, 0.5f, 2.f);
   NoGradGuard no_grad;
   for (bool nhwc : {false, true}) {
@@ -187,6 +191,7 @@ TEST_F(NormPoolTest, BatchNormEvaluationAgrees) {
 
 // Backward through evaluation mode (frozen statistics): the gradients of x, weight and bias.
 TEST_F(NormPoolTest, BatchNormEvaluationBackwardAgrees) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   const Tensor x = rand({3, 4, 5, 5}), w = rand({4}), b = rand({4}), rm = rand({4}), rv = rand({4}, 0.5f, 2.f);
   const Tensor gy = rand({3, 4, 5, 5});
   for (bool nhwc : {false, true}) {
@@ -205,6 +210,7 @@ TEST_F(NormPoolTest, BatchNormEvaluationBackwardAgrees) {
 // one-element path, 64 channels the 16-byte vector path over several row groups); NCHW float32
 // the composed path on both devices.
 TEST_F(NormPoolTest, FusedBatchNormReluAgreesWithTheComposition) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
   for (DType t : {kFloat32, kBFloat16, kFloat16})
     for (const Shape& shape : {Shape{4, 37, 5, 3}, Shape{8, 64, 12, 12}, Shape{4, 8, 3, 3}}) {
     const bool fused = shape[1] != 8;

@@ -2,6 +2,7 @@
 """Tests of scripts/cost_model.py: the alpha-beta terms, the overlap simulation, the predictions'
 limits and the CPU check on a small hand-made profile."""
 
+import json
 import math
 import os
 import sys
@@ -283,6 +284,33 @@ class GpuProfileTest(unittest.TestCase):
         status, _, _ = run_main_on_json(cm.main, self.profile(), lambda path, folder: ["--gpu-profile", path,
                                                                                        "--bucket-mb", "0"])
         self.assertEqual(status, 2)
+
+
+class DocumentedProfilesTest(unittest.TestCase):
+    """The profiles docs/scaling.md quotes are the ones the model reads: its tables come from them."""
+
+    def load(self, name):
+        with open(os.path.join(ROOT, "docs", "data", name), encoding="utf-8") as f:
+            return json.load(f)
+
+    def test_the_h200_profile_is_the_models_one_gpu_point(self):
+        profile = self.load("scaling_h200_resnet50_bf16.json")
+        self.assertEqual(profile["timing"], "synchronized")
+        model = cm.model_from_profile(profile)
+        self.assertAlmostEqual(model["batch"] / model["img_per_s_1gpu"] * 1e3, profile["runs"][0]["step_ms"])
+        (one,) = cm.predict_gpu_profile(profile, model)
+        self.assertAlmostEqual(one["error"], 0.0)
+        # The iteration holds its phases and a little the phases do not cover.
+        run = profile["runs"][0]
+        self.assertLessEqual(run["phases_sum_ms"], run["step_ms"])
+        self.assertGreater(run["phases_sum_ms"], 0.9 * run["step_ms"])
+
+    def test_the_16_core_profile_is_predicted_for_every_run(self):
+        profile = self.load("scaling_16cores_mnist.json")
+        rows = cm.predict_cpu(profile)
+        self.assertEqual(len(rows), len(profile["runs"]))
+        for r in rows:
+            self.assertTrue(math.isfinite(r["error"]) and abs(r["error"]) < 1.0, r)
 
 
 if __name__ == "__main__":
