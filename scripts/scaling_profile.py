@@ -15,8 +15,8 @@ reads the phase_summary.json its PhaseSummary extension writes into the -o folde
 bench_allreduce at that process count (the same layout) and bench_p2p once, and then:
 
 - writes everything into <out>/scaling_profile.json;
-- prints the table: processes, nodes, img/s, speedup, efficiency, data / compute / exposed
-  allreduce / optimize ms, L, 2L(p-1)/p, the allreduce's achieved bandwidth of that traffic and the
+- prints the table: processes, nodes, img/s, speedup, efficiency, data / compute / prepare /
+  exposed allreduce / optimize ms, L, 2L(p-1)/p, the allreduce's achieved bandwidth of that traffic and the
   point-to-point bandwidth of the link at a message of L bytes (bench_p2p);
 - draws PNG plots into <out>: throughput and efficiency against processes, the phases stacked per
   process count, allreduce bus bandwidth against message size, point-to-point bandwidth against
@@ -150,9 +150,10 @@ def table(profile):
     base = next((r for r in runs if r["processes"] == 1), None)
     link = profile.get("link")
     head = (f"{'procs':>5} {'nodes':>5} {'img/s':>9} {'speedup':>8} {'effic.':>7} {'data':>7} {'compute':>8} "
-            f"{'allred.':>8} {'optim.':>7} {'L MB':>7} {'2L(p-1)/p':>10} {'achieved':>9} {'link':>9} {'share':>6}")
-    lines = [head, f"{'':>5} {'':>5} {'':>9} {'':>8} {'':>7} {'ms':>7} {'ms':>8} {'ms':>8} {'ms':>7} {'':>7} "
-                   f"{'MB':>10} {'GB/s':>9} {'GB/s':>9} {'':>6}"]
+            f"{'prep.':>7} {'allred.':>8} {'optim.':>7} {'L MB':>7} {'2L(p-1)/p':>10} {'achieved':>9} {'link':>9} "
+            f"{'share':>6}")
+    lines = [head, f"{'':>5} {'':>5} {'':>9} {'':>8} {'':>7} {'ms':>7} {'ms':>8} {'ms':>7} {'ms':>8} {'ms':>7} "
+                   f"{'':>7} {'MB':>10} {'GB/s':>9} {'GB/s':>9} {'':>6}"]
     for r in runs:
         speed = r["img_per_s"] / base["img_per_s"] if base else float("nan")
         eff = speed / r["processes"]
@@ -163,12 +164,14 @@ def table(profile):
         achieved = r.get("achieved_gbps")
         lines.append(
             f"{r['processes']:>5} {r['nodes']:>5} {r['img_per_s']:>9.1f} {speed:>8.2f} {eff:>7.2f} "
-            f"{ph.get('data', 0.0):>7.2f} {ph.get('compute', 0.0):>8.2f} {ph.get('allreduce', 0.0):>8.2f} "
+            f"{ph.get('data', 0.0):>7.2f} {ph.get('compute', 0.0):>8.2f} {ph.get('prepare', 0.0):>7.2f} "
+            f"{ph.get('allreduce', 0.0):>8.2f} "
             f"{ph.get('optimize', 0.0):>7.2f} {r['grad_bytes'] / 1e6:>7.2f} {r['traffic_bytes'] / 1e6:>10.2f} "
             f"{achieved if achieved else 0.0:>9.2f} {link_gbps if link_gbps else 0.0:>9.2f} "
             f"{(achieved / link_gbps if achieved and link_gbps else 0.0):>6.2f}")
     notes = ["img/s: steady state (processes x batch / mean iteration, first iteration left out); "
-             "data: waiting for the batch; allreduce: the part of it the step waited for"]
+             "data: waiting for the batch; prep.: the gradients' preparation (master gradients, non-finite "
+             "check); allreduce: the part of it the step waited for"]
     short = [r["processes"] for r in runs if r.get("phases_sum_ms", r["step_ms"]) < 0.9 * r["step_ms"]]
     if short:
         notes.append(f"the phases cover less than 90% of the iteration at {short} processes: on a GPU, time the "
@@ -257,8 +260,8 @@ def plot(profile, out):
 
     fig, ax = plt.subplots(figsize=(6, 4))
     bottom = [0.0] * len(runs)
-    for phase, color in (("data", "tab:gray"), ("compute", "tab:blue"), ("allreduce", "tab:red"),
-                         ("optimize", "tab:green")):
+    for phase, color in (("data", "tab:gray"), ("compute", "tab:blue"), ("prepare", "tab:purple"),
+                         ("allreduce", "tab:red"), ("optimize", "tab:green")):
         vals = [r["phases_ms"].get(phase, 0.0) for r in runs]
         ax.bar(range(len(runs)), vals, bottom=bottom, label=phase, color=color)
         bottom = [b + v for b, v in zip(bottom, vals)]

@@ -9,10 +9,11 @@ PhaseTimer::write_chrome_trace), stamped with its own steady clock, whose origin
 process to process. The merged file opens in chrome://tracing or ui.perfetto.dev with:
 
 - one process track per rank, named "rank N", in rank order;
-- on it a thread "phases" with the top-level phases (data, compute, allreduce, optimize, ...)
-  and one thread per sub-phase name ("allreduce/bucket0", "allreduce/hidden", ...), ordered by
-  their parent phase and then by name with numbers in numeric order, so that sub-phases which
-  overlap their parent or each other never break the nesting a viewer needs;
+- on it a thread "phases" with the top-level phases (data, compute, prepare, allreduce, optimize,
+  ..., each inside the whole iteration) and one thread per sub-phase name ("allreduce/bucket0",
+  "allreduce/hidden", ...), ordered by their parent phase and then by name with numbers in
+  numeric order, so that sub-phases which overlap their parent or each other never break the
+  nesting a viewer needs;
 - every rank on one time axis.
 
 Alignment (--align):

@@ -82,6 +82,16 @@ Tensor& MultiNodeOptimizer::local_flag_on(Device device) {
   return local_flag_;
 }
 
+// The wrapped optimizer's preparation of what the allreduce averages (a 16-bit model's float32
+// master gradients, the non-finite check), timed as "prepare": a pass over every gradient that
+// no other phase covers.
+std::vector<Tensor> MultiNodeOptimizer::prepare_gradients_timed() {
+  profile::ScopedPhase phase(timer_, "prepare", iteration_);
+  std::vector<Tensor> buffers = actual_->prepare_gradients();
+  if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+  return buffers;
+}
+
 // The wrapped optimizer's step, timed as "optimize", once the gradients are averaged.
 void MultiNodeOptimizer::step() {
   loss_ = Tensor();
@@ -115,7 +125,7 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
       }
     }
     record_overlap(times);
-    if (!checked) buffers = actual_->prepare_gradients();
+    if (!checked) buffers = prepare_gradients_timed();
     if (buffers.size() > 1 && actual_->stops_on_non_finite() && !actual_->gradients_finite())
       stop_on_every_rank(buffers.front());
     step();
@@ -124,7 +134,7 @@ void MultiNodeOptimizer::allreduce_and_step(bool overlapped) {
   if (reducer_->needs_broadcast()) broadcast_parameters();
   // What is averaged is what the wrapped optimizer will read: the arena's gradients, or a mixed
   // precision optimizer's float32 master gradients and overflow flag.
-  const std::vector<Tensor> buffers = actual_->prepare_gradients();
+  const std::vector<Tensor> buffers = prepare_gradients_timed();
   // A second buffer is the non-finite flag of this rank alone; the allreduce turns it into the
   // mean of every rank's, so keep a copy (four bytes, on the device) to name the ranks later.
   const bool checked = buffers.size() > 1;

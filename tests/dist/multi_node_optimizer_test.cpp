@@ -127,6 +127,16 @@ TEST(MultiNodeOptimizer, TimesEveryPhaseAndSummarisesAcrossRanks) {
     EXPECT_GT(p.max, 0.0) << p.name;
   }
   EXPECT_NE(std::find(names.begin(), names.end(), "compute"), names.end());
+  // The non-finite check's pass over the gradients, between backward and the allreduce.
+  const auto prepare = std::find(names.begin(), names.end(), "prepare");
+  EXPECT_NE(prepare, names.end());
+  EXPECT_LT(prepare, std::find(names.begin(), names.end(), "allreduce"));
+  const profile::PhaseSeries* prepared = opt->timer().find("prepare");
+  const profile::PhaseSeries* reduced = opt->timer().find("allreduce");
+  ASSERT_NE(prepared, nullptr);
+  ASSERT_NE(reduced, nullptr);
+  for (std::size_t i = 0; i < prepared->samples.size(); ++i)
+    EXPECT_LE(prepared->samples[i].start + prepared->samples[i].seconds, reduced->samples[i].start + 1e-9);
   EXPECT_NE(std::find(names.begin(), names.end(), "allreduce"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "optimize"), names.end());
   if (comm->size() > 1) {

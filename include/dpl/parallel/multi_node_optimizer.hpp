@@ -18,6 +18,8 @@ namespace dpl::parallel {
 /// dtypes (a mismatch throws the same dpl::Error on every rank, naming the ranks that differ and
 /// their first differing parameter), then broadcasts rank 0's weights. Each update then runs
 ///   compute (update(loss_fn) only: forward + backward)
+///   → prepare (the wrapped optimizer's prepare_gradients(): a 16-bit model's float32 master
+///     gradients and the non-finite check; with overlap these run bucket by bucket in backward)
 ///   → allreduce (mean over all ranks of what the wrapped optimizer's prepare_gradients() gives:
 ///     the gradient arena, one call, in the communicator's CommOptions::allreduce_dtype; under
 ///     optim::MixedPrecision its float32 master gradients, and with float16 its overflow flag, so
@@ -123,6 +125,7 @@ class MultiNodeOptimizer : public optim::Optimizer {
  private:
   void broadcast_parameters();
   void allreduce_and_step(bool overlapped);
+  std::vector<Tensor> prepare_gradients_timed();
   void step();
   Tensor& local_flag_on(Device device);
   void record_overlap(const OverlapTimes& times);
