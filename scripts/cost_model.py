@@ -323,8 +323,9 @@ def _one_process_run(profile):
 
 def model_from_profile(profile):
     """The one-GPU inputs measured by a GPU scaling profile's one-process run: its steady-state step
-    (img/s), optimize and data phases and gradient bytes. Forward + backward is the rest of its
-    step, so a one-process allreduce, if any, is counted there."""
+    (img/s), optimize and data phases and gradient bytes, and backward's share of compute where
+    the run timed compute/forward and compute/backward with synchronized timing. Forward +
+    backward is the rest of its step, so a one-process allreduce, if any, is counted there."""
     one = _one_process_run(profile)
     phases = one["phases_ms"]
     what = f"the scaling profile's one-GPU run {profile.get('label', '')}".rstrip()
@@ -342,6 +343,13 @@ def model_from_profile(profile):
         "data_s": phases.get("data", 0.0) / 1e3,
         "data_source": f"measured: {what}, its data phase",
     })
+    # Backward's share of compute, where the profile timed forward and backward on the device
+    # (synchronized timing; without it, a GPU's sub-phases are the host's queueing).
+    forward, backward = phases.get("compute/forward", 0.0), phases.get("compute/backward", 0.0)
+    if profile.get("timing") == "synchronized" and forward > 0 and backward > 0:
+        model["backward_share"] = backward / (forward + backward)
+        model["backward_source"] = (f"measured: {what}, compute/backward {backward:.2f} ms of forward + backward "
+                                    f"{forward + backward:.2f} ms")
     return model
 
 

@@ -182,10 +182,15 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
   sync_point();
   Variable loss;
   const bool overlapped = overlap_.enabled && comm_->size() > 1;
+  const bool synchronized = mode_ == profile::TimingMode::kSynchronized;
+  double forward_start = 0.0, backward_start = 0.0, backward_end = 0.0;
   {
     profile::ScopedPhase phase(timer_, "compute", iteration_);
     zero_grad();
+    forward_start = profile::now_seconds();
     loss = loss_fn();
+    if (synchronized) synchronize(target().device());
+    backward_start = profile::now_seconds();
     if (overlapped) {
       if (reducer_->needs_broadcast()) broadcast_parameters();
       // This rank's own non-finite verdict, raised bucket by bucket before averaging.
@@ -199,8 +204,12 @@ Variable MultiNodeOptimizer::update(const std::function<Variable()>& loss_fn) {
     }
     actual_->backward(loss);
     loss_ = loss.data();
-    if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+    if (synchronized) synchronize(target().device());
+    backward_end = profile::now_seconds();
   }
+  // Recorded after their phase, so that each sub-phase's series follows its parent's.
+  timer_.record("compute/forward", forward_start, backward_start - forward_start, iteration_);
+  timer_.record("compute/backward", backward_start, backward_end - backward_start, iteration_);
   allreduce_and_step(overlapped);
   return loss;
 }

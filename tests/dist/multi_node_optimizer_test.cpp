@@ -127,6 +127,23 @@ TEST(MultiNodeOptimizer, TimesEveryPhaseAndSummarisesAcrossRanks) {
     EXPECT_GT(p.max, 0.0) << p.name;
   }
   EXPECT_NE(std::find(names.begin(), names.end(), "compute"), names.end());
+  // Forward and backward inside compute, listed after it.
+  const auto compute_at = std::find(names.begin(), names.end(), "compute");
+  const auto forward_at = std::find(names.begin(), names.end(), "compute/forward");
+  const auto backward_at = std::find(names.begin(), names.end(), "compute/backward");
+  ASSERT_NE(forward_at, names.end());
+  ASSERT_NE(backward_at, names.end());
+  EXPECT_LT(compute_at, forward_at);
+  EXPECT_LT(forward_at, backward_at);
+  const profile::PhaseSeries* computed = opt->timer().find("compute");
+  const profile::PhaseSeries* forward = opt->timer().find("compute/forward");
+  const profile::PhaseSeries* backward = opt->timer().find("compute/backward");
+  for (std::size_t i = 0; i < computed->samples.size(); ++i) {
+    const profile::PhaseSample& c = computed->samples[i];
+    EXPECT_GE(forward->samples[i].start, c.start);
+    EXPECT_LE(forward->samples[i].start + forward->samples[i].seconds, backward->samples[i].start + 1e-9);
+    EXPECT_LE(backward->samples[i].start + backward->samples[i].seconds, c.start + c.seconds + 1e-9);
+  }
   // The non-finite check's pass over the gradients, between backward and the allreduce.
   const auto prepare = std::find(names.begin(), names.end(), "prepare");
   EXPECT_NE(prepare, names.end());

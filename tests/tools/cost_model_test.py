@@ -232,6 +232,18 @@ class GpuProfileTest(unittest.TestCase):
         r = cm.predict_gpu(model, "hierarchical", 1, 1, cm.LINKS[0], intra=cm.intra_from_profile(self.profile()))
         self.assertAlmostEqual(r["step_s"], 20.0e-3)
 
+    def test_backward_share_is_measured_where_forward_and_backward_were_timed_on_the_device(self):
+        profile = self.profile()
+        profile["runs"][0]["phases_ms"].update({"compute/forward": 6.5, "compute/backward": 13.0})
+        # Without synchronized timing the sub-phases may be queueing times: the assumption stays.
+        self.assertAlmostEqual(cm.model_from_profile(profile)["backward_share"], 2.0 / 3.0)
+        self.assertIn("assumed", cm.model_from_profile(profile)["backward_source"])
+        profile["timing"] = "synchronized"
+        profile["runs"][0]["phases_ms"].update({"compute/forward": 7.8, "compute/backward": 11.7})
+        model = cm.model_from_profile(profile)
+        self.assertAlmostEqual(model["backward_share"], 0.6)
+        self.assertIn("measured", model["backward_source"])
+
     def test_the_intra_node_point_is_the_profiles_allreduce_of_L_on_the_most_gpus(self):
         intra = cm.intra_from_profile(self.profile())
         self.assertEqual((intra["bytes"], intra["ranks"]), (self.L, 2))

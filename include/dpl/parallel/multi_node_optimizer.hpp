@@ -17,7 +17,8 @@ namespace dpl::parallel {
 /// collective touches the parameters — that all ranks have the same parameter names, shapes and
 /// dtypes (a mismatch throws the same dpl::Error on every rank, naming the ranks that differ and
 /// their first differing parameter), then broadcasts rank 0's weights. Each update then runs
-///   compute (update(loss_fn) only: forward + backward)
+///   compute (update(loss_fn) only: forward + backward, with the sub-phases compute/forward and
+///     compute/backward)
 ///   → prepare (the wrapped optimizer's prepare_gradients(): a 16-bit model's float32 master
 ///     gradients and the non-finite check; with overlap these run bucket by bucket in backward)
 ///   → allreduce (mean over all ranks of what the wrapped optimizer's prepare_gradients() gives:
