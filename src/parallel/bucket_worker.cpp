@@ -116,7 +116,10 @@ OverlapTimes BucketWorker::finish() {
     const backend::SideLane::Times t = lane->times(n);
     const double finished = profile::now_seconds() - std::max(0.0, t.backward_end);
     lock.lock();
-    for (std::size_t k = 0; k < n; ++k) times_[k] = {finished + t.start[k], t.seconds[k]};
+    for (std::size_t k = 0; k < n; ++k) {
+      times_[k].start = finished + t.start[k];
+      times_[k].seconds = t.seconds[k];
+    }
     out.backward_end = finished + t.backward_end;
     out.exposed = std::max(0.0, -t.backward_end);
   }
@@ -162,6 +165,7 @@ void BucketWorker::run() {
         t.start = profile::now_seconds();
         comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         t.seconds = profile::now_seconds() - t.start;
+        if (lane == nullptr) t.phases = comm_.last_phases();
         if (lane != nullptr) lane->end_item(k);
       } catch (...) {
         lock.lock();

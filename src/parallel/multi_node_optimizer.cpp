@@ -54,9 +54,17 @@ void MultiNodeOptimizer::set_overlap(const OverlapOptions& options) {
 }
 
 void MultiNodeOptimizer::record_overlap(const OverlapTimes& times) {
-  for (std::size_t k = 0; k < times.buckets.size(); ++k)
-    timer_.record("allreduce/bucket" + std::to_string(k), times.buckets[k].start, times.buckets[k].seconds,
-                  iteration_);
+  for (std::size_t k = 0; k < times.buckets.size(); ++k) {
+    const OverlapTimes::Interval& bucket = times.buckets[k];
+    const std::string name = "allreduce/bucket" + std::to_string(k);
+    timer_.record(name, bucket.start, bucket.seconds, iteration_);
+    // Durations only, as without overlap: laid end to end from the bucket's start.
+    double sub_start = bucket.start;
+    for (const auto& sub : bucket.phases) {
+      timer_.record(name + "/" + sub.name, sub_start, sub.seconds, iteration_);
+      sub_start += sub.seconds;
+    }
+  }
   timer_.record("allreduce/hidden", times.backward_end - times.hidden, times.hidden, iteration_);
   timer_.record("allreduce/total", times.backward_end, times.total, iteration_);
 }

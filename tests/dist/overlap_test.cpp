@@ -90,6 +90,19 @@ TEST(Overlap, MatchesTheSameBucketsReducedAfterBackwardOnEveryCommunicator) {
     if (const auto* total = timer.find("allreduce/total")) {
       EXPECT_EQ(total->samples.size(), static_cast<std::size_t>(kSteps)) << name;
     }
+    // The node-shared communicators report their steps per bucket too, inside the bucket's time.
+    if (name == "hierarchical" || name == "two_dimensional") {
+      const auto* bucket = timer.find("allreduce/bucket0");
+      const auto* reduce = timer.find("allreduce/bucket0/intra_reduce");
+      ASSERT_NE(reduce, nullptr) << name;
+      ASSERT_NE(bucket, nullptr) << name;
+      ASSERT_EQ(reduce->samples.size(), bucket->samples.size()) << name;
+      for (std::size_t i = 0; i < bucket->samples.size(); ++i) {
+        const profile::PhaseSample& b = bucket->samples[i];
+        EXPECT_DOUBLE_EQ(reduce->samples[i].start, b.start) << name;
+        EXPECT_LE(reduce->samples[i].seconds, b.seconds + 1e-9) << name;
+      }
+    }
   }
 }
 

@@ -44,6 +44,10 @@ std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t el
 struct OverlapTimes {
   struct Interval {
     double start = 0.0, seconds = 0.0;
+    /// The communicator's sub-phases of this bucket's allreduce, one after another from start
+    /// (comm::Communicator::last_phases). Host buckets only: a GPU bucket's allreduce is queued
+    /// on the side lane, where the host's durations would be its queueing.
+    std::vector<comm::SubPhase> phases;
   };
   std::vector<Interval> buckets;  // each bucket's allreduce, in bucket order
   double backward_end = 0.0;      // when finish_backward() was called
