@@ -258,9 +258,10 @@ def phase_table(stats, ranks):
         first_seen.setdefault(str(name).split("/", 1)[0], len(first_seen))
     names = sorted({name for _, name in stats},
                    key=lambda n: (first_seen[str(n).split("/", 1)[0]], "/" in str(n), natural_key(str(n))))
-    lines = ["phase (mean ms per slice)".ljust(28) + "".join(f"{'rank ' + str(r):>12}" for r in ranks)]
+    width = max([28] + [len(str(n)) + 2 for n in names])  # nested bucket steps have long names
+    lines = ["phase (mean ms per slice)".ljust(width) + "".join(f"{'rank ' + str(r):>12}" for r in ranks)]
     for name in names:
-        row = str(name).ljust(28)
+        row = str(name).ljust(width)
         for r in ranks:
             s = stats.get((r, name))
             row += f"{s[1] / s[0] / 1e3:12.3f}" if s else f"{'-':>12}"
