@@ -177,13 +177,24 @@ def exposed_allreduce(backward_s, nbytes, bucket_bytes, reduce_seconds, overlap)
     return max(0.0, done - backward_s)
 
 
-def predict_gpu(model, comm, nodes, per_node, link, intra=INTRA, stage=STAGE, overlap=True, half=False,
-                bucket_bytes=25 * 2**20, staged=True):
-    """Predicted step for one configuration: a dict of seconds per phase, img/s and efficiency."""
+def one_gpu_parts(model):
+    """One GPU's step and its forward and backward, in seconds: compute is the step less optimize
+    and data, split by backward's share."""
     step1 = model["batch"] / model["img_per_s_1gpu"]
     compute = step1 - model["optimize_s"] - model["data_s"]
     backward = compute * model["backward_share"]
-    forward = compute - backward
+    return step1, compute - backward, backward
+
+
+def host_link(stage=STAGE):
+    """The "link" between virtual nodes of one host: its shared memory, never the limit."""
+    return {"name": "one host", "Bps": float("inf"), "alpha_s": stage["shm_alpha_s"]}
+
+
+def predict_gpu(model, comm, nodes, per_node, link, intra=INTRA, stage=STAGE, overlap=True, half=False,
+                bucket_bytes=25 * 2**20, staged=True):
+    """Predicted step for one configuration: a dict of seconds per phase, img/s and efficiency."""
+    step1, forward, backward = one_gpu_parts(model)
     nbytes = model["grad_bytes"] / (2 if half else 1)
     p = nodes * per_node
 
@@ -239,9 +250,10 @@ def predict_cpu(profile, cores=None):
     and the relative error of the step time and img/s.
 
     Per process, the step without its allreduce (data, compute, optimize and what no phase covers)
-    is that of one process alone with the same number of threads (the profile's calibration runs; p processes get cores / p threads each), times
-    max(1, processes x threads / cores) where the processes share cores; the one-process point is
-    predicted from itself (its error is 0 by construction). What the model leaves out is what the
+    is that of one process alone with the same number of threads (the profile's calibration runs;
+    p processes get cores / p threads each), times max(1, processes x threads / cores) where the
+    processes share cores; the one-process point is predicted from itself (its error is 0 by
+    construction). What the model leaves out is what the
     processes do to each other beyond sharing cores (memory bandwidth, caches). The allreduce comes
     from bench_allreduce at the same process count and layout, interpolated at the gradient bytes L."""
     cores = cores or profile["machine"]["cores"]
@@ -297,8 +309,7 @@ def measured_gpu_points(model=RESNET50, intra=INTRA, stage=STAGE):
     (what, measured seconds, predicted seconds). They are the model's own inputs, so the errors
     show only what the latency terms add; they check that the inputs are used as measured."""
     L = model["grad_bytes"]
-    # Two virtual nodes on one host: the "link" is the host's shared memory, never the limit.
-    host = {"name": "one host", "Bps": float("inf"), "alpha_s": stage["shm_alpha_s"]}
+    host = host_link(stage)
     one = predict_gpu(model, "hierarchical", 1, 1, LINKS[0], intra, stage)
     return [
         ("ResNet-50 step, 1 H200 (bf16, batch 128)", model["batch"] / model["img_per_s_1gpu"], one["step_s"]),
@@ -380,10 +391,8 @@ def predict_gpu_profile(profile, model, bucket_bytes=25 * 2**20, tolerance=0.10)
     (interpolated in log-log at each bucket's bytes; the alpha-beta formula of the built-in
     intra-node point where the profile has no curve). Rows carry the error and whether it is
     within tolerance."""
-    step1 = model["batch"] / model["img_per_s_1gpu"]
-    compute = step1 - model["optimize_s"] - model["data_s"]
-    backward = compute * model["backward_share"]
-    host = {"name": "one host", "Bps": float("inf"), "alpha_s": STAGE["shm_alpha_s"]}
+    step1, _, backward = one_gpu_parts(model)
+    host = host_link()
     rows = []
     for r in profile["runs"]:
         p, nodes = r["processes"], r.get("nodes", 1)

@@ -16,15 +16,16 @@ bench_allreduce at that process count (the same layout) and bench_p2p once, and 
 
 - writes everything into <out>/scaling_profile.json;
 - prints the table: processes, nodes, img/s, speedup, efficiency, data / compute / prepare /
-  exposed allreduce / optimize ms, L, 2L(p-1)/p, the allreduce's achieved bandwidth of that traffic and the
-  point-to-point bandwidth of the link at a message of L bytes (bench_p2p);
+  exposed allreduce / optimize ms, L, 2L(p-1)/p, the allreduce's achieved bandwidth of that
+  traffic and the point-to-point bandwidth of the link at a message of L bytes (bench_p2p);
 - draws PNG plots into <out>: throughput and efficiency against processes, the phases stacked per
   process count, allreduce bus bandwidth against message size, point-to-point bandwidth against
   message size (matplotlib; installed with apt-get when missing and run as root).
 
 img/s is the steady state: processes x batch / (the mean measured iteration, first iteration left
-out; the sum of the top-level phase means for summaries without one); the end-to-end rate (iterations over training seconds) is in the JSON
-too. --repeats N runs each point N times, alternating process counts, and keeps the median.
+out; the sum of the top-level phase means for summaries without one); the end-to-end rate
+(iterations over training seconds) is in the JSON too. --repeats N runs each point N times,
+alternating process counts, and keeps the median.
 On GPUs the examples run with --sync-timing (--timing): each phase then ends when the device has
 done its work, so the phases add up to the step; timed without waiting, a phase is only the time
 to queue its kernels and the sum falls short of the step.
