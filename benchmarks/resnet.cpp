@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     opt.setup(*model);
     train::CapturedStep captured(
         opt, [&](const std::vector<Tensor>& in) { return softmax_cross_entropy((*model)(Variable(in[0])), in[1]); });
-    std::unique_ptr<comm::Communicator> comm;
+    std::shared_ptr<comm::Communicator> comm;
     std::unique_ptr<parallel::GradientReducer> reducer;
     const bool overlap = reduce == "overlap";
     double bucket_seconds = 0.0, exposed_seconds = 0.0;

@@ -122,11 +122,11 @@ std::vector<std::string> communicator_names() {
   return names;
 }
 
-std::unique_ptr<Communicator> create_communicator(const std::string& name) {
+std::shared_ptr<Communicator> create_communicator(const std::string& name) {
   return create_communicator(name, CommOptions{});
 }
 
-std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options) {
+std::shared_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options) {
   const DType dt = options.allreduce_dtype;
 #if DPL_WITH_MPI
   // Before any check that could fail on some ranks only, and before the algorithm's own

@@ -28,7 +28,7 @@ namespace dpl::test {
 /// tests (creating one is collective, so every rank must ask for the same names in the same order,
 /// which running the same tests guarantees).
 inline comm::Communicator& communicator(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<comm::Communicator>> cache;
+  static std::map<std::string, std::shared_ptr<comm::Communicator>> cache;
   auto& slot = cache[name];
   if (!slot) slot = comm::create_communicator(name);
   return *slot;
@@ -37,7 +37,7 @@ inline comm::Communicator& communicator(const std::string& name) {
 /// The communicator `name` with gradients carried in `wire` (CommOptions::allreduce_dtype), cached
 /// as communicator() caches (same rules: every rank asks for the same ones in the same order).
 inline comm::Communicator& communicator_with(const std::string& name, DType wire) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<comm::Communicator>> cache;
+  static std::map<std::pair<std::string, int>, std::shared_ptr<comm::Communicator>> cache;
   auto& slot = cache[{name, static_cast<int>(wire)}];
   if (!slot) slot = comm::create_communicator(name, comm::CommOptions{wire});
   return *slot;

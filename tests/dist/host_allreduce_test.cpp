@@ -160,7 +160,7 @@ void check_layouts(std::int64_t chunk_bytes, bool window,
     const bool even = layout.empty() ? !uneven_nodes() : !uneven(layout);
     for (const char* name : {"hierarchical", "two_dimensional"}) {
       if (!even && std::string(name) == "two_dimensional") continue;  // refused; topology_test checks how
-      std::unique_ptr<comm::Communicator> comm;
+      std::shared_ptr<comm::Communicator> comm;
       {
         const SharedPathSetup setup(chunk_bytes, window, stores);
         comm = comm::create_communicator(name);

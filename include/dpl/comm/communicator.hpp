@@ -160,7 +160,7 @@ class Communicator {
   bool synchronized_ = false;
 
  private:
-  friend std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
+  friend std::shared_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
   CommOptions options_;
 };
 
@@ -173,6 +173,9 @@ bool calls_from_other_threads_allowed();
 std::vector<std::string> communicator_names();
 
 /// Creates the named communicator over all processes of the job (MPI_COMM_WORLD).
+/// Ownership is shared: everything that keeps a communicator beyond one call
+/// (parallel::MultiNodeOptimizer, parallel::GradientReducer, train::Trainer) holds this
+/// shared_ptr, so the communicator lives as long as its last user.
 /// Must be called by every rank, in the same order as any other collective call.
 ///
 /// Initialises MPI if the program has not (and finalises it at exit), and accepts an MPI the
@@ -195,12 +198,12 @@ std::vector<std::string> communicator_names();
 ///
 /// In a build without MPI every name gives a one-process communicator (rank 0 of size 1) whose
 /// collectives are local copies, so single-process programs run unchanged.
-std::unique_ptr<Communicator> create_communicator(const std::string& name = "hierarchical");
+std::shared_ptr<Communicator> create_communicator(const std::string& name = "hierarchical");
 
 /// As create_communicator(name), with options. Throws dpl::Error (on every rank, before any
 /// communication) when the named communicator cannot honour them, e.g. a 16-bit allreduce_dtype
 /// for a communicator without NCCL, or a dtype other than float32, bfloat16 or float16.
-std::unique_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
+std::shared_ptr<Communicator> create_communicator(const std::string& name, const CommOptions& options);
 
 /// Prints "rank R: message" to stderr and aborts every rank of the job (MPI_Abort) — what an
 /// uncaught exception does after create_communicator(). For programs that catch errors
