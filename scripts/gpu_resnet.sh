@@ -11,11 +11,16 @@
 #   BUILD_DIR    build folder (default <repo>/build-gpu)
 #   CUDA_ARCH    CMAKE_CUDA_ARCHITECTURES (default 90)
 #   REPS         rounds of each alternation; the median is reported (default 2)
-#   PRECISIONS   ResNet precisions, of bf16 and fp32 (default "bf16 fp32")
+#   MLP_REPS     rounds of the MLP alternation (default REPS; 0 skips the MLP)
+#   PRECISIONS   ResNet precisions, of bf16 and fp32 (default "bf16 fp32"; " " skips ResNet)
 #   ARCH         the ResNet (default resnet50), BATCH its batch (default 128)
 #   TESTS        a --gtest_filter for the GPU tests ("" runs them all; "none" skips them)
-#   PEER_COMPILE 1: also run the peer with --compile (torch.compile) and compare against the
-#                faster of its two figures (default 0)
+#   PEER_MODES   the peer's settings for ResNet, of eager (--fused --tf32), compile (--compile
+#                --fused --tf32) and graphs (--compile --mode reduce-overhead --fused --tf32, CUDA
+#                graphs); every ratio is also given against the fastest of them (default: all three)
+#   BASELINE     a second source tree (an earlier commit, e.g. from `git archive`): it is built
+#                beside this one and its steps alternate with this tree's, so a change is measured
+#                against what it changed in the same call
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository
 # A failing step does not stop the round; the table names failed steps and the exit status is
@@ -66,9 +71,28 @@ fi
   nvidia-smi 2>&1 || true
 } >"$OUT/machine.txt" 2>&1
 
-run_step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DDPL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
-run_step build cmake --build "$BUILD" -j "$JOBS" --target dpl_cuda_tests bench_mlp_step bench_resnet -- -k 0
+configure_and_build() {  # configure_and_build SUFFIX SOURCE BUILD TARGETS...
+  local suffix="$1" src="$2" dir="$3"
+  shift 3
+  run_step "configure$suffix" cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DDPL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
+  run_step "build$suffix" cmake --build "$dir" -j "$JOBS" --target "$@" -- -k 0
+}
+BASE_BUILD="$BUILD-baseline"
+if [ -n "${BASELINE:-}" ]; then
+  # Built at the same time as this tree: the two share the cores, and the longer one sets the pace.
+  configure_and_build -baseline "$BASELINE" "$BASE_BUILD" bench_mlp_step bench_resnet &
+  base_pid=$!
+fi
+configure_and_build "" "$ROOT" "$BUILD" dpl_cuda_tests bench_mlp_step bench_resnet
+if [ -n "${BASELINE:-}" ]; then
+  wait "$base_pid" || true
+  # The subshell's records are lost with it: read the outcome from its logs' presence instead.
+  [ -x "$BASE_BUILD/benchmarks/bench_resnet" ] && RESULT[build-baseline]="ok" || {
+    RESULT[build-baseline]="FAILED"
+    FAILED+=("build-baseline")
+  }
+fi
 
 TEST_SUMMARY="not run"
 if [ "${TESTS:-}" != "none" ] && [ -x "$BUILD/tests/cuda/dpl_cuda_tests" ]; then
@@ -77,86 +101,104 @@ if [ "${TESTS:-}" != "none" ] && [ -x "$BUILD/tests/cuda/dpl_cuda_tests" ]; then
   TEST_SUMMARY="$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$OUT/cuda-tests.log" | grep -v '\] .*\.' | tr '\n' ' ')"
 fi
 
+# The builds measured: this tree ("") and, with BASELINE, the earlier one ("-baseline").
+declare -a BUILDS=("")
+[ -n "${BASELINE:-}" ] && [ -x "$BASE_BUILD/benchmarks/bench_resnet" ] && BUILDS+=("-baseline")
+build_dir() { if [ "$1" = "-baseline" ]; then echo "$BASE_BUILD"; else echo "$BUILD"; fi; }
+declare -A RUNS=()   # key -> space-separated figures of each run
+add_run() { [ -n "$2" ] && RUNS[$1]="${RUNS[$1]:-} $2"; return 0; }
+med() { printf '%s\n' ${RUNS[$1]:-} | grep . | median || true; }
+
 # --- MNIST MLP: ordinary steps, recorded steps, the peer ------------------------------------
-MLP="$BUILD/benchmarks/bench_mlp_step"
-declare -a mlp_plain=() mlp_graph=() mlp_graph_off=() mlp_peer=()
-for rep in $(seq 1 "$REPS"); do
-  if [ -x "$MLP" ]; then
-    run_step "mlp-dpl-$rep" "$MLP" --device cuda --batch 100 --units 1000 --iters 2000 --warmup 100
-    v="$(kv "$OUT/mlp-dpl-$rep.log" iters_per_s)"; [ -n "$v" ] && mlp_plain+=("$v")
-    run_step "mlp-dpl-graph-$rep" "$MLP" --device cuda --batch 100 --units 1000 --iters 2000 --warmup 100 --graph
-    v="$(kv "$OUT/mlp-dpl-graph-$rep.log" iters_per_s)"; [ -n "$v" ] && mlp_graph+=("$v")
-    # Without the non-finite check, as the peer runs: nothing is read back between steps.
-    run_step "mlp-dpl-graph-off-$rep" "$MLP" --device cuda --batch 100 --units 1000 --iters 2000 --warmup 100 \
-      --graph --non-finite off
-    v="$(kv "$OUT/mlp-dpl-graph-off-$rep.log" iters_per_s)"; [ -n "$v" ] && mlp_graph_off+=("$v")
-  fi
+for rep in $(seq 1 "${MLP_REPS:-$REPS}"); do
+  for b in "${BUILDS[@]}"; do
+    MLP="$(build_dir "$b")/benchmarks/bench_mlp_step"
+    [ -x "$MLP" ] || continue
+    for mode in plain graph graph-off; do
+      flags=""
+      [ "$mode" = "graph" ] && flags="--graph"
+      # Without the non-finite check, as the peer runs: nothing is read back between steps.
+      [ "$mode" = "graph-off" ] && flags="--graph --non-finite off"
+      run_step "mlp$b-$mode-$rep" "$MLP" --device cuda --batch 100 --units 1000 --iters 2000 --warmup 100 $flags
+      add_run "mlp$b-$mode" "$(kv "$OUT/mlp$b-$mode-$rep.log" iters_per_s)"
+    done
+  done
   if [ -n "$PEER" ]; then
     run_step "mlp-peer-$rep" python3 "$PEER" mlp --bs 100
-    v="$(kv "$OUT/mlp-peer-$rep.log" iters_per_s)"; [ -n "$v" ] && mlp_peer+=("$v")
+    add_run mlp-peer "$(kv "$OUT/mlp-peer-$rep.log" iters_per_s)"
   fi
 done
-M_PLAIN="$(printf '%s\n' "${mlp_plain[@]:-}" | grep . | median || true)"
-M_GRAPH="$(printf '%s\n' "${mlp_graph[@]:-}" | grep . | median || true)"
-M_GRAPH_OFF="$(printf '%s\n' "${mlp_graph_off[@]:-}" | grep . | median || true)"
-M_PEER="$(printf '%s\n' "${mlp_peer[@]:-}" | grep . | median || true)"
 
-# --- ResNet: ordinary steps, recorded steps, the peer ----------------------------------------
-RN="$BUILD/benchmarks/bench_resnet"
-declare -A RN_IPS=() RN_MEM=() RN_HELD=()
+# --- ResNet: ordinary steps, recorded steps, the peer in its settings -------------------------
+RN_MODES="${PEER_MODES:-eager compile graphs}"
+peer_flags() {
+  case "$1" in
+    eager) echo "--fused --tf32" ;;
+    compile) echo "--compile --fused --tf32" ;;
+    graphs) echo "--compile --mode reduce-overhead --fused --tf32" ;;
+  esac
+}
+declare -A RN_MEM=() RN_HELD=()
 for prec in $PRECISIONS; do
   dtype=float32; [ "$prec" = "bf16" ] && dtype=bfloat16
-  declare -a plain=() graph=() peer=() peerc=()
   for rep in $(seq 1 "$REPS"); do
-    if [ -x "$RN" ]; then
+    for b in "${BUILDS[@]}"; do
+      RN="$(build_dir "$b")/benchmarks/bench_resnet"
+      [ -x "$RN" ] || continue
       for mode in plain graph; do
         flag=""; [ "$mode" = "graph" ] && flag="--graph"
-        run_step "resnet-$prec-$mode-$rep" env DPL_CUDA_TF32=1 "$RN" --device cuda -a "$ARCH" -b "$BATCH" \
+        name="resnet$b-$prec-$mode-$rep"
+        run_step "$name" env DPL_CUDA_TF32=1 "$RN" --device cuda -a "$ARCH" -b "$BATCH" \
           --dtype "$dtype" --layout nhwc --iters 60 --warmup 10 $flag
-        v="$(kv "$OUT/resnet-$prec-$mode-$rep.log" img_per_s)"
-        if [ -n "$v" ]; then
-          if [ "$mode" = "plain" ]; then plain+=("$v"); else graph+=("$v"); fi
-          RN_MEM[$prec-$mode]="$(kv "$OUT/resnet-$prec-$mode-$rep.log" peak_mem_bytes)"
-          RN_HELD[$prec-$mode]="$(kv "$OUT/resnet-$prec-$mode-$rep.log" held_mem_bytes)"
-        fi
+        add_run "rn$b-$prec-$mode" "$(kv "$OUT/$name.log" img_per_s)"
+        RN_MEM[$b-$prec-$mode]="$(kv "$OUT/$name.log" peak_mem_bytes)"
+        RN_HELD[$b-$prec-$mode]="$(kv "$OUT/$name.log" held_mem_bytes)"
       done
-    fi
-    if [ -n "$PEER" ]; then
-      run_step "resnet-$prec-peer-$rep" python3 "$PEER" resnet --bs "$BATCH" --prec "$prec" --cl
-      v="$(kv "$OUT/resnet-$prec-peer-$rep.log" img_per_s)"; [ -n "$v" ] && peer+=("$v")
-      RN_MEM[$prec-peer]="$(grep -o 'peak[^ ]*=[^ ]*' "$OUT/resnet-$prec-peer-$rep.log" | head -n 1 || true)"
-      if [ "${PEER_COMPILE:-0}" = "1" ]; then
-        run_step "resnet-$prec-peerc-$rep" python3 "$PEER" resnet --bs "$BATCH" --prec "$prec" --cl --compile
-        v="$(kv "$OUT/resnet-$prec-peerc-$rep.log" img_per_s)"; [ -n "$v" ] && peerc+=("$v")
-        RN_MEM[$prec-peerc]="$(grep -o 'peak[^ ]*=[^ ]*' "$OUT/resnet-$prec-peerc-$rep.log" | head -n 1 || true)"
-      fi
-    fi
+    done
   done
-  RN_IPS[$prec-plain]="$(printf '%s\n' "${plain[@]:-}" | grep . | median || true)"
-  RN_IPS[$prec-graph]="$(printf '%s\n' "${graph[@]:-}" | grep . | median || true)"
-  RN_IPS[$prec-peer]="$(printf '%s\n' "${peer[@]:-}" | grep . | median || true)"
-  RN_IPS[$prec-peerc]="$(printf '%s\n' "${peerc[@]:-}" | grep . | median || true)"
-  # The best PyTorch figure: the faster of eager and compiled.
-  RN_IPS[$prec-best]="$(printf '%s\n' "${RN_IPS[$prec-peer]}" "${RN_IPS[$prec-peerc]}" | grep . | sort -g | tail -n 1 || true)"
-  RN_IPS[$prec-runs]="plain ${plain[*]:-} | graph ${graph[*]:-} | peer ${peer[*]:-} | peer --compile ${peerc[*]:-}"
-  unset plain graph peer peerc
+  # The peer once per setting: each compiled setting spends about a minute compiling first.
+  if [ -n "$PEER" ]; then
+    for pm in $RN_MODES; do
+      name="resnet-$prec-peer-$pm"
+      # shellcheck disable=SC2046
+      run_step "$name" python3 "$PEER" resnet --bs "$BATCH" --prec "$prec" --cl $(peer_flags "$pm")
+      add_run "rn-$prec-peer-$pm" "$(kv "$OUT/$name.log" img_per_s)"
+      RN_MEM[peer-$prec-$pm]="$(grep -o 'peak[^ ]*=[^ ]*' "$OUT/$name.log" | head -n 1 || true)"
+    done
+  fi
 done
 
 echo
 echo "============================ dpl ResNet / graph round ============================"
-printf '%-24s %s\n' "build" "${RESULT[build]:-not run}"
-printf '%-24s %s\n' "GPU tests" "$TEST_SUMMARY"
-printf '%-24s %s\n' "MLP dpl" "${M_PLAIN:-n/a} iters/s (runs ${mlp_plain[*]:-})"
-printf '%-24s %s\n' "MLP dpl --graph" "${M_GRAPH:-n/a} iters/s (runs ${mlp_graph[*]:-})"
-printf '%-24s %s\n' "MLP dpl --graph, off" "${M_GRAPH_OFF:-n/a} iters/s, non-finite check off (runs ${mlp_graph_off[*]:-})"
-printf '%-24s %s\n' "MLP peer" "${M_PEER:-n/a} iters/s (runs ${mlp_peer[*]:-})"
-printf '%-24s %s\n' "MLP ratios" "dpl/peer $(ratio "$M_PLAIN" "$M_PEER")x, graph/peer $(ratio "$M_GRAPH" "$M_PEER")x, graph off/peer $(ratio "$M_GRAPH_OFF" "$M_PEER")x"
-for prec in $PRECISIONS; do
-  printf '%-24s %s\n' "$ARCH $prec b$BATCH" "plain ${RN_IPS[$prec-plain]:-n/a}, graph ${RN_IPS[$prec-graph]:-n/a}, peer ${RN_IPS[$prec-peer]:-n/a}, peer --compile ${RN_IPS[$prec-peerc]:-n/a} img/s"
-  printf '%-24s %s\n' "  ratios" "plain/peer $(ratio "${RN_IPS[$prec-plain]:-}" "${RN_IPS[$prec-peer]:-}")x, graph/peer $(ratio "${RN_IPS[$prec-graph]:-}" "${RN_IPS[$prec-peer]:-}")x; against the best peer: plain $(ratio "${RN_IPS[$prec-plain]:-}" "${RN_IPS[$prec-best]:-}")x, graph $(ratio "${RN_IPS[$prec-graph]:-}" "${RN_IPS[$prec-best]:-}")x"
-  printf '%-24s %s\n' "  memory" "peak plain ${RN_MEM[$prec-plain]:-n/a} (held ${RN_HELD[$prec-plain]:-n/a}), graph ${RN_MEM[$prec-graph]:-n/a} (held ${RN_HELD[$prec-graph]:-n/a}); peer ${RN_MEM[$prec-peer]:-n/a}; peer --compile ${RN_MEM[$prec-peerc]:-n/a}"
-  printf '%-24s %s\n' "  runs" "${RN_IPS[$prec-runs]:-}"
+printf '%-26s %s\n' "build" "${RESULT[build]:-not run}${BASELINE:+, baseline ${RESULT[build-baseline]:-not run}}"
+printf '%-26s %s\n' "GPU tests" "$TEST_SUMMARY"
+P_MLP="$(med mlp-peer)"
+for b in "${BUILDS[@]}"; do
+  for mode in plain graph graph-off; do
+    v="$(med "mlp$b-$mode")"
+    printf '%-26s %s\n' "MLP dpl$b $mode" "${v:-n/a} iters/s, /peer $(ratio "$v" "$P_MLP")x (runs${RUNS[mlp$b-$mode]:-})"
+  done
 done
-printf '%-24s %s\n' "failed steps" "${FAILED[*]:-none}"
+printf '%-26s %s\n' "MLP peer" "${P_MLP:-n/a} iters/s (runs${RUNS[mlp-peer]:-})"
+for prec in $PRECISIONS; do
+  best=""
+  for pm in $RN_MODES; do
+    v="$(med "rn-$prec-peer-$pm")"
+    printf '%-26s %s\n' "$ARCH $prec peer $pm" "${v:-n/a} img/s ${RN_MEM[peer-$prec-$pm]:-}"
+    [ -n "$v" ] && best="$(printf '%s\n' "$best" "$v" | grep . | sort -g | tail -n 1)"
+  done
+  for b in "${BUILDS[@]}"; do
+    for mode in plain graph; do
+      v="$(med "rn$b-$prec-$mode")"
+      printf '%-26s %s\n' "$ARCH $prec dpl$b $mode" "${v:-n/a} img/s, /best peer $(ratio "$v" "$best")x, peak ${RN_MEM[$b-$prec-$mode]:-n/a} held ${RN_HELD[$b-$prec-$mode]:-n/a} (runs${RUNS[rn$b-$prec-$mode]:-})"
+    done
+  done
+  if [ "${#BUILDS[@]}" -gt 1 ]; then
+    for mode in plain graph; do
+      printf '%-26s %s\n' "  $prec $mode this/baseline" "$(ratio "$(med "rn-$prec-$mode")" "$(med "rn-baseline-$prec-$mode")")x"
+    done
+  fi
+done
+printf '%-26s %s\n' "failed steps" "${FAILED[*]:-none}"
 echo "=================================================================================="
 [ "${#FAILED[@]}" -eq 0 ]
