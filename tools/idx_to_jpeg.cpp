@@ -9,8 +9,10 @@
 // Usage: idx_to_jpeg -o OUT [--data DIR] [--size 64] [--limit N] [--quality 90]
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -32,18 +34,33 @@ struct Options {
   int quality = 90;
 };
 
-// Writes the first `limit` images (all when 0) of one split; returns how many.
+// The system's reason for the last failed file operation ("No space left on device", ...).
+std::string system_reason() { return errno != 0 ? std::strerror(errno) : "unknown reason"; }
+
+// Writes the first `limit` images (all when 0) of one split; returns how many. The list is written
+// under a temporary name and renamed once every image is written, so a failed run leaves no list
+// that names missing or partial files.
 std::int64_t convert_split(const Options& o, const std::string& split, const std::string& name) {
   const data::Dataset ds = data::load_mnist(o.data, split);
   const auto side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(ds.sample_numel()))));
-  DPL_CHECK(static_cast<std::int64_t>(side) * side == ds.sample_numel(), "idx_to_jpeg: expected square images in ",
-            o.data, ", got samples of ", ds.sample_numel(), " pixels");
+  DPL_CHECK(static_cast<std::int64_t>(side) * side == ds.sample_numel(), "expected square images in ", o.data,
+            ", got samples of ", ds.sample_numel(), " pixels");
   const data::InMemoryImageDataset images(ds, side, side, 1);
   const std::int64_t n = o.limit > 0 ? std::min(o.limit, images.size()) : images.size();
 
   const fs::path list_path = fs::path(o.out) / (name + ".txt");
-  std::ofstream list(list_path);
-  DPL_CHECK(list.good(), "idx_to_jpeg: cannot write ", list_path.string());
+  const fs::path partial_path = fs::path(o.out) / (name + ".txt.partial");
+  errno = 0;
+  std::ofstream list(partial_path);
+  DPL_CHECK(list.good(), "cannot write ", partial_path.string(), ": ", system_reason());
+  struct RemoveUnlessDone {
+    const fs::path& path;
+    bool done = false;
+    ~RemoveUnlessDone() {
+      std::error_code ignored;
+      if (!done) fs::remove(path, ignored);
+    }
+  } partial{partial_path};
   const data::CropBox whole{0, 0, side, side};
   data::Image rgb = data::Image::zeros(o.size, o.size, 3);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -55,13 +72,23 @@ std::int64_t convert_split(const Options& o, const std::string& split, const std
 
     const std::string rel = name + "/" + std::to_string(e.label) + "/" + std::to_string(i) + ".jpg";
     const fs::path file = fs::path(o.out) / rel;
-    fs::create_directories(file.parent_path());
+    std::error_code made;
+    fs::create_directories(file.parent_path(), made);
+    DPL_CHECK(!made, "cannot create the folder ", file.parent_path().string(), ": ", made.message());
+    errno = 0;
     std::ofstream f(file, std::ios::binary);
     f.write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
-    DPL_CHECK(f.good(), "idx_to_jpeg: writing ", file.string(), " failed");
+    f.close();
+    DPL_CHECK(!f.fail(), "writing ", file.string(), " failed: ", system_reason());
     list << rel << ' ' << e.label << '\n';
   }
-  DPL_CHECK(list.good(), "idx_to_jpeg: writing ", list_path.string(), " failed");
+  errno = 0;
+  list.close();
+  DPL_CHECK(!list.fail(), "writing ", partial_path.string(), " failed: ", system_reason());
+  std::error_code renamed;
+  fs::rename(partial_path, list_path, renamed);
+  DPL_CHECK(!renamed, "cannot rename ", partial_path.string(), " to ", list_path.string(), ": ", renamed.message());
+  partial.done = true;
   return n;
 }
 
@@ -75,16 +102,28 @@ int main(int argc, char** argv) {
   app.add_option("--size", o.size, "side of the written images in pixels (bilinear resize)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  // CLI11's NonNegativeNumber names its bound, the largest double, in 309 digits.
+  const CLI::Validator count([](std::string& text) -> std::string {
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(text, &used);
+      if (used == text.size() && v >= 0) return "";
+    } catch (const std::exception&) {
+    }
+    return "expected a whole number >= 0, got '" + text + "'";
+  }, "N >= 0");
   app.add_option("--limit", o.limit, "write only the first N images of each split (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(count);
   app.add_option("--quality", o.quality, "JPEG quality")->capture_default_str()->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
 
   try {
     DPL_CHECK(data::jpeg_available(),
-              "idx_to_jpeg: this build of dpl has no JPEG codec; install libturbojpeg0-dev and rebuild");
-    fs::create_directories(o.out);
+              "this build of dpl has no JPEG codec; install libturbojpeg0-dev and rebuild");
+    std::error_code made;
+    fs::create_directories(o.out, made);
+    DPL_CHECK(!made, "cannot create the output folder ", o.out, ": ", made.message());
     const std::int64_t train = convert_split(o, "train", "train");
     const std::int64_t val = convert_split(o, "test", "val");
     std::cout << "wrote " << train << " training and " << val << " validation images of " << o.size << "x" << o.size
