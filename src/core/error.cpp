@@ -6,14 +6,17 @@
 namespace dpl::detail {
 
 namespace {
-// __FILE__ is the path the compiler was given, absolute in our builds; the part below the source
-// tree is what identifies a check on any machine.
+// __FILE__ is the path the compiler was given: absolute in CMake's builds, relative to the build
+// folder when a compiler cache rewrites paths to share its objects between checkouts
+// ("../src/core/error.cpp"). The part below the source tree is what identifies a check on any
+// machine.
 std::string source_relative(const char* file) {
 #ifdef DPL_SOURCE_DIR
   constexpr const char* root = DPL_SOURCE_DIR "/";
   const std::size_t n = std::strlen(root);
   if (std::strncmp(file, root, n) == 0) return file + n;
 #endif
+  while (std::strncmp(file, "../", 3) == 0 || std::strncmp(file, "./", 2) == 0) file += file[1] == '.' ? 3 : 2;
   return file;
 }
 }  // namespace
