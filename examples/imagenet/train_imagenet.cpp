@@ -332,8 +332,8 @@ int run(Options o) {
   }
   const optim::LinearWarmup schedule(decay, 0.0, warmup);
 
-  train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
-  trainer.extend(std::make_shared<train::extensions::LrSchedule>(schedule));
+  train::Trainer trainer(updater, train::TrainerOptions(o.epochs, train::LengthUnit::kEpoch).communicator(comm).out(o.out));
+  trainer.extend(std::make_shared<train::extensions::LrScheduler>(schedule));
   if (val_source) trainer.extend(std::make_shared<train::extensions::Evaluator>(val_source, val_batches));
   const train::Trigger log_trigger =
       o.log_interval > 0 ? train::Trigger::iterations(o.log_interval) : train::Trigger::epochs(1);

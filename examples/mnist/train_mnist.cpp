@@ -135,7 +135,7 @@ int run(const Options& o) {
   }, device);
   if (o.graph) updater.set_graph_capture(true);
 
-  train::Trainer trainer(updater, o.epochs, train::LengthUnit::kEpoch, comm.get(), o.out);
+  train::Trainer trainer(updater, train::TrainerOptions(o.epochs, train::LengthUnit::kEpoch).communicator(comm).out(o.out));
   trainer.extend(std::make_shared<train::extensions::Evaluator>(test, o.batchsize));
   trainer.extend(std::make_shared<train::extensions::LogReport>());
   trainer.extend(std::make_shared<train::extensions::PrintReport>());

@@ -1,11 +1,22 @@
 #pragma once
 // Umbrella header: the Trainer and its extensions, checkpoints, multi-node evaluation and
-// Chainer-style reports (log, table, progress bar).
+// Chainer-style reports (log, table, progress display).
 #include "dpl/train/captured_step.hpp"
 #include "dpl/train/checkpoint.hpp"
 #include "dpl/train/console.hpp"
 #include "dpl/train/evaluator.hpp"
-#include "dpl/train/log_report.hpp"
-#include "dpl/train/print_report.hpp"
-#include "dpl/train/progress_bar.hpp"
+#include "dpl/train/extension.hpp"
+#include "dpl/train/extensions/evaluator.hpp"
+#include "dpl/train/extensions/log_report.hpp"
+#include "dpl/train/extensions/lr_scheduler.hpp"
+#include "dpl/train/extensions/phase_summary.hpp"
+#include "dpl/train/extensions/print_report.hpp"
+#include "dpl/train/extensions/progress_bar.hpp"
+#include "dpl/train/extensions/snapshot.hpp"
+#include "dpl/train/observation.hpp"
+#include "dpl/train/progress_display.hpp"
+#include "dpl/train/report_table.hpp"
+#include "dpl/train/standard_updater.hpp"
 #include "dpl/train/trainer.hpp"
+#include "dpl/train/training_log.hpp"
+#include "dpl/train/trigger.hpp"

@@ -17,7 +17,7 @@ std::string errno_text(int err);
 class AtomicFile {
  public:
   /// Creates the temporary file beside target. `who` starts every error message (a function or
-  /// a flag: "save_safetensors", "LogReport"). Throws dpl::Error when the folder cannot take it.
+  /// a flag: "save_safetensors", "TrainingLog"). Throws dpl::Error when the folder cannot take it.
   AtomicFile(std::string target, std::string who);
   /// Removes the temporary file unless commit() moved it over the target.
   ~AtomicFile();

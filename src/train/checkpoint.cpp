@@ -113,7 +113,7 @@ std::string failure_of(const char* operation, const std::string& path, Fn&& fn) 
   }
 }
 
-Json log_json(const LogReport& log) {
+Json log_json(const TrainingLog& log) {
   Json entries = Json::array();
   for (const LogEntry& e : log.log()) {
     Json values = Json::array();
@@ -122,7 +122,7 @@ Json log_json(const LogReport& log) {
                        {"values", values}});
   }
   Json pending = Json::array();
-  for (const LogReport::Pending& p : log.pending()) pending.push_back(Json::array({p.key, number(p.sum), p.count}));
+  for (const TrainingLog::Pending& p : log.pending()) pending.push_back(Json::array({p.key, number(p.sum), p.count}));
   return {{"elapsed_time", log.elapsed_time()}, {"entries", entries}, {"pending", pending}};
 }
 
@@ -138,7 +138,7 @@ std::int64_t whole_of(const Json& j, const std::string& path, const char* what, 
   return j.get<std::int64_t>();
 }
 
-void restore_log(LogReport& log, const Json& j, const std::string& path) {
+void restore_log(TrainingLog& log, const Json& j, const std::string& path) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::vector<LogEntry> entries;
   for (const Json& e : j.at("entries")) {
@@ -149,7 +149,7 @@ void restore_log(LogReport& log, const Json& j, const std::string& path) {
     for (const Json& kv : e.at("values")) entry.values.emplace_back(kv.at(0).get<std::string>(), number_of(kv.at(1)));
     entries.push_back(std::move(entry));
   }
-  std::vector<LogReport::Pending> pending;
+  std::vector<TrainingLog::Pending> pending;
   for (const Json& p : j.at("pending")) {
     const std::int64_t count = whole_of(p.at(2), path, "a pending count of the log", 1, kMax);
     pending.push_back({p.at(0).get<std::string>(), number_of(p.at(1)), count});

@@ -27,12 +27,15 @@ namespace dpl::test {
 /// The communicator named `name`, created on the first call in this process and shared by later
 /// tests (creating one is collective, so every rank must ask for the same names in the same order,
 /// which running the same tests guarantees).
-inline comm::Communicator& communicator(const std::string& name) {
+inline const std::shared_ptr<comm::Communicator>& shared_communicator(const std::string& name) {
   static std::map<std::string, std::shared_ptr<comm::Communicator>> cache;
   auto& slot = cache[name];
   if (!slot) slot = comm::create_communicator(name);
-  return *slot;
+  return slot;
 }
+
+/// shared_communicator(name), for code that only borrows it.
+inline comm::Communicator& communicator(const std::string& name) { return *shared_communicator(name); }
 
 /// The communicator `name` with gradients carried in `wire` (CommOptions::allreduce_dtype), cached
 /// as communicator() caches (same rules: every rank asks for the same ones in the same order).

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <utility>
 
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
@@ -33,14 +34,15 @@ data::Dataset make_data(bool poison) {
   return data::Dataset(x, y);
 }
 
-void run_training(optim::Optimizer& optimizer, nn::Module& model, bool poison, comm::Communicator* comm) {
+void run_training(optim::Optimizer& optimizer, nn::Module& model, bool poison,
+                  std::shared_ptr<comm::Communicator> comm) {
   data::BatchIterator batches(make_data(poison), kBatch, false);
   train::StandardUpdater updater(batches, optimizer, [&](const data::Batch& b, train::Observation& observation) {
     const Variable logits = model(Variable(b.x));
     observation.observe("main/accuracy", accuracy(logits, b.y));
     return softmax_cross_entropy(logits, b.y);
   });
-  train::Trainer trainer(updater, 2, train::LengthUnit::kEpoch, comm, "");
+  train::Trainer trainer(updater, 2, train::LengthUnit::kEpoch, std::move(comm), "");
   trainer.extend(std::make_shared<train::extensions::LogReport>(), train::Trigger::iterations(1));
   trainer.extend(std::make_shared<train::extensions::PrintReport>());
   trainer.run();
@@ -70,7 +72,7 @@ int main(int argc, char** argv) {
     nn::MLP model(16, kFeatures, kClasses, init);
     auto optimizer = parallel::create_multi_node_optimizer(std::make_unique<optim::Adam>(), comm);
     optimizer->setup(model);
-    run_training(*optimizer, model, comm->rank() == 1, comm.get());
+    run_training(*optimizer, model, comm->rank() == 1, comm);
   } catch (const std::exception& e) {
     comm::abort_all(e.what());
   }

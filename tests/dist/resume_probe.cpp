@@ -51,9 +51,9 @@ int main(int argc, char** argv) {
     return softmax_cross_entropy(logits, b.y);
   });
   const std::int64_t iterations = std::atoll(argv[2]);
-  train::Trainer trainer(updater, iterations, train::LengthUnit::kIteration, comm.get(), out);
+  train::Trainer trainer(updater, iterations, train::LengthUnit::kIteration, comm, out);
   trainer.add_generator("noise", noise);
-  trainer.extend(std::make_shared<train::extensions::LrSchedule>(
+  trainer.extend(std::make_shared<train::extensions::LrScheduler>(
       optim::with_warmup(optim::CosineAnnealing(0.01, 0.001, 30), 0.001, 5)));
   trainer.extend(std::make_shared<train::extensions::LogReport>(), train::Trigger::iterations(4));
   trainer.extend(std::make_shared<train::extensions::Snapshot>("", 2), train::Trigger::end());

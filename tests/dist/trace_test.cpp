@@ -46,7 +46,7 @@ TrainedRun train_a_little(const std::string& out = "") {
   train::StandardUpdater updater(batches, *run.opt, [&](const data::Batch& b, train::Observation&) {
     return softmax_cross_entropy(model(Variable(b.x)), b.y);
   });
-  train::Trainer trainer(updater, kIterations, train::LengthUnit::kIteration, run.comm.get(), out);
+  train::Trainer trainer(updater, kIterations, train::LengthUnit::kIteration, run.comm, out);
   std::ostringstream table;
   if (!out.empty()) trainer.extend(std::make_shared<train::extensions::PhaseSummary>(1, table));
   trainer.run();

@@ -22,8 +22,8 @@ data::Dataset tiny_data(std::int64_t samples) {
 }
 
 // A plain (not data-parallel) optimizer: the only collective is the Trainer's own check.
-std::string run_error(comm::Communicator& comm, std::int64_t samples, std::int64_t batch, std::int64_t length,
-                      train::LengthUnit unit) {
+std::string run_error(const std::shared_ptr<comm::Communicator>& comm, std::int64_t samples, std::int64_t batch,
+                      std::int64_t length, train::LengthUnit unit) {
   Generator init(1);
   nn::Linear model(3, 2, true, init);
   optim::SGD optimizer(0.1f);
@@ -32,15 +32,15 @@ std::string run_error(comm::Communicator& comm, std::int64_t samples, std::int64
   train::StandardUpdater updater(batches, optimizer, [&](const data::Batch& b, train::Observation&) {
     return softmax_cross_entropy(model(Variable(b.x)), b.y);
   });
-  train::Trainer trainer(updater, length, unit, &comm, "");
+  train::Trainer trainer(updater, train::TrainerOptions(length, unit).communicator(comm).out(""));
   return error_message([&] { trainer.run(); });
 }
 
 TEST(TrainerAgreement, DifferentBatchesPerEpochAreRefusedOnEveryRank) {
-  auto& comm = communicator("naive");
-  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
-  const int last = comm.size() - 1;
-  const std::string what = run_error(comm, 16, comm.rank() == last ? 8 : 4, 1, train::LengthUnit::kEpoch);
+  const auto& comm = shared_communicator("naive");
+  if (comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int last = comm->size() - 1;
+  const std::string what = run_error(comm, 16, comm->rank() == last ? 8 : 4, 1, train::LengthUnit::kEpoch);
   EXPECT_NE(what.find("Trainer.run (naive): setting 'batches per epoch' differs between ranks: "), std::string::npos)
       << what;
   EXPECT_NE(what.find("rank " + std::to_string(last) + " has 2"), std::string::npos) << what;
@@ -48,17 +48,17 @@ TEST(TrainerAgreement, DifferentBatchesPerEpochAreRefusedOnEveryRank) {
 }
 
 TEST(TrainerAgreement, DifferentLengthsAreRefusedOnEveryRank) {
-  auto& comm = communicator("naive");
-  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
-  const std::string what = run_error(comm, 16, 4, comm.rank() == 0 ? 3 : 2, train::LengthUnit::kIteration);
+  const auto& comm = shared_communicator("naive");
+  if (comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  const std::string what = run_error(comm, 16, 4, comm->rank() == 0 ? 3 : 2, train::LengthUnit::kIteration);
   EXPECT_NE(what.find("setting 'training length' differs between ranks: rank 0 has 3 iterations, rank"),
             std::string::npos)
       << what;
 }
 
 TEST(TrainerAgreement, ShardsOfDifferentLengthsRunTheSameNumberOfIterations) {
-  auto& comm = communicator("naive");
-  EXPECT_EQ(run_error(comm, 8 + 4 * comm.rank(), 4, 2, train::LengthUnit::kIteration),
+  const auto& comm = shared_communicator("naive");
+  EXPECT_EQ(run_error(comm, 8 + 4 * comm->rank(), 4, 2, train::LengthUnit::kIteration),
             "<no dpl::Error was thrown>");
 }
 

@@ -9,7 +9,7 @@
 #include "dpl/nn/layers.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/train/checkpoint.hpp"
-#include "dpl/train/log_report.hpp"
+#include "dpl/train/training_log.hpp"
 #include "fuzz_util.hpp"
 
 namespace dpl::fuzz {
@@ -21,7 +21,7 @@ struct Replica {
   optim::Adam opt{0.01f};
   data::BatchIterator it;
   Generator noise{11};
-  train::LogReport log{""};
+  train::TrainingLog log{""};
 
   static data::Dataset problem() {
     Tensor x = Tensor::from_vector<float>({0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f, 9.f, 10.f, 11.f}, {4, 3});

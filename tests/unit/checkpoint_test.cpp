@@ -1,12 +1,11 @@
-// Checkpoints in one process: what they restore, how damaged or foreign files are refused, and
-// which snapshots are kept.
+// Checkpoints in one process: what they restore and how damaged or foreign files are refused
+// (the Snapshot extension's tests are in unit/train/extensions/snapshot_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "dpl/serialize.hpp"
 #include "dpl/train.hpp"
 #include "support/expect_error.hpp"
+#include "support/random_dataset.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
@@ -22,13 +22,7 @@ using namespace dpl;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-data::Dataset problem() {
-  Generator gen(4);
-  const Tensor x = Tensor::normal({20, 5}, 0.f, 1.f, gen);
-  Tensor y = Tensor::empty({20}, kInt32);
-  for (std::int64_t i = 0; i < 20; ++i) y.set<std::int32_t>({i}, static_cast<std::int32_t>(gen.below(3)));
-  return data::Dataset(x, y);
-}
+data::Dataset problem() { return test::random_dataset(20, 4); }
 
 // A model, its optimizer, iterator, a generator and a log, trained for a few steps.
 struct Replica {
@@ -37,7 +31,7 @@ struct Replica {
   optim::Adam opt{0.01f};
   data::BatchIterator it;
   Generator noise{11};
-  train::LogReport log{""};
+  train::TrainingLog log{""};
   explicit Replica(std::uint64_t seed, std::int64_t units = 8)
       : init(seed), model(units, 5, 3, init), it(problem(), 6, true, seed) {
     opt.setup(model);
@@ -187,118 +181,4 @@ TEST(Checkpoint, MetadataNumbersOutOfRangeAreRefusedByName) {
   }
 }
 
-// The Trainer's pending observations come back from a checkpoint's values, input as well.
-TEST(Checkpoint, ObservationCountsMustBeWholeNumbers) {
-  train::Observation observation;
-  for (const char* count : {"1e300", "-1", "1.5", "\"2\""}) {
-    SCOPED_TRACE(count);
-    const std::string text = std::string(R"([["main/loss", null, 2.5, )") + count + "]]";
-    DPL_EXPECT_ERROR(observation.restore_json(text, Device::cpu()), HasSubstr("Observation::restore_json: expected "));
-  }
-  observation.restore_json(R"([["main/loss", null, 2.5, 2]])", Device::cpu());
-  const auto means = observation.take_means();
-  ASSERT_EQ(means.size(), 1u);
-  EXPECT_DOUBLE_EQ(means[0].second, 1.25);
-}
-
-TEST(Checkpoint, SnapshotsKeepTheNewestOnes) {
-  test::TempDir dir("dpl_snapshots");
-  Generator init(1);
-  nn::MLP model(8, 5, 3, init);
-  optim::Adam opt;
-  opt.setup(model);
-  data::BatchIterator it(problem(), 5);
-  train::StandardUpdater updater(it, opt, [&](const data::Batch& b, train::Observation&) {
-    return softmax_cross_entropy(model(Variable(b.x)), b.y);
-  });
-  train::Trainer trainer(updater, 7, train::LengthUnit::kIteration, nullptr, dir.path().string());
-  trainer.extend(std::make_shared<train::extensions::Snapshot>("", 2), train::Trigger::iterations(2));
-  trainer.run();
-  std::vector<std::string> names;
-  for (const std::string& p : train::list_checkpoints(dir.path().string()))
-    names.push_back(std::filesystem::path(p).filename().string());
-  EXPECT_EQ(names, (std::vector<std::string>{"snapshot_iter_4.safetensors", "snapshot_iter_6.safetensors"}));
-  DPL_EXPECT_ERROR(train::remove_old_checkpoints(dir.path().string(), 0), HasSubstr("expected keep >= 1, got 0"));
-}
-
-TEST(Trainer, ReportsEpochsAndSetsTheScheduledRate) {
-  test::TempDir dir("dpl_trainer");
-  Generator init(1);
-  nn::MLP model(8, 5, 3, init);
-  optim::SGD opt(0.1f);
-  opt.setup(model);
-  data::BatchIterator it(problem(), 5);  // 4 iterations per epoch
-  train::StandardUpdater updater(it, opt, [&](const data::Batch& b, train::Observation& observation) {
-    const Variable logits = model(Variable(b.x));
-    observation.observe("main/accuracy", accuracy(logits, b.y));
-    return softmax_cross_entropy(logits, b.y);
-  });
-  std::ostringstream table;
-  train::Trainer trainer(updater, 2, train::LengthUnit::kEpoch, nullptr, dir.path().string());
-  trainer.extend(std::make_shared<train::extensions::LrSchedule>(optim::StepDecay(0.1, 0.5, 4)));
-  trainer.extend(std::make_shared<train::extensions::Evaluator>(problem(), 7));
-  trainer.extend(std::make_shared<train::extensions::LogReport>());
-  trainer.extend(std::make_shared<train::extensions::PrintReport>(
-      std::vector<std::string>{"epoch", "main/loss", "validation/main/accuracy", "lr"}, table));
-  DPL_EXPECT_ERROR(trainer.extend(std::make_shared<train::extensions::LogReport>()),
-                   HasSubstr("an extension named 'LogReport' is already there"));
-  trainer.run();
-
-  const train::LogReport* log = trainer.find<train::extensions::LogReport>()->log();
-  ASSERT_EQ(log->log().size(), 2u);
-  EXPECT_EQ(log->log()[1].iteration, 8);
-  EXPECT_FLOAT_EQ(static_cast<float>(*log->log()[0].get("lr")), 0.1f);
-  EXPECT_FLOAT_EQ(static_cast<float>(*log->log()[1].get("lr")), 0.05f);
-  EXPECT_TRUE(log->log()[1].get("validation/main/accuracy").has_value());
-  EXPECT_TRUE(log->log()[1].get("main/accuracy").has_value());
-  EXPECT_EQ(log->log()[0].values.front().first, "main/loss");  // first, as Chainer orders it
-  EXPECT_TRUE(std::filesystem::exists(dir.file("log")));
-  EXPECT_NE(table.str().find("epoch       main/loss"), std::string::npos) << table.str();
-  EXPECT_EQ(opt.t(), 8);
-}
-
 }  // namespace
-
-namespace {
-// A source whose position no checkpoint can hold: the problem's batches through a wrapper.
-class WrappedSource : public data::BatchSource {
- public:
-  data::Batch next() override { return it_.next(); }
-  std::int64_t epoch() const override { return it_.epoch(); }
-  std::int64_t iteration() const override { return it_.iteration(); }
-  bool is_new_epoch() const override { return it_.is_new_epoch(); }
-  double epoch_detail() const override { return it_.epoch_detail(); }
-  std::int64_t batches_per_epoch() const override { return it_.batches_per_epoch(); }
-
- private:
-  data::BatchIterator it_{problem(), 5};
-};
-
-// A model with its optimizer, set up.
-struct SmallMlp {
-  Generator init{1};
-  nn::MLP model{8, 5, 3, init};
-  optim::SGD opt{0.1f};
-  SmallMlp() { opt.setup(model); }
-  Variable loss(const data::Batch& b) { return softmax_cross_entropy(model(Variable(b.x)), b.y); }
-};
-}  // namespace
-
-TEST(Trainer, TrainsFromAnyBatchSourceButCheckpointsOnlyABatchIterator) {
-  test::TempDir dir("dpl_trainer_source");
-  SmallMlp learner;
-  WrappedSource source;  // 4 iterations per epoch
-  train::StandardUpdater updater(source, learner.opt, [&](const data::Batch& b, train::Observation&) {
-    return learner.loss(b);
-  });
-  train::Trainer trainer(updater, 2, train::LengthUnit::kEpoch, nullptr, dir.path().string());
-  trainer.extend(std::make_shared<train::extensions::LogReport>());
-  trainer.run();
-  const train::LogReport* log = trainer.find<train::extensions::LogReport>()->log();
-  ASSERT_EQ(log->log().size(), 2u);  // the epochs come from the source's own counters
-  EXPECT_EQ(log->log()[1].iteration, 8);
-  const std::string path = (dir.path() / "refused.safetensors").string();
-  DPL_EXPECT_ERROR(trainer.save(path), HasSubstr("Trainer::save: expected the updater to draw from a data::BatchIterator"));
-  EXPECT_FALSE(std::filesystem::exists(path));
-  DPL_EXPECT_ERROR(trainer.resume(path), HasSubstr("Trainer::resume: expected the updater to draw from a data::BatchIterator"));
-}

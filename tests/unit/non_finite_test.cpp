@@ -264,43 +264,5 @@ TEST(NonFiniteCheck, Float32MixedPrecisionPassesThePolicyOn) {
   EXPECT_EQ(opt->skipped_steps(), 1);
 }
 
-// The Trainer's updater: under kSkip it observes "main/skipped_steps" (whose mean is the fraction
-// of skipped steps); under kStop the error leaves update() with the iteration.
-TEST(NonFiniteCheck, StandardUpdaterReportsSkippedStepsOrStops) {
-  const Batch clean = make_batch(false), poisoned = make_batch(true);
-  // Three batches of kBatch rows, the second one poisoned, in order.
-  Tensor x = Tensor::empty({3 * kBatch, kIn}), y = Tensor::empty({3 * kBatch}, kInt32);
-  for (std::int64_t i = 0; i < 3; ++i) {
-    x.narrow(0, i * kBatch, kBatch).copy_(i == 1 ? poisoned.x : clean.x);
-    y.narrow(0, i * kBatch, kBatch).copy_(clean.y);
-  }
-  const data::Dataset set(x, y);
-  for (auto policy : {optim::NonFinitePolicy::kSkip, optim::NonFinitePolicy::kStop}) {
-    SCOPED_TRACE(optim::to_string(policy));
-    Generator gen(9);
-    nn::MLP model(kUnits, kIn, kOut, gen);
-    optim::SGD opt(0.1f);
-    opt.set_non_finite_policy(policy);
-    opt.setup(model);
-    data::BatchIterator batches(set, kBatch, false);
-    train::StandardUpdater updater(batches, opt, [&](const data::Batch& b, train::Observation&) {
-      return softmax_cross_entropy(model(Variable(b.x)), b.y);
-    });
-    train::Observation observation;
-    updater.update(observation);
-    if (policy == optim::NonFinitePolicy::kStop) {
-      DPL_EXPECT_ERROR(updater.update(observation), HasSubstr("iteration 2: non-finite gradient"));
-      continue;
-    }
-    updater.update(observation);
-    updater.update(observation);
-    double skipped = -1.0;
-    for (const auto& [key, mean] : observation.take_means())
-      if (key == "main/skipped_steps") skipped = mean;
-    EXPECT_DOUBLE_EQ(skipped, 1.0 / 3.0);
-    EXPECT_EQ(opt.t(), 2);
-  }
-}
-
 }  // namespace
 }  // namespace dpl

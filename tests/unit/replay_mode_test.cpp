@@ -348,19 +348,4 @@ TEST(CapturedStep, RefusesBadArgumentsAndACpuModel) {
   EXPECT_FALSE(sgd.replay_mode());
 }
 
-TEST(Observation, RecordsTensorsAndRefusesNumbersWhileRecording) {
-  train::Observation obs;
-  std::vector<std::pair<std::string, Tensor>> recorded;
-  obs.record_into(&recorded);
-  const Tensor v = Tensor::full({}, 2.5);
-  obs.observe("main/accuracy", v);
-  ASSERT_EQ(recorded.size(), 1u);
-  EXPECT_EQ(recorded[0].first, "main/accuracy");
-  DPL_EXPECT_ERROR(obs.observe("main/count", 3.0), AllOf(HasSubstr("main/count"), HasSubstr("host number")));
-  obs.record_into(nullptr);
-  EXPECT_TRUE(obs.take_means().empty());  // nothing was added up while recording
-  obs.observe("main/accuracy", v);
-  EXPECT_EQ(obs.take_means().at(0).second, 2.5);
-}
-
 }  // namespace

@@ -1,6 +1,5 @@
-// The pieces of a resumable run that live outside the model and optimizer: generator states,
-// the batch iterator's position and order, the log's history, and report columns that hold
-// every value.
+// The pieces of a resumable run that live outside the model and optimizer: generator states and
+// the batch iterator's position and order (the log's history is in unit/train/training_log_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -89,43 +88,6 @@ TEST(BatchIteratorState, StatesOfAnotherIteratorOrBrokenOrdersAreRefused) {
   short_gen.generator.pop_back();
   DPL_EXPECT_ERROR(it.load_state(short_gen), HasSubstr("Generator::set_state"));
   EXPECT_EQ(it.state().order, good.order);  // unchanged by the refusals
-}
-
-TEST(LogReportState, RestoredReportContinuesTheLog) {
-  train::LogReport a("");
-  a.observe("main/loss", 1.0);
-  a.end_epoch(1, 10);
-  a.observe("main/loss", 3.0);
-  a.observe("main/loss", 5.0);
-
-  train::LogReport b("");
-  b.restore(a.log(), a.pending(), 12.5);
-  EXPECT_GE(b.elapsed_time(), 12.5);
-  b.observe("main/loss", 7.0);
-  const train::LogEntry& e = b.end_epoch(2, 20);
-  EXPECT_EQ(*e.get("main/loss"), 5.0);
-  ASSERT_EQ(b.log().size(), 2u);
-  EXPECT_EQ(b.to_json().substr(0, 40), a.to_json().substr(0, 40));
-  DPL_EXPECT_ERROR(b.restore({}, {{"main/loss", 1.0, 0}}, 0.0), HasSubstr("a count >= 1 for 'main/loss', got 0"));
-}
-
-TEST(PrintReportFormat, EveryValueFitsItsColumn) {
-  EXPECT_EQ(train::format_value(1.17887e-06, 10), "1.1789e-06");
-  EXPECT_EQ(train::format_value(0.191541, 10), "0.191541");
-  EXPECT_EQ(train::format_value(-1.23456789e-100, 10), "-1.23e-100");
-  EXPECT_EQ(train::format_value(12345678901.0, 12), "1.23457e+10");
-  for (double v : {1.17885e-06, -9.87654e-300, 123456789012.0, -0.000123456, 1e300, 2.5}) {
-    EXPECT_LE(train::format_value(v, 10).size(), 10u) << v;
-    EXPECT_LE(train::format_value(v, 7).size(), 7u) << v;
-  }
-
-  train::PrintReport report(std::cout, {"epoch", "lr", "main/loss"}, train::OutputMode::kPlain);
-  train::LogEntry e;
-  e.epoch = 3;
-  e.values = {{"lr", 1.17887e-06}, {"main/loss", 0.5}};
-  const std::string row = report.row(e);
-  EXPECT_EQ(row, "3           1.1789e-06  0.5         ");
-  EXPECT_EQ(row.find("0.5"), report.header().find("main/loss"));
 }
 
 }  // namespace

@@ -14,7 +14,7 @@
 #include "dpl/data/batch_iterator.hpp"
 #include "dpl/nn/module.hpp"
 #include "dpl/optim/optimizer.hpp"
-#include "dpl/train/log_report.hpp"
+#include "dpl/train/training_log.hpp"
 
 namespace dpl::train {
 
@@ -27,7 +27,7 @@ struct TrainingState {
   optim::Optimizer* optimizer = nullptr;                        ///< set up on model
   data::BatchIterator* iterator = nullptr;                      ///< this rank's
   std::vector<std::pair<std::string, Generator*>> generators;   ///< this rank's, by name
-  LogReport* log = nullptr;                                     ///< rank 0's
+  TrainingLog* log = nullptr;                                   ///< rank 0's
   std::map<std::string, std::string> values;                    ///< the caller's own, as text
 };
 

@@ -1,4 +1,4 @@
-#include "dpl/train/progress_bar.hpp"
+#include "dpl/train/progress_display.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -51,20 +51,20 @@ std::string format_timedelta(double seconds) {
   return out;
 }
 
-ProgressBar::ProgressBar(std::int64_t training_length, LengthUnit unit, std::ostream& out, ProgressBarOptions options)
+ProgressDisplay::ProgressDisplay(std::int64_t training_length, LengthUnit unit, std::ostream& out, ProgressBarOptions options)
     : length_(training_length),
       unit_(unit),
       out_(out),
       options_(options),
       terminal_(resolve_mode(options.mode, out) == OutputMode::kTerminal),
       clock_start_(std::chrono::steady_clock::now()) {
-  DPL_CHECK(training_length >= 1, "ProgressBar: expected a training length >= 1, got ", training_length);
-  DPL_CHECK(options.update_interval >= 1, "ProgressBar: expected update_interval >= 1, got ",
+  DPL_CHECK(training_length >= 1, "ProgressDisplay: expected a training length >= 1, got ", training_length);
+  DPL_CHECK(options.update_interval >= 1, "ProgressDisplay: expected update_interval >= 1, got ",
             options.update_interval);
-  DPL_CHECK(options.bar_length >= 1, "ProgressBar: expected bar_length >= 1, got ", options.bar_length);
+  DPL_CHECK(options.bar_length >= 1, "ProgressDisplay: expected bar_length >= 1, got ", options.bar_length);
 }
 
-ProgressBar::~ProgressBar() {
+ProgressDisplay::~ProgressDisplay() {
   try {
     close();
   } catch (...) {
@@ -72,7 +72,7 @@ ProgressBar::~ProgressBar() {
   }
 }
 
-void ProgressBar::close() {
+void ProgressDisplay::close() {
   if (closed_) return;
   closed_ = true;
   if (terminal_ && drawn_) {
@@ -81,14 +81,14 @@ void ProgressBar::close() {
   }
 }
 
-std::string ProgressBar::bar(double rate) const {
+std::string ProgressDisplay::bar(double rate) const {
   const int n = options_.bar_length;
   const int marks = std::clamp(static_cast<int>(rate * n), 0, n);
   return "[" + std::string(static_cast<std::size_t>(marks), '#') + std::string(static_cast<std::size_t>(n - marks), '.') +
          "]";
 }
 
-std::string ProgressBar::status(std::int64_t iteration, double epoch_detail) const {
+std::string ProgressDisplay::status(std::int64_t iteration, double epoch_detail) const {
   char buf[160];
   std::snprintf(buf, sizeof buf, "%10lld iter, %lld epoch / %lld %ss", static_cast<long long>(iteration),
                 static_cast<long long>(std::floor(epoch_detail)), static_cast<long long>(length_),
@@ -96,7 +96,7 @@ std::string ProgressBar::status(std::int64_t iteration, double epoch_detail) con
   return buf;
 }
 
-std::vector<std::string> ProgressBar::block_lines(std::int64_t iteration, double epoch_detail, double iters_per_sec,
+std::vector<std::string> ProgressDisplay::block_lines(std::int64_t iteration, double epoch_detail, double iters_per_sec,
                                                   double seconds_left) const {
   const double done = unit_ == LengthUnit::kEpoch ? epoch_detail : static_cast<double>(iteration);
   const double rate = std::min(done / static_cast<double>(length_), 1.0);
@@ -111,7 +111,7 @@ std::vector<std::string> ProgressBar::block_lines(std::int64_t iteration, double
   return lines;
 }
 
-std::string ProgressBar::plain_line(std::int64_t iteration, double epoch_detail, double iters_per_sec,
+std::string ProgressDisplay::plain_line(std::int64_t iteration, double epoch_detail, double iters_per_sec,
                                     double seconds_left) const {
   const double done = unit_ == LengthUnit::kEpoch ? epoch_detail : static_cast<double>(iteration);
   const double rate = std::min(done / static_cast<double>(length_), 1.0);
@@ -128,12 +128,12 @@ std::string ProgressBar::plain_line(std::int64_t iteration, double epoch_detail,
   return s;
 }
 
-void ProgressBar::update(std::int64_t iteration, double epoch_detail) {
+void ProgressDisplay::update(std::int64_t iteration, double epoch_detail) {
   update(iteration, epoch_detail,
          std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start_).count());
 }
 
-void ProgressBar::update(std::int64_t iteration, double epoch_detail, double now_seconds) {
+void ProgressDisplay::update(std::int64_t iteration, double epoch_detail, double now_seconds) {
   if (closed_) return;
   // The first call is the reference point for the speed, so the first drawing already has one.
   if (recent_.empty()) {

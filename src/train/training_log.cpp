@@ -1,4 +1,4 @@
-#include "dpl/train/log_report.hpp"
+#include "dpl/train/training_log.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -20,14 +20,14 @@ std::optional<double> LogEntry::get(const std::string& key) const {
   return std::nullopt;
 }
 
-LogReport::LogReport(std::string out_dir, std::string filename)
+TrainingLog::TrainingLog(std::string out_dir, std::string filename)
     : out_dir_(std::move(out_dir)), filename_(std::move(filename)), start_(std::chrono::steady_clock::now()) {}
 
-double LogReport::elapsed_time() const {
+double TrainingLog::elapsed_time() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-void LogReport::observe(const std::string& key, double value) {
+void TrainingLog::observe(const std::string& key, double value) {
   for (Pending& a : current_) {
     if (a.key == key) {
       a.sum += value;
@@ -38,7 +38,7 @@ void LogReport::observe(const std::string& key, double value) {
   current_.push_back({key, value, 1});
 }
 
-const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
+const LogEntry& TrainingLog::end_epoch(std::int64_t epoch, std::int64_t iteration,
                                      const std::vector<std::pair<std::string, double>>& extra,
                                      std::optional<double> elapsed_time) {
   LogEntry e;
@@ -62,13 +62,13 @@ const LogEntry& LogReport::end_epoch(std::int64_t epoch, std::int64_t iteration,
   return log_.back();
 }
 
-void LogReport::restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds) {
+void TrainingLog::restore(std::vector<LogEntry> log, std::vector<Pending> pending, double elapsed_seconds) {
   // The clock counts nanoseconds in 64 bits (292 years); a longer time would not convert.
   constexpr double kMaxSeconds = 1e9;
   DPL_CHECK(std::isfinite(elapsed_seconds) && elapsed_seconds >= 0.0 && elapsed_seconds <= kMaxSeconds,
-            "LogReport::restore: expected a finite elapsed time in [0, 1e9] seconds, got ", elapsed_seconds);
+            "TrainingLog::restore: expected a finite elapsed time in [0, 1e9] seconds, got ", elapsed_seconds);
   for (const Pending& p : pending)
-    DPL_CHECK(p.count >= 1, "LogReport::restore: expected a count >= 1 for '", p.key, "', got ", p.count);
+    DPL_CHECK(p.count >= 1, "TrainingLog::restore: expected a count >= 1 for '", p.key, "', got ", p.count);
   log_ = std::move(log);
   current_ = std::move(pending);
   start_ = std::chrono::steady_clock::now() -
@@ -76,12 +76,12 @@ void LogReport::restore(std::vector<LogEntry> log, std::vector<Pending> pending,
   write();
 }
 
-std::string LogReport::path() const {
+std::string TrainingLog::path() const {
   if (out_dir_.empty()) return "";
   return (std::filesystem::path(out_dir_) / filename_).string();
 }
 
-std::string LogReport::to_json() const {
+std::string TrainingLog::to_json() const {
   // ordered_json keeps Chainer's key order (values, then epoch, iteration, elapsed_time).
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
   for (const LogEntry& e : log_) {
@@ -95,12 +95,12 @@ std::string LogReport::to_json() const {
   return arr.dump(4);
 }
 
-void LogReport::write() const {
+void TrainingLog::write() const {
   if (out_dir_.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(out_dir_, ec);
-  DPL_CHECK(!ec, "LogReport: cannot create the output folder ", out_dir_, ": ", ec.message());
-  detail::write_file_atomically((std::filesystem::path(out_dir_) / filename_).string(), to_json() + "\n", "LogReport");
+  DPL_CHECK(!ec, "TrainingLog: cannot create the output folder ", out_dir_, ": ", ec.message());
+  detail::write_file_atomically((std::filesystem::path(out_dir_) / filename_).string(), to_json() + "\n", "TrainingLog");
 }
 
 }  // namespace dpl::train

@@ -1,5 +1,6 @@
 #pragma once
-// Chainer's PrintReport: a fixed-width table with one row per log entry.
+// The table behind the PrintReport extension (Chainer's PrintReport): a fixed-width table with
+// one row per log entry.
 
 #include <cstddef>
 #include <iostream>
@@ -7,7 +8,7 @@
 #include <vector>
 
 #include "dpl/train/console.hpp"
-#include "dpl/train/log_report.hpp"
+#include "dpl/train/training_log.hpp"
 
 namespace dpl::train {
 
@@ -23,20 +24,20 @@ std::string format_value(double value, std::size_t width);
 /// overrun the column) left-aligned in its column and followed by two spaces (a blank column when
 /// the entry lacks the value). On a terminal each line first
 /// clears the line it lands on, so it cleanly replaces a progress bar drawn there.
-class PrintReport {
+class ReportTable {
  public:
   /// epoch, main/loss, validation/main/loss, main/accuracy, validation/main/accuracy,
   /// elapsed_time: the columns of ChainerMN's MNIST example.
   static std::vector<std::string> default_entries();
 
   /// Requires: out outlives this report; entries non-empty.
-  explicit PrintReport(std::ostream& out = std::cout, std::vector<std::string> entries = default_entries(),
+  explicit ReportTable(std::ostream& out = std::cout, std::vector<std::string> entries = default_entries(),
                        OutputMode mode = OutputMode::kAuto);
 
   /// Prints the header (the first time only), then entry's row, and flushes.
   void print(const LogEntry& entry);
   /// Prints every entry of log.log() not printed by an earlier update(), oldest first.
-  void update(const LogReport& log);
+  void update(const TrainingLog& log);
 
   /// The header line, without a newline.
   std::string header() const;

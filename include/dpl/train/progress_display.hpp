@@ -1,5 +1,6 @@
 #pragma once
-// Chainer's ProgressBar: overall and per-epoch progress, speed and time to finish.
+// The progress display behind the ProgressBar extension (Chainer's ProgressBar): overall and
+// per-epoch progress, speed and time to finish.
 
 #include <chrono>
 #include <cstdint>
@@ -9,13 +10,11 @@
 #include <vector>
 
 #include "dpl/train/console.hpp"
+#include "dpl/train/trigger.hpp"
 
 namespace dpl::train {
 
-/// What a training length counts.
-enum class LengthUnit { kEpoch, kIteration };
-
-/// Tuning of ProgressBar.
+/// Tuning of ProgressDisplay.
 struct ProgressBarOptions {
   /// Draw at iterations that are multiples of this (Chainer's default: 100).
   std::int64_t update_interval = 100;
@@ -42,17 +41,17 @@ struct ProgressBarOptions {
 ///     1234 iter, 2 epoch / 20 epochs, total 18.50%, this epoch 52.50%, 123.45 iters/sec, estimated time to finish: 0:01:23.456789
 ///
 /// Speed is measured over the last ten draws. Meant for rank 0.
-class ProgressBar {
+class ProgressDisplay {
  public:
   /// training_length counts epochs or iterations per unit.
   /// Requires: training_length >= 1, options.update_interval >= 1, options.bar_length >= 1;
   /// out outlives this bar.
-  ProgressBar(std::int64_t training_length, LengthUnit unit = LengthUnit::kEpoch, std::ostream& out = std::cout,
-              ProgressBarOptions options = {});
+  ProgressDisplay(std::int64_t training_length, LengthUnit unit = LengthUnit::kEpoch, std::ostream& out = std::cout,
+                  ProgressBarOptions options = {});
   /// Calls close().
-  ~ProgressBar();
-  ProgressBar(const ProgressBar&) = delete;
-  ProgressBar& operator=(const ProgressBar&) = delete;
+  ~ProgressDisplay();
+  ProgressDisplay(const ProgressDisplay&) = delete;
+  ProgressDisplay& operator=(const ProgressDisplay&) = delete;
 
   /// Call after every iteration with the iterator's iteration() and epoch_detail(); draws when
   /// iteration is a multiple of update_interval.

@@ -1,4 +1,4 @@
-#include "dpl/train/print_report.hpp"
+#include "dpl/train/report_table.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -28,17 +28,17 @@ std::string format_value(double value, std::size_t width) {
   }
 }
 
-std::vector<std::string> PrintReport::default_entries() {
+std::vector<std::string> ReportTable::default_entries() {
   return {"epoch", "main/loss", "validation/main/loss", "main/accuracy", "validation/main/accuracy", "elapsed_time"};
 }
 
-PrintReport::PrintReport(std::ostream& out, std::vector<std::string> entries, OutputMode mode)
+ReportTable::ReportTable(std::ostream& out, std::vector<std::string> entries, OutputMode mode)
     : out_(out), entries_(std::move(entries)), terminal_(resolve_mode(mode, out) == OutputMode::kTerminal) {
-  DPL_CHECK(!entries_.empty(), "PrintReport: expected at least one entry (column) name");
+  DPL_CHECK(!entries_.empty(), "ReportTable: expected at least one entry (column) name");
   for (const std::string& e : entries_) widths_.push_back(std::max<std::size_t>(10, e.size()));
 }
 
-std::string PrintReport::header() const {
+std::string ReportTable::header() const {
   std::string line;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     if (i) line += "  ";
@@ -47,7 +47,7 @@ std::string PrintReport::header() const {
   return line;
 }
 
-std::string PrintReport::row(const LogEntry& entry) const {
+std::string ReportTable::row(const LogEntry& entry) const {
   std::string line;
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::optional<double> v = entry.get(entries_[i]);
@@ -57,11 +57,11 @@ std::string PrintReport::row(const LogEntry& entry) const {
   return line;
 }
 
-void PrintReport::begin_line() {
+void ReportTable::begin_line() {
   if (terminal_) out_ << kEraseLine;
 }
 
-void PrintReport::print(const LogEntry& entry) {
+void ReportTable::print(const LogEntry& entry) {
   if (!header_done_) {
     begin_line();
     out_ << header() << '\n';
@@ -72,7 +72,7 @@ void PrintReport::print(const LogEntry& entry) {
   out_.flush();
 }
 
-void PrintReport::update(const LogReport& log) {
+void ReportTable::update(const TrainingLog& log) {
   const auto& entries = log.log();
   while (printed_ < entries.size()) print(entries[printed_++]);
 }

@@ -1,5 +1,6 @@
 #pragma once
-// Chainer's LogReport: per-epoch means of observed values, kept in memory and written as JSON.
+// The log behind the LogReport extension (Chainer's LogReport): per-epoch means of observed
+// values, kept in memory and written as JSON.
 
 #include <chrono>
 #include <cstdint>
@@ -30,11 +31,11 @@ struct LogEntry {
 /// the values first, then "epoch", "iteration" and "elapsed_time", as Chainer writes it. The file
 /// is replaced atomically (written beside it, then renamed), so a reader never sees half a log.
 /// Meant for rank 0: create it there only, or every rank writes the same file.
-class LogReport {
+class TrainingLog {
  public:
   /// out_dir empty keeps the log in memory only. The folder is created on first write.
   /// elapsed_time counts from this construction.
-  explicit LogReport(std::string out_dir = "result", std::string filename = "log");
+  explicit TrainingLog(std::string out_dir = "result", std::string filename = "log");
 
   /// Adds one observation of key to the current epoch (e.g. each iteration's "main/loss").
   void observe(const std::string& key, double value);

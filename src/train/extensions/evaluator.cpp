@@ -1,0 +1,31 @@
+#include "dpl/train/extensions/evaluator.hpp"
+
+#include <utility>
+
+#include "dpl/core/error.hpp"
+#include "dpl/nn/module.hpp"
+#include "dpl/train/evaluator.hpp"
+#include "dpl/train/trainer.hpp"
+
+namespace dpl::train::extensions {
+
+Evaluator::Evaluator(data::Dataset dataset, std::int64_t batch_size, std::string prefix)
+    : dataset_(std::move(dataset)), batch_size_(batch_size), prefix_(std::move(prefix)) {
+  DPL_CHECK(batch_size >= 1, "Evaluator: expected a batch size >= 1, got ", batch_size);
+}
+
+Evaluator::Evaluator(std::shared_ptr<data::BatchSource> source, std::int64_t batches, std::string prefix)
+    : source_(std::move(source)), batches_(batches), prefix_(std::move(prefix)) {
+  DPL_CHECK(source_ != nullptr, "Evaluator: expected a batch source, got null");
+  DPL_CHECK(batches >= 1, "Evaluator: expected >= 1 batches per evaluation, got ", batches);
+}
+
+void Evaluator::operator()(Trainer& trainer) {
+  nn::Module& model = trainer.updater().optimizer().target();
+  const EvalResult r = source_ ? evaluate(model, *source_, batches_, trainer.communicator().get())
+                               : evaluate(model, dataset_, batch_size_, trainer.communicator().get());
+  trainer.observation().observe(prefix_ + "loss", r.loss);
+  trainer.observation().observe(prefix_ + "accuracy", r.accuracy);
+}
+
+}  // namespace dpl::train::extensions

@@ -1,0 +1,25 @@
+#include "dpl/train/trigger.hpp"
+
+#include "dpl/core/error.hpp"
+
+namespace dpl::train {
+
+Trigger Trigger::iterations(std::int64_t n) {
+  DPL_CHECK(n >= 1, "Trigger::iterations: expected a period >= 1, got ", n);
+  return {n, LengthUnit::kIteration, false};
+}
+
+Trigger Trigger::epochs(std::int64_t n) {
+  DPL_CHECK(n >= 1, "Trigger::epochs: expected a period >= 1, got ", n);
+  return {n, LengthUnit::kEpoch, false};
+}
+
+Trigger Trigger::end() { return {1, LengthUnit::kIteration, true}; }
+
+bool Trigger::fires(std::int64_t iteration, std::int64_t epoch, bool is_new_epoch) const {
+  if (at_end) return false;
+  if (unit == LengthUnit::kIteration) return iteration % period == 0;
+  return is_new_epoch && epoch % period == 0;
+}
+
+}  // namespace dpl::train
