@@ -3,3 +3,4 @@
 #include "dpl/core.hpp"
 #include "dpl/tensor/storage.hpp"
 #include "dpl/tensor/tensor.hpp"
+#include "dpl/tensor/tensor_ops.hpp"

@@ -33,7 +33,7 @@ enum class Broadcast {
   kScalar,  // b has one element
 };
 
-enum class BinaryOp { kAdd, kSub, kMul };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
 struct SgdHyper {
   float lr;

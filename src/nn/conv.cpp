@@ -4,30 +4,49 @@
 
 namespace dpl::nn {
 
-Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, Conv2dPair kernel_size, Conv2dPair stride,
-               Conv2dPair padding, Conv2dPair dilation, std::int64_t groups, bool bias, Generator& gen)
-    : stride_(stride), padding_(padding), dilation_(dilation), groups_(groups) {
+namespace {
+Conv2dPair pair(Size2d s) { return {s.h, s.w}; }
+}  // namespace
+
+Conv2d::Conv2d(const Conv2dOptions& options, Generator& gen)
+    : options_(options),
+      stride_(pair(options.stride())),
+      padding_(pair(options.padding())),
+      dilation_(pair(options.dilation())) {
+  const std::int64_t in_channels = options.in_channels(), out_channels = options.out_channels();
+  const std::int64_t groups = options.groups();
+  const Size2d kernel = options.kernel_size();
   DPL_CHECK(in_channels > 0 && out_channels > 0, "Conv2d: expected positive channel counts, got in_channels=",
             in_channels, " out_channels=", out_channels);
   DPL_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0,
             "Conv2d: expected groups > 0 dividing in_channels=", in_channels, " and out_channels=", out_channels,
             ", got groups=", groups);
-  DPL_CHECK(kernel_size[0] > 0 && kernel_size[1] > 0, "Conv2d: expected a positive kernel size, got (",
-            kernel_size[0], ", ", kernel_size[1], ")");
+  DPL_CHECK(kernel.h > 0 && kernel.w > 0, "Conv2d: expected a positive kernel size, got (", kernel.h, ", ", kernel.w,
+            ")");
   for (int i = 0; i < 2; ++i)
-    DPL_CHECK(stride[i] > 0 && dilation[i] > 0 && padding[i] >= 0, "Conv2d: expected positive strides and dilations "
-              "and non-negative padding, got stride (", stride[0], ", ", stride[1], "), padding (", padding[0], ", ",
-              padding[1], "), dilation (", dilation[0], ", ", dilation[1], ")");
-  const std::int64_t fan_in = in_channels / groups * kernel_size[0] * kernel_size[1];
+    DPL_CHECK(stride_[i] > 0 && dilation_[i] > 0 && padding_[i] >= 0, "Conv2d: expected positive strides and "
+              "dilations and non-negative padding, got stride (", stride_[0], ", ", stride_[1], "), padding (",
+              padding_[0], ", ", padding_[1], "), dilation (", dilation_[0], ", ", dilation_[1], ")");
+  const std::int64_t fan_in = in_channels / groups * kernel.h * kernel.w;
   // Kaiming-uniform with a = sqrt(5): gain sqrt(2 / (1 + 5)) times sqrt(3 / fan_in) is 1/sqrt(fan_in).
   const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
   weight_ = register_parameter(
-      "weight", Tensor::uniform({out_channels, in_channels / groups, kernel_size[0], kernel_size[1]}, -bound, bound, gen));
-  if (bias) bias_ = register_parameter("bias", Tensor::uniform({out_channels}, -bound, bound, gen));
+      "weight", Tensor::uniform({out_channels, in_channels / groups, kernel.h, kernel.w}, -bound, bound, gen));
+  if (options.bias()) bias_ = register_parameter("bias", Tensor::uniform({out_channels}, -bound, bound, gen));
 }
 
+Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, Conv2dPair kernel_size, Conv2dPair stride,
+               Conv2dPair padding, Conv2dPair dilation, std::int64_t groups, bool bias, Generator& gen)
+    : Conv2d(Conv2dOptions(in_channels, out_channels, {kernel_size[0], kernel_size[1]})
+                 .stride({stride[0], stride[1]})
+                 .padding({padding[0], padding[1]})
+                 .dilation({dilation[0], dilation[1]})
+                 .groups(groups)
+                 .bias(bias),
+             gen) {}
+
 Variable Conv2d::forward(const Variable& x) {
-  return conv2d(x, weight_, bias_, stride_, padding_, dilation_, groups_);
+  return conv2d(x, weight_, bias_, stride_, padding_, dilation_, options_.groups());
 }
 
 void to_channels_last(Module& module) {

@@ -7,14 +7,16 @@
 
 namespace dpl::nn {
 
-Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, Generator& gen)
-    : in_(in_features), out_(out_features) {
-  DPL_CHECK(in_features > 0 && out_features > 0, "Linear: expected positive feature counts, got in=", in_features,
-            " out=", out_features);
-  const float stddev = std::sqrt(1.f / static_cast<float>(in_features));
-  weight_ = register_parameter("weight", Tensor::normal({out_features, in_features}, 0.f, stddev, gen));
-  if (bias) bias_ = register_parameter("bias", Tensor::zeros({out_features}));
+Linear::Linear(const LinearOptions& options, Generator& gen) : options_(options) {
+  const std::int64_t in = options.in_features(), out = options.out_features();
+  DPL_CHECK(in > 0 && out > 0, "Linear: expected positive feature counts, got in=", in, " out=", out);
+  const float stddev = std::sqrt(1.f / static_cast<float>(in));
+  weight_ = register_parameter("weight", Tensor::normal({out, in}, 0.f, stddev, gen));
+  if (options.bias()) bias_ = register_parameter("bias", Tensor::zeros({out}));
 }
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, Generator& gen)
+    : Linear(LinearOptions(in_features, out_features).bias(bias), gen) {}
 
 Variable Linear::forward(const Variable& x) { return linear(x, weight_, bias_); }
 
@@ -26,15 +28,22 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) append(m);
 }
 
-Sequential& Sequential::append(std::shared_ptr<Module> module) {
-  register_module(std::to_string(children().size()), std::move(module));
+Sequential& Sequential::append(AnyModule module) {
+  DPL_CHECK(!module.is_empty(), "Sequential: expected a module to append, got an empty AnyModule");
+  register_module(std::to_string(modules_.size()), module.ptr());
+  modules_.push_back(std::move(module));
   return *this;
 }
 
 Variable Sequential::forward(const Variable& x) {
   Variable h = x;
-  for (const auto& c : children()) h = c.second->forward(h);
+  for (AnyModule& m : modules_) h = m.forward(h);
   return h;
+}
+
+const AnyModule& Sequential::operator[](std::size_t i) const {
+  DPL_CHECK(i < modules_.size(), "Sequential: index ", i, " is out of range for ", modules_.size(), " modules");
+  return modules_[i];
 }
 
 MLP::MLP(std::int64_t units, std::int64_t in_features, std::int64_t out_features, Generator& gen) {

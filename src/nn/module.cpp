@@ -1,7 +1,10 @@
 #include "dpl/nn/module.hpp"
 
 #include <atomic>
+#include <typeinfo>
 #include <unordered_set>
+
+#include "dpl/nn/any_module.hpp"
 
 namespace dpl::nn {
 
@@ -14,6 +17,12 @@ std::atomic<std::uint64_t> g_registrations{1};
 
 void note_registration() { g_registrations.fetch_add(1, std::memory_order_relaxed); }
 }  // namespace
+
+Variable Module::forward(const Variable&) {
+  DPL_FAIL("Module: ", type_name(typeid(*this)), " has no forward(const Variable&): its forward takes other "
+           "inputs; call that forward on the module's own type, or hold the module in an nn::AnyModule, whose "
+           "forward(...) takes any arguments and checks them");
+}
 
 void Module::check_new_name(const std::string& name) const {
   DPL_CHECK(!name.empty() && name.find('.') == std::string::npos,

@@ -5,12 +5,13 @@
 
 namespace dpl::nn {
 
-BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine)
-    : num_features_(num_features), eps_(eps), momentum_(momentum) {
+BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options) : options_(options) {
+  const std::int64_t num_features = options.num_features();
+  const double eps = options.eps(), momentum = options.momentum();
   DPL_CHECK(num_features >= 1, "BatchNorm2d: expected num_features >= 1, got ", num_features);
   DPL_CHECK(eps > 0.0, "BatchNorm2d: expected eps > 0, got ", eps);
   DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: expected momentum in [0, 1], got ", momentum);
-  if (affine) {
+  if (options.affine()) {
     weight_ = register_parameter("weight", Tensor::ones({num_features}));
     bias_ = register_parameter("bias", Tensor::zeros({num_features}));
   }
@@ -19,22 +20,26 @@ BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum,
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}, TensorOptions(kInt64)));
 }
 
+BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine)
+    : BatchNorm2d(BatchNorm2dOptions(num_features).eps(eps).momentum(momentum).affine(affine)) {}
+
 Variable BatchNorm2d::forward(const Variable& x) {
-  Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
+  Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
+                          options_.momentum(), options_.eps());
   count_batch();
   return y;
 }
 
 Variable BatchNorm2d::forward_relu(const Variable& x) {
-  Variable y =
-      batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(), momentum_, eps_);
+  Variable y = batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
+                               options_.momentum(), options_.eps());
   count_batch();
   return y;
 }
 
 Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual) {
   Variable y = batch_norm_add_relu(x, residual, weight_, bias_, running_mean_.data(), running_var_.data(),
-                                   is_training(), momentum_, eps_);
+                                   is_training(), options_.momentum(), options_.eps());
   count_batch();
   return y;
 }

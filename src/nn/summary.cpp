@@ -6,12 +6,7 @@
 #include <typeinfo>
 #include <vector>
 
-#if defined(__GNUG__)
-#include <cxxabi.h>
-
-#include <cstdlib>
-#endif
-
+#include "dpl/nn/any_module.hpp"
 #include "dpl/nn/layers.hpp"
 
 namespace dpl::nn {
@@ -19,14 +14,8 @@ namespace dpl::nn {
 namespace {
 
 // The dynamic type's name without the library's namespace ("Linear", not "dpl::nn::Linear").
-std::string type_name(const Module& m) {
-  std::string name = typeid(m).name();
-#if defined(__GNUG__)
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  if (status == 0 && demangled != nullptr) name = demangled;
-  std::free(demangled);
-#endif
+std::string short_type_name(const Module& m) {
+  std::string name = type_name(typeid(m));
   const std::string prefix = "dpl::nn::";
   if (name.compare(0, prefix.size(), prefix) == 0) name.erase(0, prefix.size());
   return name;
@@ -59,15 +48,16 @@ std::string summary(Module& model, const Shape& input_shape, DType dtype) {
     EvalScope eval(model);
     Variable h(Tensor::zeros(input_shape, TensorOptions(dtype, model.device())));
     if (auto* seq = dynamic_cast<Sequential*>(&model)) {
-      for (const auto& [name, child] : seq->children()) {
-        h = child->forward(h);
-        rows.push_back({name, type_name(*child), shape_str(h.shape()), child->num_parameters()});
+      for (std::size_t i = 0; i < seq->size(); ++i) {
+        const auto& [name, child] = seq->children()[i];
+        h = (*seq)[i].forward(h);
+        rows.push_back({name, short_type_name(*child), shape_str(h.shape()), child->num_parameters()});
       }
     } else {
       for (const auto& [name, child] : model.children())
-        rows.push_back({name, type_name(*child), "-", child->num_parameters()});
+        rows.push_back({name, short_type_name(*child), "-", child->num_parameters()});
       h = model.forward(h);
-      rows.push_back({"(output)", type_name(model), shape_str(h.shape()), 0});
+      rows.push_back({"(output)", short_type_name(model), shape_str(h.shape()), 0});
     }
   }
   std::size_t wn = 4, wt = 4, ws = 12;

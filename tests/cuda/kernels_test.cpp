@@ -55,7 +55,7 @@ TEST_F(KernelsTest, GemmMlpShapes) {
 TEST_F(KernelsTest, BinaryEveryOpBroadcastAndBeta) {
   // (7,13) takes the scalar path, (8,16) the float4 path.
   for (const Shape& s : {Shape{7, 13}, Shape{8, 16}}) {
-    for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+    for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
       for (Broadcast bc : {Broadcast::kNone, Broadcast::kRow, Broadcast::kScalar}) {
         for (float beta : {0.f, 1.f}) {
           const Shape bs = bc == Broadcast::kNone ? s : bc == Broadcast::kRow ? Shape{s[1]} : Shape{};
@@ -356,7 +356,7 @@ TEST_F(KernelsTest, HalfElementwiseNd) {
     // (2,3,8) takes the four-element path, (3,5,7) the one-element path.
     for (const Shape& s : {Shape{2, 3, 8}, Shape{3, 5, 7}}) {
       const std::string what = " shape=" + shape_str(s);
-      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
         for (Broadcast bc : {Broadcast::kNone, Broadcast::kRow, Broadcast::kScalar}) {
           for (float beta : {0.f, 1.f}) {
             const Shape bs = bc == Broadcast::kNone ? s : bc == Broadcast::kRow ? Shape{s.back()} : Shape{};

@@ -87,7 +87,7 @@ TEST_P(HalfKernels, Gemm) {
 
 TEST_P(HalfKernels, BinaryNdWithEveryBroadcast) {
   const Shape s{2, 3, 8};
-  for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul}) {
+  for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
     for (Broadcast bc : {Broadcast::kNone, Broadcast::kRow, Broadcast::kScalar}) {
       for (float beta : {0.f, 1.f}) {
         const Shape bs = bc == Broadcast::kNone ? s : bc == Broadcast::kRow ? Shape{8} : Shape{};

@@ -3,6 +3,7 @@
 
 #include "dpl/core/random.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/options.hpp"
 
 namespace dpl::nn {
 
@@ -41,19 +42,31 @@ class GELU : public Module {
   Variable forward(const Variable& x) override;
 };
 
+/// Settings of a Dropout layer, as libtorch's DropoutOptions: `DropoutOptions(0.1)` or
+/// `DropoutOptions().p(0.1)`.
+struct DropoutOptions {
+  explicit DropoutOptions(float p = 0.5f) : p_(p) {}
+  /// Probability of zeroing an element, in [0, 1) (checked when the layer is built).
+  DPL_ARG(float, p);
+};
+
 /// Inverted dropout (see dpl::dropout) while the module is training; the identity in eval().
 class Dropout : public Module {
  public:
   /// Requires p in [0, 1) (throws dpl::Error otherwise). The masks come from `gen`, which must
   /// outlive the module.
+  explicit Dropout(const DropoutOptions& options, Generator& gen = default_generator());
+  /// Dropout(DropoutOptions(p), gen).
   explicit Dropout(float p = 0.5f, Generator& gen = default_generator());
   /// Any rank, float input; returns x's shape.
   Variable forward(const Variable& x) override;
   /// The drop probability given at construction.
-  float p() const { return p_; }
+  float p() const { return options_.p(); }
+  /// The settings the layer was built with.
+  const DropoutOptions& options() const { return options_; }
 
  private:
-  float p_;
+  DropoutOptions options_;
   Generator* gen_;
 };
 

@@ -6,8 +6,33 @@
 #include "dpl/autograd/ops.hpp"
 #include "dpl/core/random.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/options.hpp"
 
 namespace dpl::nn {
+
+/// Settings of a Conv2d layer, as libtorch's Conv2dOptions:
+/// `Conv2dOptions(1, 16, 3).stride(1).padding(1).bias(false)`. An extent given as one number
+/// serves both dimensions; `{h, w}` gives them apart. The layer checks the values when built.
+struct Conv2dOptions {
+  Conv2dOptions(std::int64_t in_channels, std::int64_t out_channels, Size2d kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  /// Channels of the input.
+  DPL_ARG(std::int64_t, in_channels);
+  /// Channels of the output (the number of filters).
+  DPL_ARG(std::int64_t, out_channels);
+  /// Extent of the filters.
+  DPL_ARG(Size2d, kernel_size);
+  /// Step between windows (default 1).
+  DPL_ARG(Size2d, stride) = 1;
+  /// Zeros added on each side of the input (default 0).
+  DPL_ARG(Size2d, padding) = 0;
+  /// Spacing between the filter's taps (default 1).
+  DPL_ARG(Size2d, dilation) = 1;
+  /// Groups of channels convolved apart; must divide both channel counts (default 1).
+  DPL_ARG(std::int64_t, groups) = 1;
+  /// Whether the layer adds a learned bias per output channel (default true).
+  DPL_ARG(bool, bias) = true;
+};
 
 /// 2-D convolution, y = conv2d(x, W) + b (see dpl::conv2d), with W of shape
 /// (out_channels, in_channels/groups, kernel_size[0], kernel_size[1]) and b of shape (out_channels,).
@@ -18,6 +43,9 @@ class Conv2d : public Module {
  public:
   /// Requires positive channel counts divisible by groups, positive kernel extents, strides and
   /// dilations, and non-negative padding; throws dpl::Error naming the bad argument otherwise.
+  /// Draws the initial weights and bias from gen.
+  explicit Conv2d(const Conv2dOptions& options, Generator& gen = default_generator());
+  /// The same layer from positional arguments (the options' names, in their order).
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, Conv2dPair kernel_size, Conv2dPair stride = {1, 1},
          Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1}, std::int64_t groups = 1, bool bias = true,
          Generator& gen = default_generator());
@@ -27,10 +55,12 @@ class Conv2d : public Module {
   const Variable& weight() const { return weight_; }
   /// Undefined when the layer was built without a bias.
   const Variable& bias() const { return bias_; }
+  /// The settings the layer was built with.
+  const Conv2dOptions& options() const { return options_; }
 
  private:
+  Conv2dOptions options_;
   Conv2dPair stride_, padding_, dilation_;
-  std::int64_t groups_;
   Variable weight_, bias_;
 };
 

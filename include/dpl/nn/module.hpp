@@ -21,6 +21,17 @@ namespace dpl::nn {
 /// register in the order of their forward pass, so backward finishes the gradients in the
 /// reverse of this order (what overlapping the gradient allreduce with backward relies on), and
 /// every rank that builds the same model gets the same order.
+///
+/// Forward, as in libtorch: a concrete module declares one `forward` of whatever signature it
+/// needs, e.g. `Variable forward(const Variable& tokens, const Variable& targets)` or
+/// `Variable forward(const Variable& x, const Variable& mask)`, and is called through it on its
+/// own type (`attention->forward(q, mask)`). A module of one input overrides the virtual
+/// `forward(const Variable&)` below, which is what code that knows a model only as a Module uses
+/// (`model(x)`, Sequential, the Trainer's evaluator, summary()). A module whose forward takes
+/// other inputs does not override it; calling it then throws dpl::Error naming the module. To hold
+/// modules of any forward in one place (a container, a list of heads), wrap each in an
+/// nn::AnyModule (dpl/nn/any_module.hpp): `any.forward(tokens, targets)` checks the arguments
+/// against the module's forward at run time and says what was expected and what was given.
 class Module {
  public:
   virtual ~Module() = default;
@@ -31,8 +42,11 @@ class Module {
   /// value this way). Ensures: the new module has the parameters, buffers and sub-modules.
   Module(Module&&) = default;
 
-  /// The module's computation. Requires an input this module accepts (see each module).
-  virtual Variable forward(const Variable& x) = 0;
+  /// The computation of a module of one input. Requires an input this module accepts (see each
+  /// module). Not overridden (a module whose forward takes other inputs): throws dpl::Error
+  /// naming the module's type.
+  virtual Variable forward(const Variable& x);
+  /// forward(x).
   Variable operator()(const Variable& x) { return forward(x); }
 
   /// Every parameter of this module and its sub-modules, in registration order (see above). A

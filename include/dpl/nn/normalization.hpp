@@ -4,8 +4,23 @@
 #include <cstdint>
 
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/options.hpp"
 
 namespace dpl::nn {
+
+/// Settings of a BatchNorm2d layer, as libtorch's BatchNormOptions:
+/// `BatchNorm2dOptions(64).eps(1e-3).momentum(0.01).affine(false)`. The layer checks the values.
+struct BatchNorm2dOptions {
+  explicit BatchNorm2dOptions(std::int64_t num_features) : num_features_(num_features) {}
+  /// Channels C of the input; must be >= 1.
+  DPL_ARG(std::int64_t, num_features);
+  /// Added to the variance before its square root; must be > 0 (default 1e-5).
+  DPL_ARG(double, eps) = 1e-5;
+  /// Weight of the batch in the running statistics, in [0, 1] (default 0.1).
+  DPL_ARG(double, momentum) = 0.1;
+  /// Whether the layer has the learned weight and bias (default true).
+  DPL_ARG(bool, affine) = true;
+};
 
 /// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm). Parameters:
 /// weight (C,) = 1 and bias (C,) = 0 when affine. Buffers: running_mean (C,) = 0, running_var
@@ -16,7 +31,9 @@ namespace dpl::nn {
 /// batch; in evaluation mode it normalises with the running statistics.
 class BatchNorm2d : public Module {
  public:
-  /// Requires num_features >= 1, eps > 0 and momentum in [0, 1].
+  /// Requires num_features >= 1, eps > 0 and momentum in [0, 1]; throws dpl::Error otherwise.
+  explicit BatchNorm2d(const BatchNorm2dOptions& options);
+  /// BatchNorm2d(BatchNorm2dOptions(num_features).eps(eps).momentum(momentum).affine(affine)).
   explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
   /// Requires x (N, num_features, H, W) of a float dtype; returns x's shape, dtype and format.
   Variable forward(const Variable& x) override;
@@ -35,14 +52,15 @@ class BatchNorm2d : public Module {
   Tensor running_var() const { return running_var_.data(); }
   Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
   /// The channel count C that inputs must have.
-  std::int64_t num_features() const { return num_features_; }
+  std::int64_t num_features() const { return options_.num_features(); }
+  /// The settings the layer was built with.
+  const BatchNorm2dOptions& options() const { return options_; }
 
  private:
   // Counts a training batch in num_batches_tracked (every forward variant does).
   void count_batch();
 
-  std::int64_t num_features_;
-  double eps_, momentum_;
+  BatchNorm2dOptions options_;
   Variable weight_, bias_;
   Variable running_mean_, running_var_, num_batches_tracked_;
 };

@@ -11,6 +11,7 @@ template <BinaryOp op>
 inline float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
+  if constexpr (op == BinaryOp::kDiv) return a / b;
   return a * b;
 }
 
@@ -57,6 +58,7 @@ void binary_cpu(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, flo
     case BinaryOp::kAdd: binary_typed<BinaryOp::kAdd>(bc, a, b, beta, out); break;
     case BinaryOp::kSub: binary_typed<BinaryOp::kSub>(bc, a, b, beta, out); break;
     case BinaryOp::kMul: binary_typed<BinaryOp::kMul>(bc, a, b, beta, out); break;
+    case BinaryOp::kDiv: binary_typed<BinaryOp::kDiv>(bc, a, b, beta, out); break;
   }
 }
 

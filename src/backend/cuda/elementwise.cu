@@ -19,6 +19,7 @@ template <BinaryOp op>
 __device__ __forceinline__ float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
+  if constexpr (op == BinaryOp::kDiv) return a / b;
   return a * b;
 }
 
@@ -199,6 +200,7 @@ void launch_binary(BinaryOp op, Broadcast bc, bool acc, const T* a, const T* b, 
     case BinaryOp::kAdd: launch_binary_op<BinaryOp::kAdd>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
     case BinaryOp::kSub: launch_binary_op<BinaryOp::kSub>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
     case BinaryOp::kMul: launch_binary_op<BinaryOp::kMul>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
+    case BinaryOp::kDiv: launch_binary_op<BinaryOp::kDiv>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
   }
 }
 
