@@ -1,7 +1,8 @@
 #pragma once
 // Umbrella header: errors, element types, devices (and CUDA device control), shapes, random
-// numbers, threads.
+// numbers, threads, the clock.
 #include "dpl/config.hpp"
+#include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/dtype.hpp"

@@ -1,7 +1,7 @@
 #pragma once
 // What core's public CUDA API (dpl/core/cuda.hpp, cuda_device_count) calls in the backend.
 // Defined by the CUDA backend (src/backend/cuda/device.cpp, pinned_allocator.cpp) in CUDA
-// builds and by the stand-ins of src/backend/no_cuda/no_cuda.cpp otherwise. No CUDA header.
+// builds and by the stand-ins of src/backend/no_cuda/cuda_stand_ins.cpp otherwise. No CUDA header.
 //
 // The device arguments are checked by the caller (src/core/cuda.cpp): 0 <= device < device_count().
 

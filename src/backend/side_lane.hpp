@@ -3,7 +3,7 @@
 // queueing the compute stream: the overlapped gradient allreduce, whose bucket worker reduces a
 // bucket of gradients while backward still runs. No CUDA header: defined by the CUDA backend
 // (src/backend/cuda/side_lane.cpp) and, in builds without it, by a stand-in that says so
-// (src/backend/no_cuda/no_cuda.cpp).
+// (src/backend/no_cuda/cuda_stand_ins.cpp).
 //
 // Ordering, and what it makes safe:
 //  - item k's work starts on the side stream only after the compute stream reached mark_ready(k),

@@ -2,7 +2,7 @@
 // Host-to-device copies beside the compute stream, for input batches: the copy of the next batch
 // runs on the GPU's copy stream while the compute stream trains on the current one. No CUDA
 // header: defined by the CUDA backend (src/backend/cuda/side_stream_copy.cpp) and, in builds
-// without it, by a stand-in that says so (src/backend/no_cuda/no_cuda.cpp).
+// without it, by a stand-in that says so (src/backend/no_cuda/cuda_stand_ins.cpp).
 
 #include "dpl/core/device.hpp"
 #include "dpl/tensor/tensor.hpp"

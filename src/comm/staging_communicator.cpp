@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "comm/factories.hpp"
+#include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
-#include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
 
@@ -115,10 +115,10 @@ class StagingCommunicator final : public Communicator {
   Tensor to_host(const Tensor& t, PinnedSlot& slot, const char* collective) {
     DPL_CHECK(t.is_contiguous(), collective, " (", name(), "): expected a contiguous buffer, got shape ",
               shape_str(t.shape()), " with strides ", shape_str(t.strides()));
-    const double t0 = profile::now_seconds();
+    const double t0 = now_seconds();
     Tensor host = slot.view_like(t);
     host.copy_(t);
-    last_phases_.assign(1, SubPhase{"d2h", profile::now_seconds() - t0});
+    last_phases_.assign(1, SubPhase{"d2h", now_seconds() - t0});
     return host;
   }
 
@@ -126,10 +126,10 @@ class StagingCommunicator final : public Communicator {
   // reused (later copies into it are queued behind this one).
   void back_to_device(const Tensor& host, Tensor& buf) {
     for (const auto& p : inner_->last_phases()) last_phases_.push_back(p);
-    const double t0 = profile::now_seconds();
+    const double t0 = now_seconds();
     buf.copy_(host);
     if (synchronized_) cuda::synchronize(buf.device().index);
-    last_phases_.push_back(SubPhase{"h2d", profile::now_seconds() - t0});
+    last_phases_.push_back(SubPhase{"h2d", now_seconds() - t0});
   }
 
   std::unique_ptr<Communicator> inner_;

@@ -15,11 +15,6 @@
 
 namespace dpl::profile {
 
-double now_seconds() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
-
 ClockReference agree_on_clock(comm::Communicator* comm) {
   if (comm != nullptr && comm->size() > 1) {
     // The first barrier waits for the slowest rank; after it every rank is running, so the

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "backend/cuda/cast.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "cuda_test_util.hpp"
 
 namespace dpl::test {

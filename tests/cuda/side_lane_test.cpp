@@ -3,7 +3,7 @@
 // join(); what must stay on the compute stream refuses; times come back for each item.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/side_lane.hpp"
 #include "cuda_test_util.hpp"
 #include "support/expect_error.hpp"

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/mpi/mpi_runtime.hpp"
+#include "comm/mpi/test_hooks.hpp"
 #include "dist_test_util.hpp"
 #include "dpl/comm.hpp"
 
@@ -246,8 +246,8 @@ TEST(CollectivesMisc, SixteenBitTypesMoveButDoNotReduce) {
 // MPI calls run on small buffers; restores it even when a check fails.
 class ChunkLimit {
  public:
-  explicit ChunkLimit(std::int64_t n) { comm::detail::set_max_count(n); }
-  ~ChunkLimit() { comm::detail::set_max_count(0); }
+  explicit ChunkLimit(std::int64_t n) { comm::test_hooks::set_max_count(n); }
+  ~ChunkLimit() { comm::test_hooks::set_max_count(0); }
 };
 
 TEST(CollectivesMisc, ChunkedAboveTheCountLimit) {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist_test_util.hpp"
-#include "comm/mpi/mpi_runtime.hpp"
+#include "comm/mpi/test_hooks.hpp"
 #include "dpl/comm.hpp"
 #include "dpl/config.hpp"
 
@@ -70,7 +70,7 @@ TEST(Hierarchical, EqualsNaiveBitForBitOnIntegers) {
 TEST(TwoDimensionalAndFlat, EqualNaiveBitForBitOnIntegersAlsoInChunks) {
   auto& naive = communicator("naive");
   for (std::int64_t limit : {std::int64_t{0}, std::int64_t{1000}}) {
-    comm::detail::set_max_count(limit);  // 1000: the chunked path on small buffers
+    comm::test_hooks::set_max_count(limit);  // 1000: the chunked path on small buffers
     for (const char* name : {"two_dimensional", "flat"}) {
       if (!works_on_this_layout(name)) continue;
       auto& other = communicator(name);
@@ -86,7 +86,7 @@ TEST(TwoDimensionalAndFlat, EqualNaiveBitForBitOnIntegersAlsoInChunks) {
       EXPECT_EQ(f.to_vector<float>(), std::vector<float>(1001, (naive.size() + 1) / 2.0f)) << name;
     }
   }
-  comm::detail::set_max_count(0);
+  comm::test_hooks::set_max_count(0);
   if (!works_on_this_layout("two_dimensional")) return;
   const auto& phases = communicator("two_dimensional").last_phases();
   ASSERT_EQ(phases.size(), 3u);

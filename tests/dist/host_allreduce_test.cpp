@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/environment.hpp"
-#include "comm/mpi/node_shared_allreduce.hpp"
+#include "comm/mpi/test_hooks.hpp"
 #include "dist_test_util.hpp"
 #include "dpl/comm.hpp"
 
@@ -138,14 +138,14 @@ class SharedPathSetup {
  public:
   SharedPathSetup(std::int64_t chunk_bytes, bool window,
                   std::optional<WindowStoresSetting> stores = std::nullopt) {
-    comm::detail::set_shared_chunk_bytes(chunk_bytes);
-    comm::detail::set_shared_window_allowed(window);
-    comm::detail::set_shared_window_stores(stores);
+    comm::test_hooks::set_shared_chunk_bytes(chunk_bytes);
+    comm::test_hooks::set_shared_window_allowed(window);
+    comm::test_hooks::set_shared_window_stores(stores);
   }
   ~SharedPathSetup() {
-    comm::detail::set_shared_chunk_bytes(0);
-    comm::detail::set_shared_window_allowed(true);
-    comm::detail::set_shared_window_stores(std::nullopt);
+    comm::test_hooks::set_shared_chunk_bytes(0);
+    comm::test_hooks::set_shared_window_allowed(true);
+    comm::test_hooks::set_shared_window_stores(std::nullopt);
   }
   SharedPathSetup(const SharedPathSetup&) = delete;
   SharedPathSetup& operator=(const SharedPathSetup&) = delete;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "dpl/core/clock.hpp"
+
 namespace dpl::comm {
 class Communicator;
 }
@@ -18,8 +20,8 @@ namespace dpl::profile {
 /// each rank's time is attributed cleanly to one phase — slower, for profiling.
 enum class TimingMode { kNonIntrusive, kSynchronized };
 
-/// Wall-clock seconds since an arbitrary fixed point (steady clock).
-double now_seconds();
+/// The library's clock (dpl/core/clock.hpp), under the name the phase timers' users know.
+using dpl::now_seconds;
 
 /// A moment on this rank's clocks that per-rank traces can be aligned on. The steady clock that
 /// timestamps the phases has an arbitrary origin on each process, so traces of different ranks

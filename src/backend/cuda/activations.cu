@@ -5,8 +5,9 @@
 // to one warp; the mean squared error ends in the one-launch reduction of device_utils.cuh, so its
 // value does not depend on timing.
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
 
 namespace dpl::backend {
 

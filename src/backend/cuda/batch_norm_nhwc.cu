@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
 
 namespace dpl::backend::cuda_detail {

@@ -5,8 +5,9 @@
 #include "backend/cuda/cast.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

@@ -3,8 +3,9 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
 #include "core/half.hpp"
 #include "dpl/core/error.hpp"
 

@@ -7,8 +7,9 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda_api.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"

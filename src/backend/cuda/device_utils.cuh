@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "dpl/core/dtype.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/tensor/tensor.hpp"

@@ -3,8 +3,9 @@
 //
 // Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
 
 namespace dpl::backend {
 

@@ -8,7 +8,8 @@
 #include <library_types.h>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda_api.hpp"
 #include "dpl/core/error.hpp"
 

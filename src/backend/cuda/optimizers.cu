@@ -2,8 +2,9 @@
 // writing every state array once. Arenas are 64-byte aligned with lengths that are multiples of
 // 16 floats, so they always take the 16-byte vector path.
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
 
 namespace dpl::backend {
 

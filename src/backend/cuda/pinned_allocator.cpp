@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda_api.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/core/error.hpp"

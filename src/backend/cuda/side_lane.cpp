@@ -4,7 +4,7 @@
 #include "backend/side_lane.hpp"
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

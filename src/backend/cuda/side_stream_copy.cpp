@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

@@ -3,8 +3,9 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda_api.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

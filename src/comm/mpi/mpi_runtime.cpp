@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/environment.hpp"
+#include "comm/mpi/test_hooks.hpp"
 #include "comm/setting_differences.hpp"
 #include "core/stable_hash.hpp"
 #include "dpl/core/settings.hpp"
@@ -50,8 +51,6 @@ void leave_mpi_on_exit(int status, void*) { leave_mpi(status); }
 #else
 void leave_mpi_at_exit() { leave_mpi(0); }
 #endif
-
-std::int64_t g_max_count = INT_MAX;
 
 }  // namespace
 
@@ -155,9 +154,10 @@ MPI_Datatype mpi_datatype(DType dtype) {
   DPL_FAIL("mpi_datatype: no MPI datatype for dtype ", dtype);
 }
 
-std::int64_t max_count() { return g_max_count; }
-
-void set_max_count(std::int64_t n) { g_max_count = (n <= 0 || n > INT_MAX) ? INT_MAX : n; }
+std::int64_t max_count() {
+  const std::int64_t n = test_hooks::mpi_overrides().max_count;
+  return (n <= 0 || n > INT_MAX) ? INT_MAX : n;
+}
 
 int tag_upper_bound() {
   void* value = nullptr;

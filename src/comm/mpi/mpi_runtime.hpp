@@ -42,11 +42,9 @@ void check_same_request(const std::vector<NamedValue>& request);
 /// moving data, never used for reductions (the checks refuse them first).
 MPI_Datatype mpi_datatype(DType dtype);
 
-/// The most elements one MPI call carries (INT_MAX, MPI's count type).
+/// The most elements one MPI call carries: INT_MAX (MPI's count type), or less where a test
+/// lowered it (test_hooks::set_max_count).
 std::int64_t max_count();
-/// Lowers the per-call element limit so tests can exercise the chunked paths on small buffers;
-/// n <= 0 restores INT_MAX. Not thread-safe; for tests only.
-void set_max_count(std::int64_t n);
 
 /// MPI_TAG_UB of MPI_COMM_WORLD: the largest tag send and recv accept.
 int tag_upper_bound();

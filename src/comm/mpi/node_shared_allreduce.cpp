@@ -1,21 +1,10 @@
 #include "comm/mpi/node_shared_allreduce.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if defined(__linux__)
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#endif
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -23,15 +12,15 @@
 #include "comm/checks.hpp"
 #include "comm/environment.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
+#include "comm/mpi/node_barrier.hpp"
+#include "comm/mpi/node_shared_sums.hpp"
+#include "comm/mpi/test_hooks.hpp"
 
 namespace dpl::comm::detail {
 
-// The node's barrier lives in the window. `generation` has a cache line of its own, so that the
-// ranks arriving (writing `arrived`) do not keep invalidating the line the waiting ranks poll.
+// The window's first page: the node's barrier, and the kind of stores of the next chunk.
 struct NodeSharedAllreduce::Control {
-  alignas(64) std::atomic<std::uint32_t> arrived{0};
-  std::atomic<std::uint32_t> sleepers{0};  // ranks that are, or are about to be, asleep in the kernel
-  alignas(64) std::atomic<std::uint32_t> generation{0};
+  NodeBarrier barrier;
   // 1: the next chunk writes the window with streaming stores. Written by the node's first rank
   // before a chunk's last barrier, read by every rank after it (window_store_choice.hpp).
   alignas(64) std::atomic<std::uint32_t> streaming{0};
@@ -52,25 +41,12 @@ constexpr std::int64_t kMaxChunkBytes = 4 << 20;
 // Smaller chunks (the tail of a buffer, a 4-byte flag) take their time in the barriers, whatever
 // the stores: they do not count towards the choice of stores.
 constexpr std::int64_t kMinMeasuredChunkBytes = 256 << 10;
-// How long a waiting rank that has a CPU of its own polls the barrier before it sleeps; a rank of
-// a machine with more processes than CPUs sleeps at once. Milliseconds, not microseconds: a
-// sleeping rank wakes when the scheduler next gives it a CPU, and while backward computes on the
-// cores (the allreduce overlapped with it) that took about a millisecond per barrier, which
-// left most of an overlapped allreduce exposed (docs/performance.md, "Overlapped allreduce on
-// the CPU": a 0.06 ms poll left 0.61-1.08 of it exposed, a 3.4 ms poll 0.17-0.19).
-constexpr std::chrono::microseconds kPollBeforeSleep{3000};
-
-static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
-              "the node's barrier needs lock-free atomics: they are the only ones that work across processes");
-
-std::int64_t g_chunk_bytes_for_tests = 0;
-bool g_window_allowed = true;
-std::optional<WindowStoresSetting> g_window_stores_for_tests;
 
 // The same on every rank of the job (it depends on the largest node only), as the inter-node
 // step needs: every node cuts the buffer into the same chunks.
 std::int64_t chunk_bytes_for(int largest_node) {
-  if (g_chunk_bytes_for_tests > 0) return std::max(kLineBytes, g_chunk_bytes_for_tests / kLineBytes * kLineBytes);
+  const std::int64_t for_tests = test_hooks::mpi_overrides().shared_chunk_bytes;
+  if (for_tests > 0) return std::max(kLineBytes, for_tests / kLineBytes * kLineBytes);
   const std::int64_t bytes = std::clamp(kWindowBudgetBytes / (largest_node + 1), kMinChunkBytes, kMaxChunkBytes);
   return bytes / kLineBytes * kLineBytes;
 }
@@ -89,133 +65,7 @@ Range slice_of(std::int64_t count, int parts, int i, std::int64_t line) {
   return {std::min(count, step * i), std::min(count, step * (i + 1))};
 }
 
-// Sleeps while *word == expected, or until woken; returns at once when it differs already. Other
-// processes wake it: the word is in shared memory, so the futex is not the private kind.
-void sleep_while_equal(std::atomic<std::uint32_t>& word, std::uint32_t expected) {
-#if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, nullptr, nullptr, 0);
-#else
-  if (word.load() == expected) sched_yield();
-#endif
-}
-
-void wake_all(std::atomic<std::uint32_t>& word) {
-#if defined(__linux__)
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-#else
-  (void)word;
-#endif
-}
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-#if defined(__SSE2__)
-constexpr bool kCanStream = true;
-#else
-constexpr bool kCanStream = false;
-#endif
-
-// memcpy, with streaming stores where `streaming`: whole 64-byte lines go straight to memory
-// without first fetching the line into this core's cache, and so without taking it from a
-// partner's cache first (window_store_choice.hpp says when that pays). The bytes before the first
-// 16-byte boundary of dst and after the last one are ordinary stores.
-void store_copy(char* dst, const char* src, std::size_t n, bool streaming) {
-#if defined(__SSE2__)
-  if (streaming) {
-    std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
-    if (head > n) head = n;
-    std::memcpy(dst, src, head);
-    std::size_t i = head;
-    for (; i + 64 <= n; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-    }
-    for (; i + 16 <= n; i += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
-    std::memcpy(dst + i, src + i, n - i);
-    return;
-  }
-#endif
-  (void)streaming;
-  std::memcpy(dst, src, n);
-}
-
-// Streaming stores are not ordered with later stores: the barrier's release must not overtake
-// them, or a partner could read the window before the data has arrived.
-void fence_streaming_stores(bool streaming) {
-#if defined(__SSE2__)
-  if (streaming) _mm_sfence();
-#endif
-  (void)streaming;
-}
-
-// dst = src[0] + src[1] + ... + src[count-1], added in that order (rank order), so every node adds
-// its ranks the same way. A is the type the addition happens in. Blocks keep the partial sums in
-// L1 between sources.
-// With `streaming`, each block is added up in a buffer on the stack (in L1) and then streamed
-// into dst.
-template <typename A>
-void add_sources(char* dst_bytes, const char* const* src_bytes, int count, std::int64_t n, bool streaming) {
-  constexpr std::int64_t kBlock = 2048;
-  A block[kBlock];
-  A* __restrict dst = reinterpret_cast<A*>(dst_bytes);
-  for (std::int64_t b = 0; b < n; b += kBlock) {
-    const std::int64_t m = std::min(kBlock, n - b);
-    const A* __restrict s0 = reinterpret_cast<const A*>(src_bytes[0]) + b;
-    A* __restrict d = streaming ? block : dst + b;
-    const std::size_t bytes = static_cast<std::size_t>(m) * sizeof(A);
-    if (count == 1) {
-      store_copy(reinterpret_cast<char*>(dst + b), reinterpret_cast<const char*>(s0), bytes, streaming);
-      continue;
-    }
-    const A* __restrict s1 = reinterpret_cast<const A*>(src_bytes[1]) + b;
-    for (std::int64_t j = 0; j < m; ++j) d[j] = s0[j] + s1[j];
-    for (int r = 2; r < count; ++r) {
-      const A* __restrict s = reinterpret_cast<const A*>(src_bytes[r]) + b;
-      for (std::int64_t j = 0; j < m; ++j) d[j] += s[j];
-    }
-    if (streaming) store_copy(reinterpret_cast<char*>(dst + b), reinterpret_cast<const char*>(block), bytes, true);
-  }
-}
-
-// Integers add as unsigned of their width: the same bits as MPI_SUM's wrap-around, without the
-// undefined behaviour of a signed overflow.
-void add_sources(DType dtype, char* dst, const char* const* src, int count, std::int64_t n, bool streaming) {
-  switch (dtype) {
-    case DType::kFloat32: return add_sources<float>(dst, src, count, n, streaming);
-    case DType::kInt32: return add_sources<std::uint32_t>(dst, src, count, n, streaming);
-    case DType::kInt64: return add_sources<std::uint64_t>(dst, src, count, n, streaming);
-    default: DPL_FAIL("shared-memory allreduce: expected a float32, int32 or int64 buffer, got ", dtype);
-  }
-}
-
-// x / divisor, as divide_in_place does it, so that the means of two communicators agree to the
-// bit whenever their sums do.
-void divide(char* bytes, std::int64_t n, int divisor) {
-  float* p = reinterpret_cast<float*>(bytes);
-  const float d = static_cast<float>(divisor);
-  for (std::int64_t i = 0; i < n; ++i) p[i] /= d;
-}
-
 }  // namespace
-
-void set_shared_chunk_bytes(std::int64_t bytes) { g_chunk_bytes_for_tests = bytes; }
-
-void set_shared_window_allowed(bool allowed) { g_window_allowed = allowed; }
-
-void set_shared_window_stores(std::optional<WindowStoresSetting> stores) { g_window_stores_for_tests = stores; }
 
 std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world, MPI_Comm intra, MPI_Comm inter,
                                                                  const Topology& t, const std::string& comm_name) {
@@ -228,7 +78,7 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
   const CommHandle shared_handle(shared);
   int shared_size = 0;
   MPI_Comm_size(shared, &shared_size);
-  const bool shareable = shared_size == t.intra_size && g_window_allowed;
+  const bool shareable = shared_size == t.intra_size && test_hooks::mpi_overrides().shared_window_allowed;
 
   std::unique_ptr<NodeSharedAllreduce> s(new NodeSharedAllreduce());
   s->what_ = what_call("allreduce", comm_name);
@@ -243,7 +93,8 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
   s->all_single_ = *largest == 1;
   s->oversubscribed_ = t.host_size > hardware_cpus();
   s->chunk_bytes_ = chunk_bytes_for(*largest);
-  s->stores_ = kCanStream ? g_window_stores_for_tests.value_or(settings().window_stores) : WindowStoresSetting::kCached;
+  s->stores_ = kCanStream ? test_hooks::mpi_overrides().shared_window_stores.value_or(settings().window_stores)
+                         : WindowStoresSetting::kCached;
 
   // The window: the barrier's page, the result chunk, then one chunk per rank. Each page lands
   // near the rank that writes it first (its own chunk, its slice of the result).
@@ -316,38 +167,8 @@ NodeSharedAllreduce::~NodeSharedAllreduce() {
   if (window_ != nullptr) munmap(window_, window_bytes_);
 }
 
-// A counting barrier in shared memory: well under a microsecond when every rank has a CPU, where
-// MPI_Barrier costs microseconds, and it is paid twice per chunk. The release/acquire pairs also
-// order every rank's plain writes to the window before the other ranks' reads after the barrier.
-// A rank that waits long sleeps in the kernel (a futex) instead of spinning or yielding: on a
-// machine with more ranks than CPUs the rank it waits for needs the CPU, and a spinning or
-// yielding waiter would take turns with it.
-void NodeSharedAllreduce::node_barrier() {
-  Control& c = *control_;
-  const std::uint32_t generation = c.generation.load(std::memory_order_acquire);
-  if (c.arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<std::uint32_t>(local_size_ - 1)) {
-    c.arrived.store(0, std::memory_order_relaxed);
-    // Sequentially consistent with the sleepers' increment-then-check below: either a sleeper sees
-    // the new generation and does not sleep, or this sees the sleeper and wakes it.
-    c.generation.store(generation + 1, std::memory_order_seq_cst);
-    if (c.sleepers.load(std::memory_order_seq_cst) > 0) wake_all(c.generation);
-    return;
-  }
-  if (!oversubscribed_) {
-    // The clock is read once per 256 polls: a poll is a few nanoseconds, a clock read tens.
-    const auto until = std::chrono::steady_clock::now() + kPollBeforeSleep;
-    for (unsigned i = 1;; ++i) {
-      if (c.generation.load(std::memory_order_acquire) != generation) return;
-      cpu_relax();
-      if (i % 256 == 0 && std::chrono::steady_clock::now() >= until) break;
-    }
-  }
-  while (c.generation.load(std::memory_order_acquire) == generation) {
-    c.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (c.generation.load(std::memory_order_seq_cst) == generation) sleep_while_equal(c.generation, generation);
-    c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
-}
+// The node's barrier (node_barrier.cpp), paid twice per chunk.
+void NodeSharedAllreduce::node_barrier() { control_->barrier.wait(local_size_, oversubscribed_); }
 
 SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType dtype, bool mean,
                                                bool synchronized) {

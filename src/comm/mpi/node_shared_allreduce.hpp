@@ -2,13 +2,14 @@
 // The host-memory allreduce of hierarchical and two_dimensional: a reduce-scatter and an
 // allgather through a window of shared memory that the ranks of a node read and write directly,
 // with only each rank's share of the node's sum crossing to the other nodes. See
-// docs/communicators.md ("Host memory: the node's shared window") for the algorithm.
+// docs/communicators.md ("Host memory: the node's shared window") for the algorithm. The window and
+// the algorithm over it are node_shared_allreduce.cpp; the node's barrier in the window is
+// node_barrier.hpp, the copies and sums node_shared_sums.hpp, the tests' overrides test_hooks.hpp.
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,19 +26,6 @@ struct SharedAllreducePhases {
   double inter_allreduce = 0;  // MPI_Allreduce of the slice across nodes (and the division of a mean)
   double intra_gather = 0;     // wait for the node, copy the node's result out of the window
 };
-
-/// For tests: the bytes per chunk of windows created afterwards (rounded down to a cache line;
-/// 0 restores the default), so that small buffers run the multi-chunk paths. Not thread-safe.
-void set_shared_chunk_bytes(std::int64_t bytes);
-/// For tests: whether NodeSharedAllreduce::create may build windows (true, the default); false
-/// makes it return null, so communicators created afterwards take their message-passing path.
-/// Not thread-safe.
-void set_shared_window_allowed(bool allowed);
-
-/// For tests: the stores of windows created afterwards, in place of DPL_WINDOW_STORES (nullopt:
-/// the setting again). Where the build has no streaming stores (not x86-64) every window writes
-/// with ordinary ones. Not thread-safe.
-void set_shared_window_stores(std::optional<WindowStoresSetting> stores);
 
 class NodeSharedAllreduce {
  public:

@@ -6,8 +6,8 @@
 #include "backend/cuda/comm_interop.hpp"
 #include "comm/environment.hpp"
 #include "comm/staging_pipeline.hpp"
+#include "dpl/core/clock.hpp"
 #include "dpl/core/settings.hpp"
-#include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
 
@@ -83,9 +83,9 @@ double DeviceStager::run(void* data, std::int64_t n, std::size_t esize, cudaStre
   };
   steps.wait_in = [&](std::int64_t, int s) { DPL_CUDA_CHECK(cudaEventSynchronize(in_done_[s])); };
   steps.reduce = [&](std::int64_t c, int s) {
-    const double t0 = profile::now_seconds();
+    const double t0 = now_seconds();
     reduce(slot_at(s), count_of(c));
-    reduce_seconds += profile::now_seconds() - t0;
+    reduce_seconds += now_seconds() - t0;
   };
   steps.start_out = [&](std::int64_t c, int s) {
     DPL_CUDA_CHECK(cudaMemcpyAsync(dev_at(c), slot_at(s), static_cast<std::size_t>(count_of(c)) * esize,

@@ -11,8 +11,8 @@
 #include "comm/checks.hpp"
 #include "comm/mpi/mpi_runtime.hpp"
 #include "comm/nccl/half_sum_ops.hpp"
+#include "dpl/core/clock.hpp"
 #include "dpl/core/settings.hpp"
-#include "dpl/profile/phase_timer.hpp"
 
 namespace dpl::comm::detail {
 
@@ -47,9 +47,9 @@ double InterNodeStep::run(MPI_Comm group, void* data, std::int64_t n, DType dtyp
     events.record(kD2hBegin, stream);
     events.record(kD2hEnd, stream);
     DPL_CUDA_CHECK(cudaStreamSynchronize(stream));  // MPI reads what our stream wrote
-    const double t0 = profile::now_seconds();
+    const double t0 = now_seconds();
     reduce(data, n);
-    const double s = profile::now_seconds() - t0;
+    const double s = now_seconds() - t0;
     events.record(kH2dBegin, stream);
     events.record(kH2dEnd, stream);
     return s;

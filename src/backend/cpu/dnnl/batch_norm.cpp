@@ -131,15 +131,8 @@ void batch_norm_backward_cpu(const Tensor& x, const Tensor& gy, const Tensor& we
 // the ops compose the plain kernels instead.
 bool batch_norm_act_available_cpu(const Tensor&) { return false; }
 
-void increment_count_cpu(Tensor& counter) {
-  DPL_CHECK(counter.dtype() == kInt64 && counter.numel() == 1, "increment_count: expected one int64 element, got ",
-            counter.dtype(), " of shape ", shape_str(counter.shape()));
-  ++*counter.data<std::int64_t>();
-}
-
 }  // namespace
 
-DPL_REGISTER_KERNEL(increment_count, kCpu, increment_count_cpu);
 DPL_REGISTER_KERNEL(batch_norm_act_available, kCpu, batch_norm_act_available_cpu);
 DPL_REGISTER_KERNEL(batch_norm_train, kCpu, batch_norm_train_cpu);
 DPL_REGISTER_KERNEL(batch_norm_infer, kCpu, batch_norm_infer_cpu);

@@ -10,8 +10,9 @@
 
 #include "backend/cuda/batch_norm_nhwc.hpp"
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cudnn/norm_pool_descriptors.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {

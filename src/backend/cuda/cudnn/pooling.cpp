@@ -4,9 +4,10 @@
 // cuDNN describes every tensor by its own strides, so NCHW and channels-last tensors go through
 // without layout copies.
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cudnn/norm_pool_descriptors.hpp"
 #include "backend/cuda/max_pool_nhwc.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/tensor/storage.hpp"
 

@@ -1,5 +1,6 @@
-// 2-D convolution on the GPU through cuDNN's graph (backend) API, plus two small kernels of our
-// own for the bias (its add and its gradient), which cuDNN's bias calls do not cover for bfloat16.
+// 2-D convolution on the GPU through cuDNN's graph (backend) API (the graph machinery that is not
+// the convolution's own is graph_plan.hpp); the bias, added and differentiated by two small kernels
+// of our own, is convolution_bias.cu.
 //
 // Why the graph API: on cuDNN 9 the legacy convolution calls (cudnnConvolutionForward and
 // friends) no longer reach the Hopper tensor-core kernels for channels-last 16-bit data; they fall
@@ -27,9 +28,10 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/cudnn/convolution_bias.hpp"
 #include "backend/cuda/cudnn/cudnn_runtime.hpp"
-#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/cudnn/graph_plan.hpp"
 #include "backend/cuda_api.hpp"
 #include "backend/kernels.hpp"
 #include "dpl/core/settings.hpp"
@@ -38,71 +40,22 @@ namespace dpl::backend {
 
 namespace {
 
+using cuda_detail::acceptable;
+using cuda_detail::alignment_of;
 using cuda_detail::cudnn_handle;
+using cuda_detail::Descriptor;
 using cuda_detail::DeviceGuard;
+using cuda_detail::engine_configs;
+using cuda_detail::finalize_plan;
+using cuda_detail::Plan;
 using cuda_detail::Workspace;
 
 enum class ConvKind { kForward, kBackwardData, kBackwardWeight };
 
 bool channels_last(const Tensor& image) { return image.is_channels_last() && !image.is_contiguous(); }
 
-cudnnDataType_t cudnn_type(DType t) {
-  switch (t) {
-    case DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
-    case DType::kFloat16: return CUDNN_DATA_HALF;
-    default: return CUDNN_DATA_FLOAT;
-  }
-}
-
-// --- backend descriptors ----------------------------------------------------------------------
-// One owned cuDNN backend descriptor; attributes are set, then the descriptor is finalized.
-class Descriptor {
- public:
-  explicit Descriptor(cudnnBackendDescriptorType_t type) {
-    DPL_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d_));
-  }
-  ~Descriptor() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
-  }
-  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  Descriptor& operator=(Descriptor&& o) noexcept {
-    std::swap(d_, o.d_);
-    return *this;
-  }
-
-  cudnnBackendDescriptor_t get() const { return d_; }
-  template <typename T>
-  Descriptor& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, const T* values,
-                  std::int64_t count = 1) {
-    DPL_CUDNN_CHECK(cudnnBackendSetAttribute(d_, name, type, count, values));
-    return *this;
-  }
-  Descriptor& set_descriptor(cudnnBackendAttributeName_t name, const Descriptor& other) {
-    cudnnBackendDescriptor_t o = other.get();
-    return set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, &o);
-  }
-  void finalize() { DPL_CUDNN_CHECK(cudnnBackendFinalize(d_)); }
-  // Finalizing a plan fails for engines that do not support the problem; that is an answer, not
-  // an error.
-  bool try_finalize() { return cudnnBackendFinalize(d_) == CUDNN_STATUS_SUCCESS; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
 // The unique ids that tie a graph's tensors to the pointers of a call.
 constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
-
-// The largest power of two, up to 16, that divides the address: a plan is only valid for pointers
-// aligned at least as well as the ones it was built for, so the alignment is part of the problem.
-std::int64_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::int64_t align = 16;
-  while (align > 1 && a % static_cast<std::uintptr_t>(align) != 0) align /= 2;
-  return align;
-}
 
 // One operand: extents, strides and alignment. (The dtype is the problem's.)
 struct Operand {
@@ -140,15 +93,7 @@ std::string key_of(const Problem& pr) {
 }
 
 Descriptor tensor_descriptor(std::int64_t uid, const Operand& o, DType dtype) {
-  Descriptor d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const cudnnDataType_t type = cudnn_type(dtype);
-  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, &type)
-      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, o.shape.data(), static_cast<std::int64_t>(o.shape.size()))
-      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, o.strides.data(), static_cast<std::int64_t>(o.strides.size()))
-      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, &uid)
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, &o.alignment);
-  d.finalize();
-  return d;
+  return cuda_detail::tensor_descriptor(uid, o.shape, o.strides, o.alignment, dtype);
 }
 
 Descriptor convolution_descriptor(const Conv2dParams& p) {
@@ -196,13 +141,6 @@ OperationNames names_of(ConvKind kind) {
           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
 }
 
-// A finalized plan and the descriptors it was built from (kept alive beside it).
-struct Plan {
-  std::vector<Descriptor> parts;
-  std::unique_ptr<Descriptor> plan;
-  std::int64_t workspace = 0;
-};
-
 // The operation graph of one problem: its three tensors, the convolution and the operation.
 struct Graph {
   std::vector<Descriptor> parts;
@@ -235,78 +173,11 @@ Graph build_graph(const Problem& pr, cudnnHandle_t handle) {
   return g;
 }
 
-// The engine configurations cuDNN's heuristics of `mode` offer for the graph, best first.
-std::vector<Descriptor> engine_configs(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode) {
-  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph)
-      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode);
-  if (!heur.try_finalize()) return {};
-  std::int64_t count = 0;
-  if (cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr) != CUDNN_STATUS_SUCCESS)
-    return {};
-  std::vector<Descriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (std::int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(configs.back().get());
-  }
-  std::int64_t returned = 0;
-  if (count == 0 || cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                             count, &returned, raw.data()) != CUDNN_STATUS_SUCCESS)
-    return {};
-  configs.erase(configs.begin() + std::min(returned, count), configs.end());
-  return configs;
-}
-
-// Whether an engine's numerical notes fit the problem: float32 data without TF32 must not run on
-// tensor cores (nor down-convert its inputs), and the deterministic mode refuses engines that are
-// not deterministic.
-bool acceptable(const Descriptor& config, const Problem& pr) {
-  Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-  cudnnBackendDescriptor_t e = engine.get();
-  std::int64_t got = 0;
-  if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
-                               &e) != CUDNN_STATUS_SUCCESS)
-    return false;
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  std::int64_t n = 0;
-  if (cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                               CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) != CUDNN_STATUS_SUCCESS)
-    return false;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (pr.dtype == kFloat32 && !pr.tf32 &&
-        (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE || notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
-      return false;
-    if (!pr.benchmark && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return false;
-  }
-  return true;
-}
-
-// A finalized execution plan for one engine configuration, or null when the engine cannot run it.
-std::unique_ptr<Descriptor> finalize_plan(const Descriptor& config, cudnnHandle_t handle, std::int64_t* workspace) {
-  auto plan = std::make_unique<Descriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-  cudnnBackendDescriptor_t c = config.get();
-  plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, &handle)
-      .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &c);
-  if (!plan->try_finalize()) return nullptr;
-  std::int64_t got = 0;
-  if (cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                               workspace) != CUDNN_STATUS_SUCCESS)
-    return nullptr;
-  return plan;
-}
-
 // Runs a plan on (x, w, y) pointers; false when cuDNN refuses to execute it.
 bool execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, void* y, void* workspace) {
-  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
   void* pointers[3] = {x, w, y};
   const std::int64_t uids[3] = {kUidX, kUidW, kUidY};
-  pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers, 3)
-      .set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids, 3)
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace);
-  if (!pack.try_finalize()) return false;
-  return cudnnBackendExecute(handle, plan.get(), pack.get()) == CUDNN_STATUS_SUCCESS;
+  return cuda_detail::execute(handle, plan, uids, pointers, 3, workspace);
 }
 
 std::string describe(const Problem& pr) {
@@ -382,7 +253,7 @@ Plan build_plan(const Problem& pr, cudnnHandle_t handle, const void* a, const vo
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (Descriptor& config : engine_configs(graph.graph, mode)) {
       if (plans.size() >= (pr.benchmark ? kCandidates : 1)) break;
-      if (!acceptable(config, pr)) continue;
+      if (!acceptable(config, pr.dtype, pr.tf32, pr.benchmark)) continue;
       std::int64_t workspace = 0;
       std::unique_ptr<Descriptor> plan = finalize_plan(config, handle, &workspace);
       if (!plan) continue;
@@ -449,56 +320,9 @@ void run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
             describe(pr));
 }
 
-// --- bias -------------------------------------------------------------------------------------
-
-// The channel of element i of an (N, C, H, W) tensor stored NCHW or NHWC.
-__device__ __forceinline__ std::int64_t channel_of(std::int64_t i, std::int64_t c, std::int64_t hw, bool nhwc) {
-  return nhwc ? i % c : (i / hw) % c;
-}
-
-template <typename T>
-__global__ void add_bias_kernel(T* y, const T* bias, std::int64_t n, std::int64_t c, std::int64_t hw, bool nhwc) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    y[i] = cuda_detail::from_float<T>(cuda_detail::to_float(y[i]) + cuda_detail::to_float(bias[channel_of(i, c, hw, nhwc)]));
-}
-
-// One block per channel: its threads stride over the N*H*W elements of that channel, then reduce.
-template <typename T>
-__global__ void bias_grad_kernel(const T* gy, T* gb, std::int64_t n, std::int64_t c, std::int64_t hw, bool nhwc,
-                                 bool accumulate) {
-  __shared__ float partial[cuda_detail::kThreads];
-  const std::int64_t ch = blockIdx.x;
-  float acc = 0.f;
-  for (std::int64_t j = threadIdx.x; j < n * hw; j += blockDim.x) {
-    const std::int64_t img = j / hw, pix = j % hw;
-    const std::int64_t at = nhwc ? (img * hw + pix) * c + ch : (img * c + ch) * hw + pix;
-    acc += cuda_detail::to_float(gy[at]);
-  }
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = static_cast<int>(blockDim.x) / 2; s > 0; s /= 2) {
-    if (static_cast<int>(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0)
-    gb[ch] = cuda_detail::from_float<T>(accumulate ? partial[0] + cuda_detail::to_float(gb[ch]) : partial[0]);
-}
-
-void add_bias(const Tensor& bias, Tensor& y, bool nhwc) {
-  cuda_detail::on_device_typed(y, "conv2d", [&](auto tag, CudaDevice& d) {
-    using T = typename decltype(tag)::type;
-    const std::int64_t n = y.numel();
-    const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + cuda_detail::kThreads - 1) / cuda_detail::kThreads, 4096));
-    add_bias_kernel<T><<<blocks, cuda_detail::kThreads, 0, d.stream()>>>(
-        cuda_detail::out_ptr<T>(y), cuda_detail::in_ptr<T>(bias), n, y.size(1), y.size(2) * y.size(3), nhwc);
-    DPL_CUDA_CHECK(cudaGetLastError());
-  });
-}
-
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
   run(ConvKind::kForward, x, w, p, 0.f, y);
-  if (bias != nullptr && y.numel() > 0) add_bias(*bias, y, channels_last(y));
+  if (bias != nullptr && y.numel() > 0) cuda_detail::add_conv_bias(*bias, y, channels_last(y));
 }
 
 void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dParams& p, float beta, Tensor& gx) {
@@ -509,22 +333,10 @@ void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2d
   run(ConvKind::kBackwardWeight, x, gy, p, beta, gw);
 }
 
-void conv2d_backward_bias_cuda(const Tensor& gy, float beta, Tensor& gb) {
-  if (gb.numel() == 0) return;
-  cuda_detail::on_device_typed(gy, "conv2d backward (bias)", [&](auto tag, CudaDevice& d) {
-    using T = typename decltype(tag)::type;
-    bias_grad_kernel<T><<<static_cast<unsigned>(gb.numel()), cuda_detail::kThreads, 0, d.stream()>>>(
-        cuda_detail::in_ptr<T>(gy), cuda_detail::out_ptr<T>(gb), gy.size(0), gy.size(1), gy.size(2) * gy.size(3),
-        channels_last(gy), beta != 0.f);
-    DPL_CUDA_CHECK(cudaGetLastError());
-  });
-}
-
 }  // namespace
 
 DPL_REGISTER_KERNEL(conv2d_forward, kCuda, conv2d_forward_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_data, kCuda, conv2d_backward_data_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_weight, kCuda, conv2d_backward_weight_cuda);
-DPL_REGISTER_KERNEL(conv2d_backward_bias, kCuda, conv2d_backward_bias_cuda);
 
 }  // namespace dpl::backend

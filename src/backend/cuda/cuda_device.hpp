@@ -7,7 +7,7 @@
 // copy stream, where SideStreamCopy (backend/side_stream_copy.hpp) moves input batches to the
 // device while the compute stream trains, and the side streams of SideLanes
 // (backend/side_lane.hpp), where the overlapped allreduce's worker thread queues its buckets.
-// The kernels themselves are file-local functions of the .cu and .cpp files of this folder,
+// The kernels that run on it are file-local functions of the .cu and .cpp files of this folder,
 // registered with the dispatcher (backend/kernels.hpp). Internal header.
 
 #include <cublas_v2.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/caching_allocator.hpp"
-#include "backend/kernels.hpp"
+#include "dpl/tensor/tensor.hpp"
 
 namespace dpl::backend {
 

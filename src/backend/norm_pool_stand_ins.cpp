@@ -19,10 +19,6 @@ template <Library L>
 }
 
 template <Library L>
-void increment_count_missing(Tensor&) {
-  missing<L>("BatchNorm2d");
-}
-template <Library L>
 bool batch_norm_act_available_missing(const Tensor&) {
   return false;
 }
@@ -54,7 +50,6 @@ void pool2d_backward_missing(PoolKind, const Pool2dParams&, const Tensor&, const
 }  // namespace
 
 #define DPL_REGISTER_NORM_POOL_STANDINS(which, library)                                   \
-  DPL_REGISTER_KERNEL(increment_count, which, increment_count_missing<library>);           \
   DPL_REGISTER_KERNEL(batch_norm_act_available, which, batch_norm_act_available_missing<library>); \
   DPL_REGISTER_KERNEL(batch_norm_train, which, batch_norm_train_missing<library>);         \
   DPL_REGISTER_KERNEL(batch_norm_infer, which, batch_norm_infer_missing<library>);         \

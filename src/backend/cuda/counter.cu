@@ -1,8 +1,10 @@
-// BatchNorm2d's batch counter, incremented on the GPU so that counting never waits for it.
+// BatchNorm2d's batch counter, incremented on the GPU so that counting never waits for it. A plain
+// kernel of its own, not a part of the cuDNN files: the counter works in builds without cuDNN.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/cuda/cuda_kernels.hpp"
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::backend {
