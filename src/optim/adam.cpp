@@ -31,7 +31,7 @@ std::vector<float> Adam::replay_values() const {
   const double fix1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
   const double fix2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
   const auto lr_t = static_cast<float>(alpha_ * std::sqrt(fix2) / fix1);
-  return {lr_t, beta1_, beta2_, eps_, weight_decay_};
+  return {lr_t, beta1_, beta2_, eps_, weight_decay()};
 }
 void Adam::step(nn::ParameterArena& arena) {
   const std::vector<float> h = replay_values();

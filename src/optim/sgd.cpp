@@ -15,9 +15,9 @@ void SGD::set_lr(float lr) {
 }
 void SGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::sgd_update(p, arena.grads(), {lr_, weight_decay_}, source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  backend::sgd_update(p, arena.grads(), {lr_, weight_decay()}, source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
 }
-std::vector<float> SGD::replay_values() const { return {lr_, weight_decay_}; }
+std::vector<float> SGD::replay_values() const { return {lr_, weight_decay()}; }
 
 MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
   check_lr("MomentumSGD", lr);
@@ -30,10 +30,9 @@ void MomentumSGD::set_lr(float lr) {
 void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
 void MomentumSGD::step(nn::ParameterArena& arena) {
   Tensor p = arena.params();
-  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_},
+  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay()},
                            source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
 }
-std::vector<float> MomentumSGD::replay_values() const { return {lr_, momentum_, weight_decay_}; }
-
+std::vector<float> MomentumSGD::replay_values() const { return {lr_, momentum_, weight_decay()}; }
 
 }  // namespace dpl::optim

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/rule_stage.hpp"
+
 namespace dpl::optim {
 
 namespace {
@@ -23,21 +25,21 @@ void check_same_setting(const char* who, const std::map<std::string, double>& sc
 }
 }  // namespace
 
-std::map<std::string, double> Optimizer::state_scalars() const {
-  return {{"t", static_cast<double>(t())}, {"lr", lr()}, {"weight_decay", weight_decay()}};
+std::map<std::string, double> RuleStage::state_scalars() const {
+  std::map<std::string, double> out = {
+      {"t", static_cast<double>(rule_.t())}, {"lr", rule_.lr()}, {"weight_decay", rule_.weight_decay()}};
+  rule_.add_own_scalars(out);
+  return out;
 }
 
-void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                            const std::map<std::string, double>& scalars) {
   const char* who = "Optimizer::load_state";
   // A verdict still pending would otherwise be applied to the loaded counters.
   settle_replay();
   nn::ParameterArena& arena = target().arena();
   // The state to fill must have the model's current layout, as the next update() would make it.
-  if (arena.id() != state_arena_) {
-    init_state(arena);
-    state_arena_ = arena.id();
-  }
+  lay_out_state(arena);
 
   const auto live = state();
   for (const auto& [name, src] : tensors) {
@@ -63,11 +65,11 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& te
   const double lr = scalars.at("lr"), rate = scalars.at("weight_decay");
   DPL_CHECK(std::isfinite(lr) && lr >= 0.0, who, ": expected \"lr\" to be finite and >= 0, got ", lr);
   DPL_CHECK(std::isfinite(rate) && rate >= 0.0, who, ": expected \"weight_decay\" to be finite and >= 0, got ", rate);
-  load_own_scalars(scalars);
+  rule_.load_own_scalars(scalars);
 
-  t_ = t;
-  set_lr(static_cast<float>(lr));
-  set_weight_decay(static_cast<float>(rate));
+  rule_.t_ = t;
+  rule_.set_lr(static_cast<float>(lr));
+  rule_.set_weight_decay(static_cast<float>(rate));
   for (const auto& [name, dst] : live) {
     Tensor into = dst;
     for (const auto& [given, src] : tensors)
@@ -75,23 +77,17 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& te
   }
 }
 
-std::map<std::string, double> MomentumSGD::state_scalars() const {
-  auto out = Optimizer::state_scalars();
-  out["momentum"] = momentum_;
-  return out;
-}
+void MomentumSGD::add_own_scalars(std::map<std::string, double>& out) const { out["momentum"] = momentum_; }
 
 void MomentumSGD::load_own_scalars(const std::map<std::string, double>& scalars) {
   check_same_setting("MomentumSGD::load_state", scalars, "momentum", momentum_);
 }
 
-std::map<std::string, double> Adam::state_scalars() const {
-  auto out = Optimizer::state_scalars();
+void Adam::add_own_scalars(std::map<std::string, double>& out) const {
   out["moment_steps"] = static_cast<double>(moment_steps_);
   out["beta1"] = beta1_;
   out["beta2"] = beta2_;
   out["eps"] = eps_;
-  return out;
 }
 
 void Adam::load_own_scalars(const std::map<std::string, double>& scalars) {
