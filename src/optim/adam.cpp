@@ -16,6 +16,10 @@ Adam::Adam(float alpha, float beta1, float beta2, float eps) : alpha_(alpha), be
             "Adam: expected beta1 and beta2 in [0, 1), got beta1=", beta1, " beta2=", beta2);
   DPL_CHECK(eps > 0.f, "Adam: expected eps > 0, got ", eps);
 }
+Adam::Adam(const AdamOptions& options)
+    : Adam(options.lr(), options.betas().first, options.betas().second, options.eps()) {
+  set_weight_decay(options.weight_decay());
+}
 void Adam::set_lr(float alpha) {
   check_lr("Adam", alpha);
   alpha_ = alpha;

@@ -9,6 +9,7 @@ using detail::source_of;
 using detail::zeros_like;
 
 SGD::SGD(float lr) : lr_(lr) { check_lr("SGD", lr); }
+SGD::SGD(const SGDOptions& options) : SGD(options.lr()) { set_weight_decay(options.weight_decay()); }
 void SGD::set_lr(float lr) {
   check_lr("SGD", lr);
   lr_ = lr;
@@ -22,6 +23,9 @@ std::vector<float> SGD::replay_values() const { return {lr_, weight_decay()}; }
 MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
   check_lr("MomentumSGD", lr);
   DPL_CHECK(momentum >= 0.f && momentum < 1.f, "MomentumSGD: expected momentum in [0, 1), got ", momentum);
+}
+MomentumSGD::MomentumSGD(const MomentumSGDOptions& options) : MomentumSGD(options.lr(), options.momentum()) {
+  set_weight_decay(options.weight_decay());
 }
 void MomentumSGD::set_lr(float lr) {
   check_lr("MomentumSGD", lr);

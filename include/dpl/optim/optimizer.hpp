@@ -251,11 +251,27 @@ class OptimizerWrapper : public Optimizer {
   std::unique_ptr<StepStage> stage_;
 };
 
+/// SGD's settings, in libtorch's style: `optim::SGD(optim::SGDOptions(0.1f).weight_decay(1e-4f))`.
+/// Each setter returns the options, so calls chain; the constructor checks the values.
+struct SGDOptions {
+  explicit SGDOptions(float lr = 0.01f) : lr_(lr) {}
+  SGDOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  SGDOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float weight_decay_ = 0.f;
+};
+
 /// Plain gradient descent: p -= lr * g.
 class SGD : public Optimizer {
  public:
   /// Requires a finite lr >= 0 (dpl::Error otherwise).
   explicit SGD(float lr = 0.01f);
+  /// Requires a finite lr >= 0 and a finite weight_decay >= 0 (dpl::Error otherwise).
+  explicit SGD(const SGDOptions& options);
   float lr() const override { return lr_; }
   void set_lr(float lr) override;
 
@@ -267,11 +283,29 @@ class SGD : public Optimizer {
   float lr_;
 };
 
+/// MomentumSGD's settings: `optim::MomentumSGD(optim::MomentumSGDOptions(0.1f).momentum(0.9f))`.
+struct MomentumSGDOptions {
+  explicit MomentumSGDOptions(float lr = 0.01f) : lr_(lr) {}
+  MomentumSGDOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  MomentumSGDOptions& momentum(float value) { momentum_ = value; return *this; }
+  float momentum() const { return momentum_; }
+  MomentumSGDOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float momentum_ = 0.9f;
+  float weight_decay_ = 0.f;
+};
+
 /// Chainer's MomentumSGD: v = momentum * v - lr * g; p += v.
 class MomentumSGD : public Optimizer {
  public:
   /// Requires a finite lr >= 0 and momentum in [0, 1) (dpl::Error otherwise).
   explicit MomentumSGD(float lr = 0.01f, float momentum = 0.9f);
+  /// As above, and a finite weight_decay >= 0.
+  explicit MomentumSGD(const MomentumSGDOptions& options);
   float lr() const override { return lr_; }
   void set_lr(float lr) override;
   float momentum() const { return momentum_; }
@@ -289,6 +323,30 @@ class MomentumSGD : public Optimizer {
   Tensor velocity_;
 };
 
+/// Adam's settings, in libtorch's style:
+/// `optim::Adam(optim::AdamOptions().lr(1e-3f).betas(0.9f, 0.999f).eps(1e-8f).weight_decay(0.f))`.
+/// lr is Chainer's alpha.
+struct AdamOptions {
+  explicit AdamOptions(float lr = 1e-3f) : lr_(lr) {}
+  AdamOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  AdamOptions& betas(float beta1, float beta2) {
+    beta1_ = beta1;
+    beta2_ = beta2;
+    return *this;
+  }
+  std::pair<float, float> betas() const { return {beta1_, beta2_}; }
+  AdamOptions& eps(float value) { eps_ = value; return *this; }
+  float eps() const { return eps_; }
+  AdamOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f;
+  float weight_decay_ = 0.f;
+};
+
 /// Chainer's Adam (defaults alpha 1e-3, beta1 0.9, beta2 0.999, eps 1e-8):
 /// m += (1-beta1)(g-m); v += (1-beta2)(g^2-v);
 /// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps),
@@ -297,6 +355,8 @@ class Adam : public Optimizer {
  public:
   /// Requires a finite alpha >= 0, beta1 and beta2 in [0, 1) and eps > 0 (dpl::Error otherwise).
   explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+  /// As above, and a finite weight_decay >= 0.
+  explicit Adam(const AdamOptions& options);
   float lr() const override { return alpha_; }
   void set_lr(float alpha) override;
   float beta1() const { return beta1_; }
