@@ -23,7 +23,7 @@ void DataParallelStage::set_timing_mode(profile::TimingMode mode) {
 
 void DataParallelStage::setup(nn::Module& model) {
   model_ = &model;
-  reducer_ = std::make_unique<GradientReducer>(model, *comm_);
+  reducer_ = std::make_unique<GradientReducer>(model, comm_);
   reducer_->set_overlap(overlap_);
   broadcast_parameters();
   next().setup(model);
