@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     double bucket_seconds = 0.0, exposed_seconds = 0.0;
     if (reduce != "none") {
       comm = comm::create_communicator(communicator, comm::CommOptions{parse_dtype(wire_arg)});
-      reducer = std::make_unique<parallel::GradientReducer>(*model, *comm);
+      reducer = std::make_unique<parallel::GradientReducer>(*model, comm);
       const double mib = 1024.0 * 1024.0;
       reducer->set_overlap(
           {true, static_cast<std::size_t>(bucket_mb * mib), static_cast<std::size_t>(first_bucket_mb * mib)});

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "dpl/core/error.hpp"
-#include "dpl/optim/optimizer.hpp"
+#include "dpl/optim/step_pipeline.hpp"
 
 namespace dpl::optim {
 
@@ -16,8 +16,6 @@ const char* to_string(NonFinitePolicy policy) {
   }
   return "unknown";
 }
-
-namespace non_finite {
 
 std::string first_non_finite_parameter(nn::Module& model, const Tensor& grads) {
   const std::vector<float> values = grads.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>();
@@ -38,6 +36,8 @@ std::string non_finite_message(std::int64_t iteration, const std::string& parame
                              loss, ". Expected finite gradients; the non-finite policy 'stop' ends training here ",
                              "(set_non_finite_policy(NonFinitePolicy::kSkip) would skip such steps)");
 }
+
+namespace non_finite {
 
 std::string loss_words(const Tensor& loss) {
   if (!loss.defined()) return "the loss was not seen (update() without a loss function)";

@@ -1,433 +1,98 @@
+// Optimizer's step methods, each a call into its step pipeline, and the wrapper that chains a
+// stage in front of another optimizer's pipeline.
 #include "dpl/optim/optimizer.hpp"
 
-#include <algorithm>
 #include <cmath>
+#include <utility>
 
-#include "backend/kernels.hpp"
-#include "optim/non_finite.hpp"
+#include "dpl/core/error.hpp"
+#include "optim/rule_stage.hpp"
 
 namespace dpl::optim {
 
-namespace {
-void check_lr(const char* who, float lr) {
-  DPL_CHECK(std::isfinite(lr) && lr >= 0.f, who, ": expected a finite learning rate >= 0, got ", lr);
-}
-Tensor zeros_like(const Tensor& t) { return Tensor::zeros(t.shape(), TensorOptions(t.dtype(), t.device())); }
-
-// What an update kernel reads: in replay mode the device copy of the step's values and the skip
-// flag; in normal mode nothing (the buffers may still exist from an earlier recording).
-backend::UpdateSource source_of(bool replay, const Tensor& values, const Tensor& skip) {
-  if (!replay) return {};
-  return {values.defined() ? &values : nullptr, skip.defined() ? &skip : nullptr};
+StepStage& StepStage::next() const {
+  DPL_CHECK(next_ != nullptr, "StepStage: this stage is not chained in front of another");
+  return *next_;
 }
 
-}  // namespace
+Optimizer::Optimizer() : own_stage_(std::make_unique<RuleStage>(*this)), front_(own_stage_.get()), rule_(this) {}
+Optimizer::Optimizer(StepStage& front, Optimizer& rule) : front_(&front), rule_(&rule) {}
+Optimizer::~Optimizer() = default;
 
-void Optimizer::setup(nn::Module& model) {
-  if (replay_) set_replay_mode(false);
-  target_ = &model;
-  t_ = iteration_ = skipped_ = 0;
-  last_skipped_ = prepared_ = false;
-  pending_verdict_ = nullptr;
-  pending_loss_ = Tensor();
-  finite_.reset();
-  nn::ParameterArena& arena = model.arena();
-  init_state(arena);
-  state_arena_ = arena.id();
-}
+RuleStage& Optimizer::rule_stage() const { return *rule_->own_stage_; }
 
-nn::Module& Optimizer::target() const {
-  DPL_CHECK(target_ != nullptr, "Optimizer: call setup(model) before using the optimizer");
-  return *target_;
-}
-
-void Optimizer::update() {
-  nn::ParameterArena& arena = target().arena();
-  if (!prepared_) prepare_gradients();
-  if (replay_) {
-    // Recorded, not run: the verdict and the counting wait for finish_replay().
-    DPL_CHECK(arena.id() == state_arena_, "Optimizer: the model's parameters changed since replay mode began; ",
-              "leave replay mode and record the step again");
-    prepared_ = false;
-    step(arena);
-    return;
-  }
-  if (!admit_step(arena.grads())) return;
-  // A changed parameter set invalidates the per-element state.
-  if (arena.id() != state_arena_) {
-    init_state(arena);
-    state_arena_ = arena.id();
-  }
-  for (const GradientHook& hook : hooks_) hook(arena);
-  ++t_;
-  step(arena);
-  on_step_taken();
-}
-
-void Optimizer::add_gradient_hook(GradientHook hook) {
-  DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
-  hooks_.push_back(std::move(hook));
-}
-
-Variable Optimizer::update(const std::function<Variable()>& loss_fn) {
-  zero_grad();
-  Variable loss = loss_fn();
-  backward(loss);
-  loss_ = loss.data();
-  if (replay_) replay_loss_ = loss_;
-  update();
-  return loss;
-}
-
-// --- replay mode ---------------------------------------------------------------------------------
-
-std::string Optimizer::replay_refusal() const {
-  if (replay_values().empty())
-    return "this optimizer's step() does not take its values from the device (replay_values() is empty)";
-  if (!hooks_.empty())
-    return "gradient hooks run on the host between the gradients and the step (clipping reads the norm back)";
-  return {};
-}
-
-void Optimizer::set_replay_mode(bool on, const Tensor& skip_flag) {
-  // Either way the deferred protocol ends here, and replay mode lowers the flag: a verdict still
-  // pending is read first.
-  settle_replay();
-  if (!on) {
-    // The buffers stay: a recording made before reads them, and a step run unrecorded in
-    // between (CapturedStep's odd batch) must find them in place when replay mode returns.
-    replay_ = false;
-    return;
-  }
-  const std::string why = replay_refusal();
-  DPL_CHECK(why.empty(), "Optimizer::set_replay_mode: this optimizer cannot run a recorded step: ", why);
-  nn::ParameterArena& arena = target().arena();
-  // The state is laid out by the first update; a recorded step must find it in place.
-  if (arena.id() != state_arena_) {
-    init_state(arena);
-    state_arena_ = arena.id();
-  }
-  const Device device = arena.device();
-  const auto n_values = static_cast<std::int64_t>(replay_values().size());
-  if (!replay_values_.defined() || replay_values_.numel() != n_values || replay_values_.device() != device)
-    replay_values_ = Tensor::zeros({n_values}, TensorOptions(kFloat32, device));
-  own_replay_flag_ = false;
-  if (skip_flag.defined()) {
-    DPL_CHECK(skip_flag.dtype() == kFloat32 && skip_flag.numel() == 1 && skip_flag.device() == device,
-              "Optimizer::set_replay_mode: expected a one-element float32 flag on ", device, ", got ", skip_flag.dtype(),
-              " of shape ", shape_str(skip_flag.shape()), " on ", skip_flag.device());
-    replay_skip_ = skip_flag;
-  } else if (non_finite_ != NonFinitePolicy::kOff) {
-    // The flag prepare_gradients() raises, made now so that the recording and every replay use
-    // the same buffer.
-    replay_skip_ = reset_non_finite_flag(device);
-    own_replay_flag_ = true;
-  } else {
-    replay_skip_ = Tensor();
-  }
-  prepared_ = false;
-  replay_ = true;
-}
-
-void Optimizer::prepare_replay() {
-  DPL_CHECK(replay_, "Optimizer::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
-  DPL_CHECK(target().arena().id() == state_arena_, "Optimizer::prepare_replay: the model's parameters changed since ",
-            "the step was recorded; leave replay mode and record it again");
-  // Queued in stream order, after the previous replay that read the old values.
-  backend::write_values(replay_values_, replay_values());
-}
-
-void Optimizer::finish_replay() {
-  DPL_CHECK(replay_, "Optimizer::finish_replay: not in replay mode");
-  loss_ = replay_loss_;
-  if (!admit_step(target().arena().grads())) return;
-  ++t_;
-  on_step_taken();
-}
-
-bool Optimizer::can_defer_verdict() const {
-  return replay_ && own_replay_flag_ && non_finite_ == NonFinitePolicy::kStop;
-}
-
-void Optimizer::finish_replay_deferred(const Tensor& loss) {
-  DPL_CHECK(can_defer_verdict(), "Optimizer::finish_replay_deferred: expected replay mode under the non-finite ",
-            "policy 'stop' with the optimizer's own flag (can_defer_verdict()); use finish_replay()");
-  // Queued before the previous verdict is awaited, so this run's read is under way meanwhile.
-  std::shared_ptr<backend::PendingRead> next = backend::read_back_start(replay_skip_);
-  settle_replay();
-  pending_verdict_ = std::move(next);
-  pending_loss_ = loss;
-  loss_ = Tensor();
-  finite_.reset();
-  Optimizer::count_replayed_step(true);
-}
-
-void Optimizer::settle_replay() {
-  if (pending_verdict_ == nullptr) return;
-  const std::shared_ptr<backend::PendingRead> read = std::move(pending_verdict_);  // leaves it null
-  const Tensor loss = std::move(pending_loss_);
-  pending_loss_ = Tensor();
-  if (read->wait().at(0) == 0.f) return;
-  // Counted as taken, it was not: the counters go back to what update() leaves at a stop (the
-  // failing iteration counted, t() and the state's steps not).
-  --t_;
-  on_step_withdrawn();
-  last_skipped_ = true;
-  DPL_FAIL(non_finite::non_finite_message(
-      iteration_, "", "", non_finite::loss_words(loss),
-      "not located: its verdict was read after the next recorded step had begun, which skipped too"));
-}
-
-void Optimizer::count_replayed_step(bool taken) {
-  prepared_ = false;
-  // A wrapper that skips a step never calls the wrapped update(), so nothing is counted here.
-  if (!taken) return;
-  ++iteration_;
-  last_skipped_ = false;
-  ++t_;
-  on_step_taken();
-}
-
-void Optimizer::backward(const Variable& loss) { loss.backward(); }
-
-std::vector<Tensor> Optimizer::prepare_gradients() {
-  const Tensor grads = target().arena().grads();
-  prepared_ = true;
-  if (non_finite_ == NonFinitePolicy::kOff) {
-    drop_non_finite_flag();
-    return {grads};
-  }
-  if (can_defer_verdict()) {
-    // A recorded step under kStop leaves the flag raised once raised (set_replay_mode zeroed it):
-    // a run queued before the verdict on the one before it was read must skip too.
-    flag_ = replay_skip_;
-    finite_.reset();
-  } else {
-    reset_non_finite_flag(grads.device());
-  }
-  backend::flag_non_finite(grads, flag_);
-  return {grads, flag_};
-}
-
-GradientRanges Optimizer::gradient_ranges() { return {}; }
-
-std::vector<Tensor> Optimizer::adopt_prepared_gradients(const Tensor& flag) {
-  const Tensor grads = target().arena().grads();
-  prepared_ = true;
-  if (non_finite_ == NonFinitePolicy::kOff) {
-    drop_non_finite_flag();
-    return {grads};
-  }
-  return {grads, adopt_non_finite_flag(flag, grads.device())};
-}
-
-void Optimizer::drop_non_finite_flag() {
-  flag_ = Tensor();
-  finite_.reset();
-}
-
-Tensor& Optimizer::adopt_non_finite_flag(const Tensor& flag, Device device) {
-  DPL_CHECK(flag.defined() && flag.numel() == 1 && flag.dtype() == kFloat32 && flag.device() == device,
-            "adopt_prepared_gradients: expected a one-element float32 flag on ", device, ", got ",
-            flag.defined() ? detail::concat(flag.numel(), " elements of ", flag.dtype(), " on ", flag.device())
-                           : std::string("an undefined tensor"));
-  reset_non_finite_flag(device).copy_(flag);
-  return flag_;
-}
-
-Tensor& Optimizer::reset_non_finite_flag(Device device) {
-  if (!flag_.defined() || flag_.device() != device) flag_ = Tensor::empty({1}, TensorOptions(kFloat32, device));
-  flag_.fill_(0.0);
-  finite_.reset();
-  return flag_;
-}
-
-bool Optimizer::gradients_finite() {
-  if (!flag_.defined()) return true;
-  // The step's one wait for the device, and only once: a MultiNodeOptimizer asks before the
-  // wrapped optimizer's update() asks again.
-  if (!finite_) finite_ = flag_.item() == 0.f;
-  return *finite_;
-}
-
-bool Optimizer::admit_step(const Tensor& grads) {
-  ++iteration_;
-  prepared_ = false;
-  const bool finite = gradients_finite();
-  finite_.reset();
-  const Tensor loss = loss_;
-  loss_ = Tensor();
-  last_skipped_ = !finite;
-  if (finite) return true;
-  if (stops_on_non_finite()) {
-    DPL_FAIL(non_finite::non_finite_message(iteration_, non_finite::first_non_finite_parameter(target(), grads), "",
-                                            non_finite::loss_words(loss)));
-  }
-  ++skipped_;
-  return false;
-}
-
-void Optimizer::zero_grad() { target().zero_grad(); }
-
+float Optimizer::weight_decay() const { return rule_->weight_decay_; }
 void Optimizer::set_weight_decay(float rate) {
   DPL_CHECK(std::isfinite(rate) && rate >= 0.f, "Optimizer::set_weight_decay: expected a finite rate >= 0, got ",
             rate);
-  weight_decay_ = rate;
+  rule_->weight_decay_ = rate;
 }
+std::int64_t Optimizer::t() const { return rule_->t_; }
 
-SGD::SGD(float lr) : lr_(lr) { check_lr("SGD", lr); }
-void SGD::set_lr(float lr) {
-  check_lr("SGD", lr);
-  lr_ = lr;
-}
-void SGD::step(nn::ParameterArena& arena) {
-  Tensor p = arena.params();
-  backend::sgd_update(p, arena.grads(), {lr_, weight_decay_}, source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
-}
-std::vector<float> SGD::replay_values() const { return {lr_, weight_decay_}; }
-
-MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
-  check_lr("MomentumSGD", lr);
-  DPL_CHECK(momentum >= 0.f && momentum < 1.f, "MomentumSGD: expected momentum in [0, 1), got ", momentum);
-}
-void MomentumSGD::set_lr(float lr) {
-  check_lr("MomentumSGD", lr);
-  lr_ = lr;
-}
-void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
-void MomentumSGD::step(nn::ParameterArena& arena) {
-  Tensor p = arena.params();
-  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay_},
-                           source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
-}
-std::vector<float> MomentumSGD::replay_values() const { return {lr_, momentum_, weight_decay_}; }
-
-Adam::Adam(float alpha, float beta1, float beta2, float eps) : alpha_(alpha), beta1_(beta1), beta2_(beta2), eps_(eps) {
-  check_lr("Adam", alpha);
-  DPL_CHECK(beta1 >= 0.f && beta1 < 1.f && beta2 >= 0.f && beta2 < 1.f,
-            "Adam: expected beta1 and beta2 in [0, 1), got beta1=", beta1, " beta2=", beta2);
-  DPL_CHECK(eps > 0.f, "Adam: expected eps > 0, got ", eps);
-}
-void Adam::set_lr(float alpha) {
-  check_lr("Adam", alpha);
-  alpha_ = alpha;
-}
-void Adam::init_state(const nn::ParameterArena& arena) {
-  m_ = zeros_like(arena.params());
-  v_ = zeros_like(arena.params());
-  moment_steps_ = 0;
-}
-std::vector<float> Adam::replay_values() const {
-  // The bias correction of the step about to be taken (on_step_taken() counts it afterwards).
-  const double t = static_cast<double>(moment_steps_ + 1);
-  const double fix1 = 1.0 - std::pow(static_cast<double>(beta1_), t);
-  const double fix2 = 1.0 - std::pow(static_cast<double>(beta2_), t);
-  const auto lr_t = static_cast<float>(alpha_ * std::sqrt(fix2) / fix1);
-  return {lr_t, beta1_, beta2_, eps_, weight_decay_};
-}
-void Adam::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  Tensor p = arena.params();
-  backend::adam_update(p, arena.grads(), m_, v_, {h[0], h[1], h[2], h[3], h[4]},
-                       source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
-}
-
-// --- exporting and restoring the state (checkpoints) ------------------------------------------
-
-namespace {
-// Counts travel as doubles; those up to 2^53 are exact, which bounds what is accepted.
-std::int64_t whole_scalar(const char* who, const std::map<std::string, double>& scalars, const char* key) {
-  const double v = scalars.at(key);
-  DPL_CHECK(std::isfinite(v) && v >= 0.0 && v == std::floor(v) && v <= 9007199254740992.0, who, ": expected \"",
-            key, "\" to be a whole number >= 0, got ", v);
-  return static_cast<std::int64_t>(v);
-}
-// A fixed hyperparameter is a setting of the run: restoring a state saved under another value
-// would silently change the run, so it must match instead.
-void check_same_setting(const char* who, const std::map<std::string, double>& scalars, const char* key, float have) {
-  const double saved = scalars.at(key);
-  DPL_CHECK(saved == static_cast<double>(have), who, ": the state was saved with ", key, " = ", saved,
-            ", but this optimizer has ", key, " = ", have);
-}
-}  // namespace
-
-std::map<std::string, double> Optimizer::state_scalars() const {
-  return {{"t", static_cast<double>(t())}, {"lr", lr()}, {"weight_decay", weight_decay()}};
-}
-
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return front_->state(); }
+std::map<std::string, double> Optimizer::state_scalars() const { return front_->state_scalars(); }
 void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                            const std::map<std::string, double>& scalars) {
-  const char* who = "Optimizer::load_state";
-  // A verdict still pending would otherwise be applied to the loaded counters.
-  settle_replay();
-  nn::ParameterArena& arena = target().arena();
-  // The state to fill must have the model's current layout, as the next update() would make it.
-  if (arena.id() != state_arena_) {
-    init_state(arena);
-    state_arena_ = arena.id();
-  }
-
-  const auto live = state();
-  for (const auto& [name, src] : tensors) {
-    const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
-    DPL_CHECK(it != live.end(), who, ": unexpected state tensor '", name, "'");
-    DPL_CHECK(src.defined() && src.dtype() == it->second.dtype() && src.shape() == it->second.shape(), who,
-              ": state tensor '", name, "' must be ", it->second.dtype(), " of shape ", shape_str(it->second.shape()),
-              " (the model's parameter layout), got ",
-              src.defined() ? detail::concat(src.dtype(), " of shape ", shape_str(src.shape())) : "undefined");
-  }
-  for (const auto& [name, dst] : live) {
-    // Named in the capture: C++17 lets no lambda capture a structured binding implicitly
-    // (clang refuses it, which the sanitizer and fuzzing builds use).
-    const bool given =
-        std::any_of(tensors.begin(), tensors.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
-    DPL_CHECK(given, who, ": missing state tensor '", name, "'");
-  }
-  const auto keys = state_scalars();
-  for (const auto& [key, value] : scalars) DPL_CHECK(keys.count(key) == 1, who, ": unexpected state scalar '", key, "'");
-  for (const auto& [key, value] : keys) DPL_CHECK(scalars.count(key) == 1, who, ": missing state scalar '", key, "'");
-
-  const std::int64_t t = whole_scalar(who, scalars, "t");
-  const double lr = scalars.at("lr"), rate = scalars.at("weight_decay");
-  DPL_CHECK(std::isfinite(lr) && lr >= 0.0, who, ": expected \"lr\" to be finite and >= 0, got ", lr);
-  DPL_CHECK(std::isfinite(rate) && rate >= 0.0, who, ": expected \"weight_decay\" to be finite and >= 0, got ", rate);
-  load_own_scalars(scalars);
-
-  t_ = t;
-  set_lr(static_cast<float>(lr));
-  set_weight_decay(static_cast<float>(rate));
-  for (const auto& [name, dst] : live) {
-    Tensor into = dst;
-    for (const auto& [given, src] : tensors)
-      if (given == name) into.copy_(src);
-  }
+  front_->load_state(tensors, scalars);
 }
 
-std::map<std::string, double> MomentumSGD::state_scalars() const {
-  auto out = Optimizer::state_scalars();
-  out["momentum"] = momentum_;
-  return out;
+void Optimizer::setup(nn::Module& model) { front_->setup(model); }
+void Optimizer::update() { front_->update(); }
+Variable Optimizer::update(const std::function<Variable()>& loss_fn) { return front_->update(loss_fn); }
+void Optimizer::backward(const Variable& loss) { front_->backward(loss); }
+std::vector<Tensor> Optimizer::prepare_gradients() { return front_->prepare_gradients(); }
+GradientRanges Optimizer::gradient_ranges() { return front_->gradient_ranges(); }
+std::vector<Tensor> Optimizer::adopt_prepared_gradients(const Tensor& flag) {
+  return front_->adopt_prepared_gradients(flag);
+}
+bool Optimizer::gradients_finite() { return front_->gradients_finite(); }
+bool Optimizer::stops_on_non_finite() const { return front_->stops_on_non_finite(); }
+void Optimizer::zero_grad() { target().zero_grad(); }
+void Optimizer::set_non_finite_policy(NonFinitePolicy policy) { front_->set_non_finite_policy(policy); }
+NonFinitePolicy Optimizer::non_finite_policy() const { return front_->non_finite_policy(); }
+std::int64_t Optimizer::iteration() const { return front_->iteration(); }
+std::int64_t Optimizer::skipped_steps() const { return front_->skipped_steps(); }
+bool Optimizer::last_step_skipped() const { return front_->last_step_skipped(); }
+nn::Module& Optimizer::target() const { return front_->target(); }
+
+// The hooks run where the rule reads its gradients: after any wrapper's stage (on the averaged,
+// float32 master gradients).
+void Optimizer::add_gradient_hook(GradientHook hook) { rule_stage().add_gradient_hook(std::move(hook)); }
+std::size_t Optimizer::gradient_hook_count() const { return rule_stage().gradient_hook_count(); }
+
+std::string Optimizer::replay_refusal() const { return front_->replay_refusal(); }
+void Optimizer::set_replay_mode(bool on) { front_->set_replay_mode(on, Tensor()); }
+bool Optimizer::replay_mode() const { return front_->replay_mode(); }
+void Optimizer::prepare_replay() { front_->prepare_replay(); }
+void Optimizer::finish_replay() { front_->finish_replay(); }
+bool Optimizer::can_defer_verdict() const { return front_->can_defer_verdict(); }
+void Optimizer::finish_replay_deferred(const Tensor& loss) {
+  DPL_CHECK(can_defer_verdict(), "Optimizer::finish_replay_deferred: expected replay mode under the non-finite ",
+            "policy 'stop' with the optimizer's own flag (can_defer_verdict()); use finish_replay()");
+  rule_stage().finish_replay_deferred(loss);
+}
+// A wrapper never defers, so under one these find nothing pending.
+void Optimizer::settle_replay() { rule_stage().settle_replay(); }
+bool Optimizer::verdict_pending() const { return rule_stage().verdict_pending(); }
+
+const Tensor& Optimizer::replay_values_on_device() const { return rule_stage().replay_values_on_device(); }
+const Tensor& Optimizer::replay_skip_flag() const { return rule_stage().replay_skip_flag(); }
+
+Optimizer& OptimizerWrapper::checked(const char* who, const std::unique_ptr<Optimizer>& actual) {
+  DPL_CHECK(actual != nullptr, who, ": the wrapped optimizer is null");
+  return *actual;
 }
 
-void MomentumSGD::load_own_scalars(const std::map<std::string, double>& scalars) {
-  check_same_setting("MomentumSGD::load_state", scalars, "momentum", momentum_);
+OptimizerWrapper::OptimizerWrapper(const char* who, std::unique_ptr<Optimizer> actual,
+                                   std::unique_ptr<StepStage> stage)
+    : Optimizer(stage != nullptr ? *stage : *checked(who, actual).front_, *checked(who, actual).rule_),
+      actual_(std::move(actual)),
+      stage_(std::move(stage)) {
+  if (stage_ != nullptr) stage_->next_ = actual_->front_;
 }
 
-std::map<std::string, double> Adam::state_scalars() const {
-  auto out = Optimizer::state_scalars();
-  out["moment_steps"] = static_cast<double>(moment_steps_);
-  out["beta1"] = beta1_;
-  out["beta2"] = beta2_;
-  out["eps"] = eps_;
-  return out;
-}
+OptimizerWrapper::~OptimizerWrapper() = default;
 
-void Adam::load_own_scalars(const std::map<std::string, double>& scalars) {
-  const char* who = "Adam::load_state";
-  check_same_setting(who, scalars, "beta1", beta1_);
-  check_same_setting(who, scalars, "beta2", beta2_);
-  check_same_setting(who, scalars, "eps", eps_);
-  moment_steps_ = whole_scalar(who, scalars, "moment_steps");
-}
+void OptimizerWrapper::step(nn::ParameterArena& arena) { actual_->step(arena); }
 
 }  // namespace dpl::optim

@@ -1,6 +1,7 @@
 #include "dpl/parallel/gradient_reducer.hpp"
 
 #include <sstream>
+#include <utility>
 
 #include "dpl/comm/agreement.hpp"
 #include "parallel/bucket_worker.hpp"
@@ -24,7 +25,10 @@ std::string model_description(const nn::Module& model) {
 
 }  // namespace
 
-GradientReducer::GradientReducer(nn::Module& model, comm::Communicator& comm) : model_(model), comm_(comm) {}
+GradientReducer::GradientReducer(nn::Module& model, std::shared_ptr<comm::Communicator> comm)
+    : model_(model), comm_(std::move(comm)) {
+  DPL_CHECK(comm_ != nullptr, "GradientReducer: the communicator is null");
+}
 
 GradientReducer::~GradientReducer() {
   // Destroyed while armed means an error unwinds a step: the worker may be blocked in a collective
@@ -133,10 +137,10 @@ void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRa
   DPL_CHECK(!prepared || ranges.prepare, who, ": the optimizer's gradient ranges have no prepare function");
   const auto& plan = buckets();
   pending_ = hooks_in_bucket_;
-  if (!worker_) worker_ = std::make_unique<BucketWorker>(comm_);
+  if (!worker_) worker_ = std::make_unique<BucketWorker>(*comm_);
   std::vector<BucketWorker::Slice> slices;
   for (const Bucket& b : plan) slices.push_back({grads.narrow(0, b.begin, b.end - b.begin), b.begin, b.end});
-  worker_->start(std::move(slices), comm_.options().allreduce_dtype, local_flag,
+  worker_->start(std::move(slices), comm_->options().allreduce_dtype, local_flag,
                  prepared ? ranges.prepare : BucketWorker::Prepare());
   armed_ = true;
   // A bucket of parameters that need no gradient is ready from the start.
@@ -152,13 +156,13 @@ OverlapTimes GradientReducer::finish_backward() {
 }
 
 void GradientReducer::broadcast_parameters() {
-  comm::check_ranks_agree(comm_, model_description(model_),
+  comm::check_ranks_agree(*comm_, model_description(model_),
                           {"GradientReducer.broadcast_parameters", "the models", "parameter",
                            "every rank must build the same parameters and buffers (names, shapes, dtypes, memory formats)"});
   nn::ParameterArena& arena = model_.arena();
   if (arena.numel() > 0) {
     Tensor params = arena.params();
-    comm_.broadcast(params, 0);
+    comm_->broadcast(params, 0);
   }
   // Buffers (running statistics and the like) are state too: every rank starts from rank 0's.
   // They are few and this runs once per arena, so one broadcast each is cheap enough; contiguous
@@ -167,10 +171,10 @@ void GradientReducer::broadcast_parameters() {
     Tensor data = var.data();
     if (data.numel() == 0) continue;
     if (data.is_contiguous()) {
-      comm_.broadcast(data, 0);
+      comm_->broadcast(data, 0);
     } else {
       Tensor packed = data.contiguous();
-      comm_.broadcast(packed, 0);
+      comm_->broadcast(packed, 0);
       data.copy_(packed);
     }
   }
@@ -197,29 +201,36 @@ void GradientReducer::allreduce_gradients(const std::vector<Tensor>& buffers) {
               ": expected float32 buffers on ", arena.device(), ", got ",
               b.defined() ? detail::concat(b.dtype(), " on ", b.device()) : std::string("an undefined one"));
   // The mean over one rank is the gradient itself: no copy, no pass over the arena.
-  communicated_ = arena.numel() > 0 && comm_.size() > 1;
+  communicated_ = arena.numel() > 0 && comm_->size() > 1;
   if (!communicated_) return;
   for (std::size_t i = 1; i < buffers.size(); ++i) {
     Tensor small = buffers[i];
-    comm_.allreduce(small, comm::ReduceOp::kMean);
+    comm_->allreduce(small, comm::ReduceOp::kMean);
   }
   Tensor grads = buffers.front();
-  comm_.allreduce(grads, comm::ReduceOp::kMean, comm_.options().allreduce_dtype);
+  comm_->allreduce(grads, comm::ReduceOp::kMean, comm_->options().allreduce_dtype);
 }
 
 bool GradientReducer::needs_broadcast() { return model_.arena().id() != broadcast_arena_; }
 
 const std::vector<comm::SubPhase>& GradientReducer::last_phases() const {
   static const auto* none = new std::vector<comm::SubPhase>();  // never destroyed: outlives every reducer
-  return communicated_ ? comm_.last_phases() : *none;
+  return communicated_ ? comm_->last_phases() : *none;
 }
 
+namespace {
+// The caller's communicator, borrowed for one call: the aliasing constructor with no owner.
+std::shared_ptr<comm::Communicator> borrowed(comm::Communicator& comm) {
+  return std::shared_ptr<comm::Communicator>(std::shared_ptr<comm::Communicator>(), &comm);
+}
+}  // namespace
+
 void broadcast_parameters(nn::Module& model, comm::Communicator& comm) {
-  GradientReducer(model, comm).broadcast_parameters();
+  GradientReducer(model, borrowed(comm)).broadcast_parameters();
 }
 
 void allreduce_gradients(nn::Module& model, comm::Communicator& comm) {
-  GradientReducer(model, comm).allreduce_gradients();
+  GradientReducer(model, borrowed(comm)).allreduce_gradients();
 }
 
 }  // namespace dpl::parallel

@@ -26,7 +26,8 @@ namespace dpl::test {
 
 /// The communicator named `name`, created on the first call in this process and shared by later
 /// tests (creating one is collective, so every rank must ask for the same names in the same order,
-/// which running the same tests guarantees).
+/// which running the same tests guarantees). The owner to hand to a GradientReducer, a
+/// MultiNodeOptimizer or a Trainer, which share it.
 inline const std::shared_ptr<comm::Communicator>& shared_communicator(const std::string& name) {
   static std::map<std::string, std::shared_ptr<comm::Communicator>> cache;
   auto& slot = cache[name];
@@ -39,11 +40,16 @@ inline comm::Communicator& communicator(const std::string& name) { return *share
 
 /// The communicator `name` with gradients carried in `wire` (CommOptions::allreduce_dtype), cached
 /// as communicator() caches (same rules: every rank asks for the same ones in the same order).
-inline comm::Communicator& communicator_with(const std::string& name, DType wire) {
+inline const std::shared_ptr<comm::Communicator>& shared_communicator_with(const std::string& name, DType wire) {
   static std::map<std::pair<std::string, int>, std::shared_ptr<comm::Communicator>> cache;
   auto& slot = cache[{name, static_cast<int>(wire)}];
   if (!slot) slot = comm::create_communicator(name, comm::CommOptions{wire});
-  return *slot;
+  return slot;
+}
+
+/// The communicator of shared_communicator_with(name, wire).
+inline comm::Communicator& communicator_with(const std::string& name, DType wire) {
+  return *shared_communicator_with(name, wire);
 }
 
 /// Whether communicator `name` carries GPU gradients in a 16-bit wire dtype (through NCCL).

@@ -54,11 +54,12 @@ GradientCheck check_gradients(nn::Module& model, float want) {
 
 TEST(GradientReducer, BroadcastLeavesRankZerosWeightsEverywhere) {
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     Generator gen(1000 + static_cast<std::uint64_t>(comm.rank()));  // different weights per rank
     nn::MLP model(16, 12, 5, gen);
     const std::vector<float> before = model.arena().params().to_vector<float>();
-    parallel::GradientReducer reducer(model, comm);
+    parallel::GradientReducer reducer(model, shared);
     EXPECT_TRUE(reducer.needs_broadcast()) << name;
 
     reducer.broadcast_parameters();
@@ -90,12 +91,13 @@ TEST(GradientReducer, BroadcastLeavesRankZerosWeightsEverywhere) {
 
 TEST(GradientReducer, AllreduceGivesTheMeanOverRanks) {
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     Generator gen(7);
     nn::MLP model(16, 12, 5, gen);
     const float k = 0.25f;
     fill_gradients(model, static_cast<float>(comm.rank()) + k);
-    parallel::GradientReducer reducer(model, comm);
+    parallel::GradientReducer reducer(model, shared);
 
     reducer.allreduce_gradients();
 
@@ -133,9 +135,8 @@ class Growing : public nn::Module {
 };
 
 TEST(GradientReducer, ANewParameterAsksForAnotherBroadcast) {
-  auto& comm = communicator("naive");
   Growing model;
-  parallel::GradientReducer reducer(model, comm);
+  parallel::GradientReducer reducer(model, shared_communicator("naive"));
   reducer.broadcast_parameters();
   EXPECT_FALSE(reducer.needs_broadcast());
   model.grow();
@@ -147,10 +148,11 @@ TEST(GradientReducer, ANewParameterAsksForAnotherBroadcast) {
 TEST(GradientReducer, DifferentModelsAreRefusedOnEveryRankWithTheSameMessage) {
   if (communicator("naive").size() < 2) GTEST_SKIP() << "needs two ranks";
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     Generator gen(3);
     nn::MLP model(comm.rank() == 1 ? 17 : 16, 12, 5, gen);
-    parallel::GradientReducer reducer(model, comm);
+    parallel::GradientReducer reducer(model, shared);
     const std::string what = error_message([&] { reducer.broadcast_parameters(); });
     for (const std::string& part : std::vector<std::string>{"GradientReducer.broadcast_parameters (" + name + ")", "the models differ",
                                    "rank(s) 1 differ from rank 0", "Rank 1: expected parameter 'l1.weight (16, 12) float32'",
@@ -175,10 +177,11 @@ class WithStatistics : public nn::Module {
 
 TEST(GradientReducer, BuffersAreBroadcastFromRankZero) {
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     const float r = static_cast<float>(comm.rank());
     WithStatistics model(5, 1.f + r, 10 + comm.rank());
-    parallel::GradientReducer(model, comm).broadcast_parameters();
+    parallel::GradientReducer(model, shared).broadcast_parameters();
     EXPECT_EQ(model.mean_.data().to_vector<float>(), std::vector<float>(5, 1.f)) << name;
     EXPECT_EQ(model.count_.data().to_vector<std::int64_t>(), std::vector<std::int64_t>{10}) << name;
   }
@@ -197,9 +200,10 @@ class OddBuffer : public nn::Module {
 TEST(GradientReducer, ARankWhoseBuffersDifferIsRefused) {
   if (communicator("naive").size() < 2) GTEST_SKIP() << "needs two ranks";
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     OddBuffer model(comm.rank() == comm.size() - 1);
-    const std::string what = error_message([&] { parallel::GradientReducer(model, comm).broadcast_parameters(); });
+    const std::string what = error_message([&] { parallel::GradientReducer(model, shared).broadcast_parameters(); });
     const std::string last = std::to_string(comm.size() - 1);
     for (const std::string& part : {std::string("the models differ"), "rank(s) " + last + " differ from rank 0",
                                     std::string("'buffer running_var (2,) float32'"),
@@ -211,9 +215,8 @@ TEST(GradientReducer, ARankWhoseBuffersDifferIsRefused) {
 
 TEST(GradientReducer, ModelWithoutParameters) {
   for (const auto& name : kNames) {
-    auto& comm = communicator(name);
     nn::Sequential empty;
-    parallel::GradientReducer reducer(empty, comm);
+    parallel::GradientReducer reducer(empty, shared_communicator(name));
     EXPECT_NO_THROW(reducer.broadcast_parameters()) << name;
     EXPECT_NO_THROW(reducer.allreduce_gradients()) << name;
     EXPECT_TRUE(reducer.last_phases().empty()) << name;
@@ -236,7 +239,7 @@ TEST(GradientReducer, SixteenBitWire) {
     if (cuda_device_count() > 0) model.to(Device::cuda(cuda::select_device_for_local_rank(comm->host_rank())));
     // Small integers: exact in both 16-bit types, and so are their sums and the mean here.
     fill_gradients(model, static_cast<float>(2 * comm->rank() + 1));
-    parallel::GradientReducer reducer(model, *comm);
+    parallel::GradientReducer reducer(model, comm);
     if (model.device().is_cuda()) {
       reducer.allreduce_gradients();
       EXPECT_EQ(check_gradients(model, static_cast<float>(comm->size())).wrong, 0) << wire;

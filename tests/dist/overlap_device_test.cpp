@@ -68,12 +68,13 @@ class OverlapDevice : public ::testing::Test {
 
   // kSteps of SGD driven by hand through a GradientReducer (any rank count, one included): the
   // buckets overlapped with backward, or reduced after it. dtype bfloat16: under MixedPrecision.
-  std::vector<float> train(comm::Communicator& comm, DType dtype, bool overlapped,
+  std::vector<float> train(const std::shared_ptr<comm::Communicator>& shared, DType dtype, bool overlapped,
                            parallel::OverlapTimes* last_times = nullptr) const {
+    comm::Communicator& comm = *shared;
     auto model = fresh_model();
     std::unique_ptr<optim::Optimizer> opt = std::make_unique<optim::SGD>(0.05f);
     if (dtype != kFloat32) opt = optim::mixed_precision(std::move(opt), dtype);
-    parallel::GradientReducer reducer(*model, comm);
+    parallel::GradientReducer reducer(*model, shared);
     reducer.set_overlap(buckets());
     reducer.broadcast_parameters();
     opt->setup(*model);
@@ -92,11 +93,11 @@ class OverlapDevice : public ::testing::Test {
   }
 
   // kSteps through a MultiNodeOptimizer with overlap on (which overlaps on two or more ranks).
-  std::vector<float> train_multi_node(comm::Communicator& comm, DType dtype) const {
+  std::vector<float> train_multi_node(const std::shared_ptr<comm::Communicator>& shared, DType dtype) const {
+    comm::Communicator& comm = *shared;
     auto model = fresh_model();
     std::unique_ptr<optim::Optimizer> opt = std::make_unique<optim::SGD>(0.05f);
     if (dtype != kFloat32) opt = optim::mixed_precision(std::move(opt), dtype);
-    std::shared_ptr<comm::Communicator> shared(&comm, [](comm::Communicator*) {});
     parallel::MultiNodeOptimizer multi(std::move(opt), shared);
     multi.set_overlap(buckets());
     multi.setup(*model);
@@ -112,10 +113,11 @@ TEST_F(OverlapDevice, BucketsOnTheSideStreamMatchTheSameBucketsReducedAfterBackw
   for (const auto& [name, wire] : communicators()) {
     for (DType dtype : {kFloat32, kBFloat16}) {
       SCOPED_TRACE(name + " wire " + dtype_name(wire) + ", model " + dtype_name(dtype));
-      auto& comm = communicator_with(name, wire);
-      const std::vector<float> overlapped = train(comm, dtype, true);
-      const std::vector<float> after = train(comm, dtype, false);
-      const std::vector<float> multi = train_multi_node(comm, dtype);
+      const auto& shared = shared_communicator_with(name, wire);
+      auto& comm = *shared;
+      const std::vector<float> overlapped = train(shared, dtype, true);
+      const std::vector<float> after = train(shared, dtype, false);
+      const std::vector<float> multi = train_multi_node(shared, dtype);
       const std::vector<float> start = fresh_model()->arena().params().to(Device::cpu()).to(dtype).to(kFloat32)
                                            .to_vector<float>();
       const bool same_everywhere =
@@ -132,7 +134,7 @@ TEST_F(OverlapDevice, BucketsOnTheSideStreamMatchTheSameBucketsReducedAfterBackw
 }
 
 TEST_F(OverlapDevice, TimesAreTheGpusAndCoverEveryBucket) {
-  auto& comm = communicator_with("hierarchical", DPL_WITH_NCCL ? kBFloat16 : kFloat32);
+  const auto& comm = shared_communicator_with("hierarchical", DPL_WITH_NCCL ? kBFloat16 : kFloat32);
   parallel::OverlapTimes times;
   static_cast<void>(train(comm, kFloat32, true, &times));
   auto model = fresh_model();

@@ -38,10 +38,10 @@ std::function<Variable()> loss_of(nn::Module& model, comm::Communicator& comm, i
 }
 
 // kSteps updates through a MultiNodeOptimizer with the given overlap; the parameters after.
-std::vector<float> train_with(comm::Communicator& comm, const parallel::OverlapOptions& overlap,
-                              profile::PhaseTimer* timer_out = nullptr) {
+std::vector<float> train_with(const std::shared_ptr<comm::Communicator>& shared,
+                              const parallel::OverlapOptions& overlap, profile::PhaseTimer* timer_out = nullptr) {
+  comm::Communicator& comm = *shared;
   auto model = fresh_model();
-  std::shared_ptr<comm::Communicator> shared(&comm, [](comm::Communicator*) {});
   parallel::MultiNodeOptimizer opt(std::make_unique<optim::SGD>(0.1f), shared);
   opt.set_overlap(overlap);
   opt.setup(*model);
@@ -51,9 +51,11 @@ std::vector<float> train_with(comm::Communicator& comm, const parallel::OverlapO
 }
 
 // The same buckets reduced after backward, driven by hand through a GradientReducer.
-std::vector<float> train_buckets_after_backward(comm::Communicator& comm, const parallel::OverlapOptions& overlap) {
+std::vector<float> train_buckets_after_backward(const std::shared_ptr<comm::Communicator>& shared,
+                                                const parallel::OverlapOptions& overlap) {
+  comm::Communicator& comm = *shared;
   auto model = fresh_model();
-  parallel::GradientReducer reducer(*model, comm);
+  parallel::GradientReducer reducer(*model, shared);
   reducer.set_overlap(overlap);
   reducer.broadcast_parameters();
   optim::SGD opt(0.1f);
@@ -71,11 +73,12 @@ std::vector<float> train_buckets_after_backward(comm::Communicator& comm, const 
 TEST(Overlap, MatchesTheSameBucketsReducedAfterBackwardOnEveryCommunicator) {
   for (const auto& name : host_communicator_names()) {
     if (name == "pure_nccl") continue;  // its host path is naive's
-    auto& comm = communicator(name);
+    const auto& shared = shared_communicator(name);
+    auto& comm = *shared;
     profile::PhaseTimer timer;
-    const std::vector<float> overlapped = train_with(comm, small_buckets(), &timer);
-    const std::vector<float> after = train_buckets_after_backward(comm, small_buckets());
-    const std::vector<float> whole = train_with(comm, parallel::OverlapOptions{});
+    const std::vector<float> overlapped = train_with(shared, small_buckets(), &timer);
+    const std::vector<float> after = train_buckets_after_backward(shared, small_buckets());
+    const std::vector<float> whole = train_with(shared, parallel::OverlapOptions{});
     const bool same_everywhere = same_on_every_rank(comm, Tensor::from_vector(overlapped, {static_cast<std::int64_t>(overlapped.size())}));
     EXPECT_EQ(overlapped, after) << name;
     // With two ranks each element's sum has one order whatever the message size, so one
@@ -109,8 +112,9 @@ TEST(Overlap, MatchesTheSameBucketsReducedAfterBackwardOnEveryCommunicator) {
 // A 16-bit model under MixedPrecision (float16 with loss scaling that backs off and grows within
 // kSteps): kSteps updates, overlapped, or with the same buckets reduced after backward by hand;
 // the parameters after, widened to float32.
-std::vector<float> train_mixed(comm::Communicator& comm, DType dtype, const parallel::OverlapOptions& overlap,
-                               bool buckets_by_hand = false) {
+std::vector<float> train_mixed(const std::shared_ptr<comm::Communicator>& shared, DType dtype,
+                               const parallel::OverlapOptions& overlap, bool buckets_by_hand = false) {
+  comm::Communicator& comm = *shared;
   auto model = fresh_model();
   auto mixed = optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), dtype, {4096.0, 2.0, 0.5, 2});
   auto loss_at = [&](int step) {
@@ -119,7 +123,7 @@ std::vector<float> train_mixed(comm::Communicator& comm, DType dtype, const para
     return [&model, s, dtype] { return softmax_cross_entropy((*model)(Variable(s.x.to(dtype))), s.y); };
   };
   if (buckets_by_hand) {
-    parallel::GradientReducer reducer(*model, comm);
+    parallel::GradientReducer reducer(*model, shared);
     reducer.set_overlap(overlap);
     reducer.broadcast_parameters();
     mixed->setup(*model);
@@ -132,7 +136,6 @@ std::vector<float> train_mixed(comm::Communicator& comm, DType dtype, const para
       mixed->update();
     }
   } else {
-    std::shared_ptr<comm::Communicator> shared(&comm, [](comm::Communicator*) {});
     parallel::MultiNodeOptimizer opt(std::move(mixed), shared);
     opt.set_overlap(overlap);
     opt.setup(*model);
@@ -146,10 +149,11 @@ TEST(Overlap, SixteenBitModelsMatchTheirNonOverlappedTrainingOnEveryCommunicator
     for (const auto& name : host_communicator_names()) {
       if (name == "pure_nccl") continue;  // its host path is naive's
       SCOPED_TRACE(name + " " + dtype_name(dtype));
-      auto& comm = communicator(name);
-      const std::vector<float> overlapped = train_mixed(comm, dtype, small_buckets());
-      const std::vector<float> after = train_mixed(comm, dtype, small_buckets(), /*buckets_by_hand=*/true);
-      const std::vector<float> whole = train_mixed(comm, dtype, parallel::OverlapOptions{});
+      const auto& shared = shared_communicator(name);
+      auto& comm = *shared;
+      const std::vector<float> overlapped = train_mixed(shared, dtype, small_buckets());
+      const std::vector<float> after = train_mixed(shared, dtype, small_buckets(), /*buckets_by_hand=*/true);
+      const std::vector<float> whole = train_mixed(shared, dtype, parallel::OverlapOptions{});
       const std::vector<float> start = fresh_model()->arena().params().to(dtype).to(kFloat32).to_vector<float>();
       EXPECT_EQ(overlapped, after);
       if (comm.size() == 2) {
@@ -164,9 +168,10 @@ TEST(Overlap, SixteenBitModelsMatchTheirNonOverlappedTrainingOnEveryCommunicator
 TEST(Overlap, BucketsStartInBucketOrderEvenWhenBackwardSkipsParameters) {
   // A loss that uses only the output layer's bias: backward finishes one parameter and never
   // reaches the others, whose buckets must still be reduced (zeros), in order, on every rank.
-  auto& comm = communicator("naive");
+  const auto& shared = shared_communicator("naive");
+  auto& comm = *shared;
   auto model = fresh_model();
-  parallel::GradientReducer reducer(*model, comm);
+  parallel::GradientReducer reducer(*model, shared);
   reducer.set_overlap(small_buckets());
   reducer.broadcast_parameters();
   const auto params = model->named_parameters();
@@ -185,9 +190,9 @@ TEST(Overlap, BucketsStartInBucketOrderEvenWhenBackwardSkipsParameters) {
 }
 
 TEST(Overlap, NonFiniteGradientOnOneRankStillStopsEveryRankNamingIt) {
-  auto& comm = communicator("hierarchical");
+  const auto& shared = shared_communicator("hierarchical");
+  auto& comm = *shared;
   auto model = fresh_model();
-  std::shared_ptr<comm::Communicator> shared(&comm, [](comm::Communicator*) {});
   parallel::MultiNodeOptimizer opt(std::make_unique<optim::SGD>(0.1f), shared);
   opt.set_overlap(small_buckets());
   opt.setup(*model);
@@ -200,7 +205,7 @@ TEST(Overlap, NonFiniteGradientOnOneRankStillStopsEveryRankNamingIt) {
 }
 
 TEST(Overlap, RefusesWhatItCannotOverlap) {
-  auto& comm = communicator("naive");
+  const auto& comm = shared_communicator("naive");
   auto model = fresh_model();
   parallel::GradientReducer reducer(*model, comm);
   DPL_EXPECT_ERROR(reducer.begin_backward(), ::testing::HasSubstr("overlap is off"));

@@ -59,7 +59,6 @@ const std::vector<Crossing>& documented_crossings() {
       {"src/comm/nccl/", "backend/cuda/comm_interop.hpp"},
       {"src/parallel/bucket_worker.hpp", "backend/side_lane.hpp"},
       {"src/data/image/image_batch_source.cpp", "backend/side_stream_copy.hpp"},
-      {"src/parallel/multi_node_optimizer.cpp", "optim/non_finite.hpp"},
   };
   return crossings;
 }

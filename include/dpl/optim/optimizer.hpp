@@ -13,130 +13,53 @@
 
 #include "dpl/autograd/variable.hpp"
 #include "dpl/nn/module.hpp"
-
-namespace dpl::backend {
-class PendingRead;
-}
+#include "dpl/optim/step_pipeline.hpp"
 
 namespace dpl::optim {
 
-/// What an update does when the gradients it would apply hold an Inf or a NaN (see
-/// docs/reliability.md). Every rank reaches the same verdict under a parallel::MultiNodeOptimizer.
-enum class NonFinitePolicy {
-  /// Throw dpl::Error on every rank, naming the iteration, the rank(s) whose gradients were
-  /// non-finite, the first such parameter and whether the loss was finite. The default.
-  kStop,
-  /// Skip the step on every rank: parameters, optimizer state and t() stay as they were, and
-  /// skipped_steps() counts it.
-  kSkip,
-  /// No check: no pass over the gradients and no read of a flag (the step applies what it gets).
-  kOff,
-};
+class RuleStage;
 
-/// "stop", "skip" or "off".
-const char* to_string(NonFinitePolicy policy);
-
-/// A transform of the gradients between their completion and the step: it reads and may change
-/// arena.grads() in place (the parameters' gradients are views of it). Under a
-/// parallel::MultiNodeOptimizer the gradients it sees are already averaged over the ranks.
-using GradientHook = std::function<void(nn::ParameterArena& arena)>;
-
-/// How an allreduce overlapped with backward (parallel::GradientReducer) obtains an optimizer's
-/// gradients range by range, while backward still runs.
-struct GradientRanges {
-  /// The float32 buffer that prepare_gradients() returns first (the arena's element count), or
-  /// undefined when that is the model's own float32 gradient arena, which backward fills and
-  /// which needs no preparing.
-  Tensor gradients;
-  /// Fills elements [begin, end) of `gradients` from the model's gradients, as
-  /// prepare_gradients() fills all of them, and raises *flag (a one-element float32 tensor, when
-  /// not null) if one of them comes out Inf or NaN. Called for disjoint ranges, one at a time,
-  /// possibly from another thread, while the model's gradients of other ranges are still being
-  /// written.
-  std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)> prepare;
-};
-
-/// Interface of every optimizer (and of decorators such as parallel::MultiNodeOptimizer).
+/// An optimizer: an update rule and its state (learning rate, weight decay, t(), the rule's
+/// state arenas), and the step pipeline that runs it (dpl/optim/step_pipeline.hpp): the non-finite
+/// check and replay of a recorded step come with every optimizer; a wrapper
+/// (OptimizerWrapper: MixedPrecision, parallel::MultiNodeOptimizer) adds its own stage in front.
 ///
 /// Usage: setup(model) once, then per step either update(loss_fn) — which clears the gradients,
 /// runs loss_fn (forward), backward and the update — or, by hand, zero_grad(), backward(loss)
 /// (loss.backward() is the same except under float16 MixedPrecision, which scales the loss),
 /// update(). Each update reads the model's gradient arena and writes its parameter arena in one
 /// pass; the state (moments, velocities) lives in arenas of the same layout.
+///
+/// A rule of one's own derives from Optimizer and overrides lr(), set_lr() and step() (plus
+/// init_state(), own_state(), add_own_scalars() and load_own_scalars() when it keeps state, and
+/// replay_values() to run in replay mode).
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  Optimizer();
+  virtual ~Optimizer();
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
-  /// Binds the optimizer to model (packing its arenas) and resets the state.
-  virtual void setup(nn::Module& model);
-  /// One step from the gradients now in the arena. Requires setup().
-  virtual void update();
-  /// zero_grad(); loss = loss_fn(); backward(loss); update(). Returns the loss (unscaled).
-  virtual Variable update(const std::function<Variable()>& loss_fn);
-  /// Runs backward from loss as this optimizer's update needs it: loss.backward() here;
-  /// MixedPrecision with float16 scales the loss first. Requires a one-element loss.
-  virtual void backward(const Variable& loss);
-  /// Makes this step's gradients ready for update() and returns the float32 buffers that a
-  /// data-parallel wrapper must average (kMean) over the ranks in between, the gradients first;
-  /// update() then reads them as averaged. Call once per step, after backward and before
-  /// update(). Here: the model's gradient arena, as it is, and — unless the non-finite check is
-  /// off — a one-element float32 flag, 1 when the arena holds an Inf or NaN (one read-only pass,
-  /// nothing read back). MixedPrecision: its float32 master gradients and the flag, raised in the
-  /// pass that fills them (float16: its overflow flag, always there). The flag, when present, is
-  /// the second buffer and the last. Requires setup().
-  virtual std::vector<Tensor> prepare_gradients();
-  /// For an overlapped allreduce: see GradientRanges. Here: undefined gradients (the model's
-  /// float32 arena is what is averaged). MixedPrecision with a 16-bit dtype: its float32 master
-  /// gradients, each range converted as prepare_gradients() converts them all. Once a range was
-  /// prepared, the next prepare_gradients() converts nothing: it returns the buffers as the
-  /// ranges left them (averaged by then) and runs only the non-finite check over them. Requires
-  /// setup(); the ranges are valid until the model's arena changes.
-  virtual GradientRanges gradient_ranges();
-  /// prepare_gradients() for a step whose gradients an overlapped allreduce has already prepared
-  /// (range by range, or the model's own float32 arena) and averaged, and whose non-finite check
-  /// has already run before the averaging, bucket by bucket: `flag` is that check's verdict on
-  /// this rank (a one-element float32 tensor on the gradients' device). Copies it into this
-  /// step's flag instead of another pass over the gradients, and returns what
-  /// prepare_gradients() returns; a data-parallel wrapper then averages the returned flag (the
-  /// gradients are averaged already). MixedPrecision falls back to prepare_gradients() when no
-  /// range was prepared this step. Requires setup().
-  virtual std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag);
-  /// Whether the gradients this step would apply are finite, from the flag of the last
-  /// prepare_gradients() (averaged over the ranks when a MultiNodeOptimizer sits outside): true
-  /// when the check is off. The first call after prepare_gradients() reads the flag (one
-  /// four-byte device-to-host copy, which waits for the device); later calls return that answer.
-  virtual bool gradients_finite();
-  /// Whether a step whose gradients are not finite stops training (throws) rather than being
-  /// skipped: policy kStop here; MixedPrecision with float16 always skips (loss scaling).
-  virtual bool stops_on_non_finite() const { return non_finite_ == NonFinitePolicy::kStop; }
-  /// Sets every gradient of the target to zero.
-  virtual void zero_grad();
+  // --- the update rule and its state
 
   /// The learning rate (alpha for Adam).
   virtual float lr() const = 0;
   virtual void set_lr(float lr) = 0;
-  /// Weight decay rate: the update uses grad + rate * param (0 = off, the default).
-  virtual float weight_decay() const { return weight_decay_; }
-  virtual void set_weight_decay(float rate);
-  /// Number of updates done since setup().
-  virtual std::int64_t t() const { return t_; }
-  /// Sets what an update does with non-finite gradients (default kStop).
-  virtual void set_non_finite_policy(NonFinitePolicy policy) { non_finite_ = policy; }
-  virtual NonFinitePolicy non_finite_policy() const { return non_finite_; }
-  /// update() calls since setup(), the current one included while it runs: the iteration that
-  /// non-finite errors name (the Trainer's iteration in a run that was not resumed).
-  virtual std::int64_t iteration() const { return iteration_; }
-  /// Steps skipped since setup() because their gradients were not finite (kSkip, or float16
-  /// overflow under MixedPrecision), and whether the last update() was one.
-  virtual std::int64_t skipped_steps() const { return skipped_; }
-  virtual bool last_step_skipped() const { return last_skipped_; }
-  /// The state arenas by name ("velocity"; "m", "v"), each with the parameter arena's layout.
-  /// These views of the live state are the tensor half of what load_state() restores.
-  virtual std::vector<std::pair<std::string, Tensor>> state() const { return {}; }
+  /// Weight decay rate: the update uses grad + rate * param (0 = off, the default). Requires a
+  /// finite rate >= 0 (dpl::Error otherwise).
+  float weight_decay() const;
+  void set_weight_decay(float rate);
+  /// Number of updates done since setup() (skipped steps are not counted).
+  std::int64_t t() const;
+  /// The state arenas by name ("velocity"; "m", "v"; MixedPrecision adds "master"), each with the
+  /// parameter arena's layout. These views of the live state are the tensor half of what
+  /// load_state() restores.
+  std::vector<std::pair<std::string, Tensor>> state() const;
   /// The scalar half of the state: "t", "lr" and "weight_decay", plus each optimizer's own
   /// (Adam: "moment_steps", and its fixed hyperparameters "beta1", "beta2", "eps"; MomentumSGD:
-  /// "momentum"). Values are exact: the floats and counts convert to double without rounding.
-  virtual std::map<std::string, double> state_scalars() const;
+  /// "momentum"; float16 MixedPrecision: "loss_scale", "loss_scale_good_steps"). Values are
+  /// exact: the floats and counts convert to double without rounding.
+  std::map<std::string, double> state_scalars() const;
   /// Restores state exported by state() and state_scalars() of an optimizer of the same kind
   /// and settings, bound to a model of the same parameter layout, so that the next updates are
   /// bit-identical to those the exporting optimizer would have made.
@@ -148,47 +71,100 @@ class Optimizer {
   /// Ensures: the state is copied in (tensors on this optimizer's device). Throws dpl::Error
   /// naming the optimizer and the offending entry; everything is checked before anything
   /// changes, so on an error the optimizer is unchanged.
-  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                          const std::map<std::string, double>& scalars);
-  /// The bound model. Requires setup().
-  virtual nn::Module& target() const;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::map<std::string, double>& scalars);
 
-  /// Adds a hook that every update() runs on the gradients before the step, after the hooks
-  /// added before it (clip_gradient_norm, or a user's own transform). Requires a callable hook;
-  /// throws dpl::Error for an empty one.
-  virtual void add_gradient_hook(GradientHook hook);
+  // --- the step, run through the pipeline
+
+  /// Binds the optimizer to model (packing its arenas) and resets the state.
+  void setup(nn::Module& model);
+  /// One step from the gradients now in the arena. Requires setup().
+  void update();
+  /// zero_grad(); loss = loss_fn(); backward(loss); update(). Returns the loss (unscaled).
+  Variable update(const std::function<Variable()>& loss_fn);
+  /// Runs backward from loss as this optimizer's update needs it: loss.backward() here;
+  /// MixedPrecision with float16 scales the loss first. Requires a one-element loss.
+  void backward(const Variable& loss);
+  /// Makes this step's gradients ready for update() and returns the float32 buffers that a
+  /// data-parallel wrapper must average (kMean) over the ranks in between, the gradients first;
+  /// update() then reads them as averaged. Call once per step, after backward and before
+  /// update(). Here: the model's gradient arena, as it is, and — unless the non-finite check is
+  /// off — a one-element float32 flag, 1 when the arena holds an Inf or NaN (one read-only pass,
+  /// nothing read back). MixedPrecision: its float32 master gradients and the flag, raised in the
+  /// pass that fills them (float16: its overflow flag, always there). The flag, when present, is
+  /// the second buffer and the last. Requires setup().
+  std::vector<Tensor> prepare_gradients();
+  /// For an overlapped allreduce: see GradientRanges. Here: undefined gradients (the model's
+  /// float32 arena is what is averaged). MixedPrecision with a 16-bit dtype: its float32 master
+  /// gradients, each range converted as prepare_gradients() converts them all. Once a range was
+  /// prepared, the next prepare_gradients() converts nothing: it returns the buffers as the
+  /// ranges left them (averaged by then) and runs only the non-finite check over them. Requires
+  /// setup(); the ranges are valid until the model's arena changes.
+  GradientRanges gradient_ranges();
+  /// prepare_gradients() for a step whose gradients an overlapped allreduce has already prepared
+  /// (range by range, or the model's own float32 arena) and averaged, and whose non-finite check
+  /// has already run before the averaging, bucket by bucket: `flag` is that check's verdict on
+  /// this rank (a one-element float32 tensor on the gradients' device). Copies it into this
+  /// step's flag instead of another pass over the gradients, and returns what
+  /// prepare_gradients() returns; a data-parallel wrapper then averages the returned flag (the
+  /// gradients are averaged already). MixedPrecision falls back to prepare_gradients() when no
+  /// range was prepared this step. Requires setup().
+  std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag);
+  /// Whether the gradients this step would apply are finite, from the flag of the last
+  /// prepare_gradients() (averaged over the ranks when a MultiNodeOptimizer sits outside): true
+  /// when the check is off. The first call after prepare_gradients() reads the flag (one
+  /// four-byte device-to-host copy, which waits for the device); later calls return that answer.
+  bool gradients_finite();
+  /// Whether a step whose gradients are not finite stops training (throws) rather than being
+  /// skipped: policy kStop here; MixedPrecision with float16 always skips (loss scaling).
+  bool stops_on_non_finite() const;
+  /// Sets every gradient of the target to zero.
+  void zero_grad();
+  /// Sets what an update does with non-finite gradients (default kStop).
+  void set_non_finite_policy(NonFinitePolicy policy);
+  NonFinitePolicy non_finite_policy() const;
+  /// update() calls since setup(), the current one included while it runs: the iteration that
+  /// non-finite errors name (the Trainer's iteration in a run that was not resumed).
+  std::int64_t iteration() const;
+  /// Steps skipped since setup() because their gradients were not finite (kSkip, or float16
+  /// overflow under MixedPrecision), and whether the last update() was one.
+  std::int64_t skipped_steps() const;
+  bool last_step_skipped() const;
+  /// The bound model. Requires setup().
+  nn::Module& target() const;
+
+  /// Adds a hook that every update() runs on the gradients the rule reads, before the step,
+  /// after the hooks added before it (clip_gradient_norm, or a user's own transform). Requires a
+  /// callable hook; throws dpl::Error for an empty one.
+  void add_gradient_hook(GradientHook hook);
   /// Number of hooks added.
-  virtual std::size_t gradient_hook_count() const { return hooks_.size(); }
+  std::size_t gradient_hook_count() const;
 
   // --- replay mode: a step recorded once and replayed (train::CapturedStep, docs/cuda-graphs.md)
 
   /// Empty when this optimizer can run in replay mode; otherwise why not (an optimizer whose
   /// step() does not take its values from replay_values(), a gradient hook, which runs on the
   /// host, or float16 loss scaling, which decides on the host).
-  virtual std::string replay_refusal() const;
+  std::string replay_refusal() const;
   /// Enters (true) or leaves replay mode. In it update() and update(loss_fn) only queue a step's
   /// device work, reading nothing back: the update kernel takes this step's values (learning
   /// rate, Adam's bias correction) from a device copy, and leaves parameters and state unchanged
-  /// while the non-finite flag is raised (the flag is `skip_flag` when given — a wrapper's
-  /// flag — else this optimizer's own). What update() does on the host moves to prepare_replay()
-  /// and finish_replay(), called around each run of the recorded work. Requires setup() and an
-  /// empty replay_refusal() (dpl::Error otherwise); the warm-up steps that lay out the state
-  /// come first, in normal mode.
-  virtual void set_replay_mode(bool on, const Tensor& skip_flag = Tensor());
-  bool replay_mode() const { return replay_; }
+  /// while the non-finite flag is raised. What update() does on the host moves to
+  /// prepare_replay() and finish_replay(), called around each run of the recorded work. Requires
+  /// setup() and an empty replay_refusal() (dpl::Error otherwise); the warm-up steps that lay out
+  /// the state come first, in normal mode.
+  void set_replay_mode(bool on);
+  bool replay_mode() const;
   /// Before a run of the recorded step: queues the copy of this step's values to the device.
-  virtual void prepare_replay();
+  void prepare_replay();
   /// After a run: reads the non-finite flag when there is one (one wait for the device) and
   /// counts the step as taken or skipped, as update() would have; throws update()'s dpl::Error
   /// under NonFinitePolicy::kStop.
-  virtual void finish_replay();
-  /// finish_replay() for an optimizer wrapped by one that read the verdict itself: counts a
-  /// step, taken or not.
-  virtual void count_replayed_step(bool taken);
+  void finish_replay();
   /// Whether finish_replay_deferred() may stand in for finish_replay(): in replay mode under
-  /// NonFinitePolicy::kStop, with this optimizer's own flag. False for wrappers (MixedPrecision,
-  /// parallel::MultiNodeOptimizer), which read the verdict themselves.
-  virtual bool can_defer_verdict() const;
+  /// NonFinitePolicy::kStop, with the rule's own flag. False for wrappers (MixedPrecision with a
+  /// 16-bit dtype, parallel::MultiNodeOptimizer), which read the verdict themselves.
+  bool can_defer_verdict() const;
   /// finish_replay() without the wait for the device: queues the read of this run's flag, then
   /// settles the previous run's verdict (that run ended before this one began, so its read is
   /// done or nearly), and counts this run's step as taken. Under kStop a recorded step never
@@ -198,19 +174,23 @@ class Optimizer {
   /// settle_replay(). Until then t(), iteration() and the state scalars count the last run as
   /// taken. loss: this run's loss as a tensor of its own, for that message. Requires
   /// can_defer_verdict() (dpl::Error otherwise).
-  virtual void finish_replay_deferred(const Tensor& loss);
+  void finish_replay_deferred(const Tensor& loss);
   /// Reads the verdict that finish_replay_deferred() left pending, waiting for its run, and
   /// throws the non-finite error when the step was not finite. Does nothing when none is
   /// pending. Call it before anything reads the counters or the parameters as final
   /// (set_replay_mode() and load_state() call it themselves).
   void settle_replay();
   /// Whether a verdict is pending (see finish_replay_deferred()).
-  bool verdict_pending() const { return pending_verdict_ != nullptr; }
+  bool verdict_pending() const;
 
  protected:
+  /// For OptimizerWrapper: an optimizer whose pipeline is `front` (chained by the wrapper) and
+  /// whose rule is `rule`'s.
+  Optimizer(StepStage& front, Optimizer& rule);
+
   /// Allocates and zeroes the state for the arena's layout.
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
-  /// Runs the fused update over the whole arena (t_ already counts this step). In replay mode it
+  /// Runs the fused update over the whole arena (t() already counts this step). In replay mode it
   /// must take its values from replay_values_on_device() and skip on replay_skip_flag().
   virtual void step(nn::ParameterArena& arena) = 0;
   /// The values of the next step's update, in the order its kernel reads them; empty (the
@@ -221,54 +201,77 @@ class Optimizer {
   /// Undoes on_step_taken() for a step counted as taken before its verdict was read, which then
   /// came out non-finite (finish_replay_deferred()).
   virtual void on_step_withdrawn() {}
+  /// The rule's state arenas, as state() names them (views of the live state).
+  virtual std::vector<std::pair<std::string, Tensor>> own_state() const { return {}; }
+  /// Adds the rule's own scalars (beyond "t", "lr" and "weight_decay") to state_scalars().
+  virtual void add_own_scalars(std::map<std::string, double>& /*scalars*/) const {}
+  /// load_state's hook for the rule's own scalars (the keys beyond the base ones, already known
+  /// to be present): checks them all, and only then assigns. Throws dpl::Error on a bad value,
+  /// before assigning anything.
+  virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
   /// In replay mode: the device copy of replay_values() and the flag that makes the update skip
   /// (undefined when there is none); undefined tensors otherwise.
-  const Tensor& replay_values_on_device() const { return replay_values_; }
-  const Tensor& replay_skip_flag() const { return replay_skip_; }
-  /// load_state's hook for an optimizer's own scalars (the keys beyond the base ones, already
-  /// known to be present): checks them all, and only then assigns. Throws dpl::Error on a bad
-  /// value, before assigning anything.
-  virtual void load_own_scalars(const std::map<std::string, double>& /*scalars*/) {}
-  /// The flag prepare_gradients() raises (one float32 on device, zeroed): allocated once per device.
-  Tensor& reset_non_finite_flag(Device device);
-  /// No check this step: no flag, nothing read back.
-  void drop_non_finite_flag();
-  /// adopt_prepared_gradients(): this step's flag = `flag` (checked: one float32 on `device`).
-  Tensor& adopt_non_finite_flag(const Tensor& flag, Device device);
-  /// Counts this update as an iteration and decides from gradients_finite() whether its step
-  /// goes ahead: true if so; false for a skipped step (counted); throws dpl::Error for kStop,
-  /// naming the iteration, the first non-finite parameter of `grads` (the arena's layout) and the
-  /// loss of update(loss_fn). Ends the step's use of the flag.
-  bool admit_step(const Tensor& grads);
+  const Tensor& replay_values_on_device() const;
+  const Tensor& replay_skip_flag() const;
 
-  std::vector<GradientHook> hooks_;
-  nn::Module* target_ = nullptr;
-  // The arena the state was laid out for; a repacked model gets fresh state.
-  std::uint64_t state_arena_ = 0;
+ private:
+  friend class RuleStage;
+  friend class OptimizerWrapper;
+  RuleStage& rule_stage() const;
+
+  std::unique_ptr<RuleStage> own_stage_;  // a rule's own stage; null in a wrapper
+  StepStage* front_;                      // the outermost stage of the pipeline
+  Optimizer* rule_;                       // this, or the rule a wrapper applies
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
-  NonFinitePolicy non_finite_ = NonFinitePolicy::kStop;
-  Tensor flag_;                 // the check's one-element float32 flag (undefined: no check this step)
-  std::optional<bool> finite_;  // the flag as read back, once per step
-  bool prepared_ = false;       // prepare_gradients() ran since the last update()
-  Tensor loss_;                 // the loss of the update(loss_fn) under way, for messages
-  std::int64_t iteration_ = 0;
-  std::int64_t skipped_ = 0;
-  bool last_skipped_ = false;
-  bool replay_ = false;
-  Tensor replay_values_;  // replay mode: the step's values on the device
-  Tensor replay_skip_;    // replay mode: the flag the update kernel skips on
-  Tensor replay_loss_;    // replay mode: the recorded step's loss, for the non-finite message
-  bool own_replay_flag_ = false;  // replay mode: replay_skip_ is this optimizer's own flag
-  // finish_replay_deferred(): the last run's flag on its way to the host, and that run's loss.
-  std::shared_ptr<backend::PendingRead> pending_verdict_;
-  Tensor pending_loss_;
+};
+
+/// An optimizer that applies another's update rule with a stage of its own in front of the
+/// other's pipeline: lr(), t(), the state and the hooks are the wrapped optimizer's, and every
+/// step call passes through `stage` first. A null stage passes every call straight through.
+/// Requires a non-null wrapped optimizer (dpl::Error naming `who` otherwise).
+class OptimizerWrapper : public Optimizer {
+ public:
+  float lr() const final { return actual_->lr(); }
+  void set_lr(float lr) final { actual_->set_lr(lr); }
+  /// The wrapped optimizer.
+  Optimizer& actual() const { return *actual_; }
+
+ protected:
+  OptimizerWrapper(const char* who, std::unique_ptr<Optimizer> actual, std::unique_ptr<StepStage> stage);
+  ~OptimizerWrapper() override;
+  /// Never called: the pipeline runs the wrapped rule's step.
+  void step(nn::ParameterArena& arena) final;
+  /// The wrapper's own stage (null when it passes every call through).
+  StepStage* stage() const { return stage_.get(); }
+
+ private:
+  static Optimizer& checked(const char* who, const std::unique_ptr<Optimizer>& actual);
+  std::unique_ptr<Optimizer> actual_;
+  std::unique_ptr<StepStage> stage_;
+};
+
+/// SGD's settings, in libtorch's style: `optim::SGD(optim::SGDOptions(0.1f).weight_decay(1e-4f))`.
+/// Each setter returns the options, so calls chain; the constructor checks the values.
+struct SGDOptions {
+  explicit SGDOptions(float lr = 0.01f) : lr_(lr) {}
+  SGDOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  SGDOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float weight_decay_ = 0.f;
 };
 
 /// Plain gradient descent: p -= lr * g.
 class SGD : public Optimizer {
  public:
+  /// Requires a finite lr >= 0 (dpl::Error otherwise).
   explicit SGD(float lr = 0.01f);
+  /// Requires a finite lr >= 0 and a finite weight_decay >= 0 (dpl::Error otherwise).
+  explicit SGD(const SGDOptions& options);
   float lr() const override { return lr_; }
   void set_lr(float lr) override;
 
@@ -280,17 +283,36 @@ class SGD : public Optimizer {
   float lr_;
 };
 
+/// MomentumSGD's settings: `optim::MomentumSGD(optim::MomentumSGDOptions(0.1f).momentum(0.9f))`.
+struct MomentumSGDOptions {
+  explicit MomentumSGDOptions(float lr = 0.01f) : lr_(lr) {}
+  MomentumSGDOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  MomentumSGDOptions& momentum(float value) { momentum_ = value; return *this; }
+  float momentum() const { return momentum_; }
+  MomentumSGDOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float momentum_ = 0.9f;
+  float weight_decay_ = 0.f;
+};
+
 /// Chainer's MomentumSGD: v = momentum * v - lr * g; p += v.
 class MomentumSGD : public Optimizer {
  public:
+  /// Requires a finite lr >= 0 and momentum in [0, 1) (dpl::Error otherwise).
   explicit MomentumSGD(float lr = 0.01f, float momentum = 0.9f);
+  /// As above, and a finite weight_decay >= 0.
+  explicit MomentumSGD(const MomentumSGDOptions& options);
   float lr() const override { return lr_; }
   void set_lr(float lr) override;
   float momentum() const { return momentum_; }
-  std::vector<std::pair<std::string, Tensor>> state() const override { return {{"velocity", velocity_}}; }
-  std::map<std::string, double> state_scalars() const override;
 
  protected:
+  std::vector<std::pair<std::string, Tensor>> own_state() const override { return {{"velocity", velocity_}}; }
+  void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
   std::vector<float> replay_values() const override;
@@ -301,22 +323,49 @@ class MomentumSGD : public Optimizer {
   Tensor velocity_;
 };
 
+/// Adam's settings, in libtorch's style:
+/// `optim::Adam(optim::AdamOptions().lr(1e-3f).betas(0.9f, 0.999f).eps(1e-8f).weight_decay(0.f))`.
+/// lr is Chainer's alpha.
+struct AdamOptions {
+  explicit AdamOptions(float lr = 1e-3f) : lr_(lr) {}
+  AdamOptions& lr(float value) { lr_ = value; return *this; }
+  float lr() const { return lr_; }
+  AdamOptions& betas(float beta1, float beta2) {
+    beta1_ = beta1;
+    beta2_ = beta2;
+    return *this;
+  }
+  std::pair<float, float> betas() const { return {beta1_, beta2_}; }
+  AdamOptions& eps(float value) { eps_ = value; return *this; }
+  float eps() const { return eps_; }
+  AdamOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  float weight_decay() const { return weight_decay_; }
+
+ private:
+  float lr_;
+  float beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f;
+  float weight_decay_ = 0.f;
+};
+
 /// Chainer's Adam (defaults alpha 1e-3, beta1 0.9, beta2 0.999, eps 1e-8):
 /// m += (1-beta1)(g-m); v += (1-beta2)(g^2-v);
 /// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps),
 /// where t counts the steps since m and v were last zeroed (setup() or a repacked model).
 class Adam : public Optimizer {
  public:
+  /// Requires a finite alpha >= 0, beta1 and beta2 in [0, 1) and eps > 0 (dpl::Error otherwise).
   explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
+  /// As above, and a finite weight_decay >= 0.
+  explicit Adam(const AdamOptions& options);
   float lr() const override { return alpha_; }
   void set_lr(float alpha) override;
   float beta1() const { return beta1_; }
   float beta2() const { return beta2_; }
   float eps() const { return eps_; }
-  std::vector<std::pair<std::string, Tensor>> state() const override { return {{"m", m_}, {"v", v_}}; }
-  std::map<std::string, double> state_scalars() const override;
 
  protected:
+  std::vector<std::pair<std::string, Tensor>> own_state() const override { return {{"m", m_}, {"v", v_}}; }
+  void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
   std::vector<float> replay_values() const override;

@@ -62,12 +62,14 @@ class BucketWorker;
 /// every step, every rank's gradients become their mean over all ranks. Each is one collective
 /// over the model's flat arena (nn::ParameterArena), never a loop over parameters.
 ///
-/// Requires the model and the communicator to outlive the reducer, and every rank to make the
-/// same calls in the same order (they are collective over the communicator).
+/// Requires the model to outlive the reducer (the reducer shares the communicator's ownership),
+/// and every rank to make the same calls in the same order (they are collective over the
+/// communicator).
 class GradientReducer {
  public:
-  /// A reducer for model over comm. Communicates nothing.
-  GradientReducer(nn::Module& model, comm::Communicator& comm);
+  /// A reducer for model over comm. Requires a non-null comm (dpl::Error otherwise).
+  /// Communicates nothing.
+  GradientReducer(nn::Module& model, std::shared_ptr<comm::Communicator> comm);
 
   /// Every rank's parameters and buffers = rank 0's (one broadcast of the parameter arena, one per
   /// buffer). First checks that every rank's model has the same parameters and buffers (names,
@@ -151,11 +153,11 @@ class GradientReducer {
   /// The model whose arenas this reducer communicates.
   nn::Module& model() const { return model_; }
   /// The communicator this reducer runs its collectives on.
-  comm::Communicator& communicator() const { return comm_; }
+  comm::Communicator& communicator() const { return *comm_; }
 
  private:
   nn::Module& model_;
-  comm::Communicator& comm_;
+  std::shared_ptr<comm::Communicator> comm_;
   std::uint64_t broadcast_arena_ = 0;  // id of the arena last checked and broadcast (0: none)
   bool communicated_ = false;          // whether the last allreduce_gradients() called the communicator
   // Overlap: the options, the buckets of arena `bucket_arena_` with each parameter's bucket, the
@@ -174,7 +176,7 @@ class GradientReducer {
 };
 
 /// One-off GradientReducer(model, comm).broadcast_parameters(), for programs that drive the
-/// collectives themselves.
+/// collectives themselves. Borrows comm for the call only.
 void broadcast_parameters(nn::Module& model, comm::Communicator& comm);
 /// One-off GradientReducer(model, comm).allreduce_gradients().
 void allreduce_gradients(nn::Module& model, comm::Communicator& comm);

@@ -10,6 +10,8 @@
 
 namespace dpl::parallel {
 
+class DataParallelStage;
+
 /// Decorates an optimizer for data-parallel training over a communicator, as ChainerMN's
 /// create_multi_node_optimizer does.
 ///
@@ -40,59 +42,28 @@ namespace dpl::parallel {
 /// If the parameter set changes (a parameter added, data replaced), the check and the broadcast
 /// run again before the update.
 /// The gradient of the first iteration is used like every other.
-class MultiNodeOptimizer : public optim::Optimizer {
+///
+/// Everything else is the wrapped optimizer's, through its step pipeline, which this optimizer's
+/// stage sits in front of (see docs/architecture.md, "The step pipeline"): lr(), t(), the
+/// non-finite policy and counters, and the state, which load_state() restores locally on each
+/// rank (no communication). Gradient hooks (add_gradient_hook) run inside the optimize phase,
+/// after the allreduce, on the averaged gradients, which are the same on every rank (so a norm
+/// a hook computes agrees across ranks without communication).
+///
+/// Replay mode (optim::Optimizer::set_replay_mode, for train::CapturedStep): one process only
+/// for now (the communicators time their phases on the host and the MPI ones call MPI from the
+/// host, neither of which a recording can hold), without overlap; then the wrapped optimizer
+/// decides. Under replay the timer records one phase per step, "step" (forward, backward and
+/// optimize together: a recording cannot be split), from prepare_replay() to finish_replay().
+/// The verdict is read in finish_replay() (can_defer_verdict() is false).
+class MultiNodeOptimizer : public optim::OptimizerWrapper {
  public:
+  /// Adds the data-parallel stage in front of actual's step pipeline. Requires a non-null actual
+  /// and a non-null communicator (dpl::Error otherwise); the optimizer shares the communicator's
+  /// ownership, so it stays alive as long as the optimizer does.
   MultiNodeOptimizer(std::unique_ptr<optim::Optimizer> actual, std::shared_ptr<comm::Communicator> comm,
                      profile::TimingMode mode = profile::TimingMode::kNonIntrusive);
-
-  void setup(nn::Module& model) override;
-  void update() override;
-  Variable update(const std::function<Variable()>& loss_fn) override;
-  void zero_grad() override;
-  /// The wrapped optimizer's backward (MixedPrecision scales a float16 loss).
-  void backward(const Variable& loss) override { actual_->backward(loss); }
-
-  float lr() const override { return actual_->lr(); }
-  void set_lr(float lr) override { actual_->set_lr(lr); }
-  float weight_decay() const override { return actual_->weight_decay(); }
-  void set_weight_decay(float rate) override { actual_->set_weight_decay(rate); }
-  std::int64_t t() const override { return actual_->t(); }
-  /// The policy is the wrapped optimizer's (set through it).
-  void set_non_finite_policy(optim::NonFinitePolicy policy) override { actual_->set_non_finite_policy(policy); }
-  optim::NonFinitePolicy non_finite_policy() const override { return actual_->non_finite_policy(); }
-  bool stops_on_non_finite() const override { return actual_->stops_on_non_finite(); }
-  bool gradients_finite() override { return actual_->gradients_finite(); }
-  std::int64_t iteration() const override { return actual_->iteration(); }
-  std::int64_t skipped_steps() const override { return actual_->skipped_steps(); }
-  bool last_step_skipped() const override { return actual_->last_step_skipped(); }
-  std::vector<std::pair<std::string, Tensor>> state() const override { return actual_->state(); }
-  std::map<std::string, double> state_scalars() const override { return actual_->state_scalars(); }
-  /// Restores the wrapped optimizer's state; local to this rank (no communication), so every
-  /// rank loads the same state itself.
-  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                  const std::map<std::string, double>& scalars) override {
-    actual_->load_state(tensors, scalars);
-  }
-  nn::Module& target() const override { return actual_->target(); }
-  /// Adds the hook to the wrapped optimizer, whose update runs it inside the optimize phase: after
-  /// the allreduce, on the averaged gradients, which are the same on every rank (so a norm it
-  /// computes agrees across ranks without communication).
-  void add_gradient_hook(optim::GradientHook hook) override { actual_->add_gradient_hook(std::move(hook)); }
-  std::size_t gradient_hook_count() const override { return actual_->gradient_hook_count(); }
-
-  /// Replay mode (optim::Optimizer::set_replay_mode, for train::CapturedStep): one process only
-  /// for now (the communicators time their phases on the host and the MPI ones call MPI from
-  /// the host, neither of which a recording can hold), without overlap; then the wrapped
-  /// optimizer decides. Under replay the timer records one phase per step, "step" (forward,
-  /// backward and optimize together: a recording cannot be split), from prepare_replay() to
-  /// finish_replay().
-  std::string replay_refusal() const override;
-  void set_replay_mode(bool on, const Tensor& skip_flag = Tensor()) override;
-  void prepare_replay() override;
-  void finish_replay() override;
-  void count_replayed_step(bool taken) override { actual_->count_replayed_step(taken); }
-  /// False: this wrapper reads the verdict itself, in finish_replay().
-  bool can_defer_verdict() const override { return false; }
+  ~MultiNodeOptimizer() override;
 
   /// Overlap of the allreduce with backward (OverlapOptions; off by default). With it on,
   /// update(loss_fn) arms the reducer before backward, so each bucket of gradients is averaged on
@@ -106,45 +77,20 @@ class MultiNodeOptimizer : public optim::Optimizer {
   /// calls from a second thread (checked at setup(), or here when already set up; dpl::Error
   /// otherwise).
   void set_overlap(const OverlapOptions& options);
-  const OverlapOptions& overlap() const { return overlap_; }
+  const OverlapOptions& overlap() const;
 
-  /// The wrapped optimizer.
-  optim::Optimizer& actual() const { return *actual_; }
-  comm::Communicator& communicator() const { return *comm_; }
+  comm::Communicator& communicator() const;
   /// This rank's phase times.
-  profile::PhaseTimer& timer() { return timer_; }
-  const profile::PhaseTimer& timer() const { return timer_; }
+  profile::PhaseTimer& timer();
+  const profile::PhaseTimer& timer() const;
   /// The timing mode chosen at construction (may be changed between updates).
-  profile::TimingMode timing_mode() const { return mode_; }
+  profile::TimingMode timing_mode() const;
   void set_timing_mode(profile::TimingMode mode);
   /// Summary of the phase times across all ranks (collective; see profile::summarize).
   profile::Summary summary(std::int64_t skip_warmup = 1) const;
 
- protected:
-  void step(nn::ParameterArena&) override {}
-
  private:
-  void broadcast_parameters();
-  void allreduce_and_step(bool overlapped);
-  std::vector<Tensor> prepare_gradients_timed();
-  void step();
-  Tensor& local_flag_on(Device device);
-  void record_overlap(const OverlapTimes& times);
-  void sync_point();
-  // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
-  // same everywhere); throws the message naming the ranks.
-  [[noreturn]] void stop_on_every_rank(const Tensor& averaged_grads);
-
-  std::unique_ptr<optim::Optimizer> actual_;
-  std::shared_ptr<comm::Communicator> comm_;
-  profile::TimingMode mode_;
-  profile::PhaseTimer timer_;
-  std::unique_ptr<GradientReducer> reducer_;  // over target(), from setup()
-  std::int64_t iteration_ = 0;
-  double replay_start_ = 0.0;           // when prepare_replay() began, for the "step" phase
-  std::vector<Tensor> replay_buffers_;  // what the recorded step's prepare_gradients() gave
-  Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
-  OverlapOptions overlap_;
+  DataParallelStage& stage_;
 };
 
 /// ChainerMN's spelling: wraps actual in a MultiNodeOptimizer over comm.

@@ -1,0 +1,135 @@
+#pragma once
+// The step pipeline: what wraps an optimizer's update rule (the non-finite check, replay of a
+// recorded step, mixed precision's master weights, the data-parallel allreduce) as stages that
+// the optimizers compose (see docs/architecture.md, "The step pipeline").
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dpl/autograd/variable.hpp"
+#include "dpl/nn/module.hpp"
+
+namespace dpl::optim {
+
+/// What an update does when the gradients it would apply hold an Inf or a NaN (see
+/// docs/reliability.md). Every rank reaches the same verdict under a parallel::MultiNodeOptimizer.
+enum class NonFinitePolicy {
+  /// Throw dpl::Error on every rank, naming the iteration, the rank(s) whose gradients were
+  /// non-finite, the first such parameter and whether the loss was finite. The default.
+  kStop,
+  /// Skip the step on every rank: parameters, optimizer state and t() stay as they were, and
+  /// skipped_steps() counts it.
+  kSkip,
+  /// No check: no pass over the gradients and no read of a flag (the step applies what it gets).
+  kOff,
+};
+
+/// "stop", "skip" or "off".
+const char* to_string(NonFinitePolicy policy);
+
+/// The name of the parameter of model whose gradient holds the first Inf or NaN of grads (a
+/// buffer in the layout of model's arena, any float dtype and device), or an empty string when
+/// grads is finite. Copies grads to the host: for a stage's failure path only.
+std::string first_non_finite_parameter(nn::Module& model, const Tensor& grads);
+
+/// The message every stopping rank throws: "iteration N: non-finite gradient (Inf or NaN) of
+/// parameter 'P'<where>; <loss>", then what was expected and how to skip instead. `where` is
+/// " on rank(s) 1, 2" or empty for one process; `loss` says what the loss was; `unlocated` says
+/// why no parameter is named when `parameter` is empty.
+std::string non_finite_message(std::int64_t iteration, const std::string& parameter, const std::string& where,
+                               const std::string& loss,
+                               const std::string& unlocated = "not located in the averaged gradients");
+
+/// A transform of the gradients between their completion and the step: it reads and may change
+/// arena.grads() in place (the parameters' gradients are views of it). Under a
+/// parallel::MultiNodeOptimizer the gradients it sees are already averaged over the ranks.
+using GradientHook = std::function<void(nn::ParameterArena& arena)>;
+
+/// How an allreduce overlapped with backward (parallel::GradientReducer) obtains an optimizer's
+/// gradients range by range, while backward still runs.
+struct GradientRanges {
+  /// The float32 buffer that prepare_gradients() returns first (the arena's element count), or
+  /// undefined when that is the model's own float32 gradient arena, which backward fills and
+  /// which needs no preparing.
+  Tensor gradients;
+  /// Fills elements [begin, end) of `gradients` from the model's gradients, as
+  /// prepare_gradients() fills all of them, and raises *flag (a one-element float32 tensor, when
+  /// not null) if one of them comes out Inf or NaN. Called for disjoint ranges, one at a time,
+  /// possibly from another thread, while the model's gradients of other ranges are still being
+  /// written.
+  std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)> prepare;
+};
+
+/// One stage of an optimizer's step pipeline. The stages form a chain, outermost first, that
+/// ends in the update rule's own stage (the non-finite check, replay and the fused update, made
+/// by every optim::Optimizer). optim::Optimizer's step methods (setup, update, prepare_gradients,
+/// the replay protocol, ...) call the outermost stage; each hook of a stage either acts and
+/// passes the call to next() — around it, before or after — or answers itself. Every hook's
+/// default passes the call on unchanged, so a stage overrides only the hooks it changes: a
+/// wrapper (optim::MixedPrecision, parallel::MultiNodeOptimizer) adds a stage instead of
+/// forwarding every method of the optimizer it wraps. The hooks mean what optim::Optimizer's
+/// methods of the same names document.
+///
+/// Requires: a stage is chained once (by optim::OptimizerWrapper), before any hook is called.
+class StepStage {
+ public:
+  virtual ~StepStage() = default;
+
+  // The step: binding, the loss, the gradients, the update.
+  virtual void setup(nn::Module& model) { next().setup(model); }
+  virtual Variable update(const std::function<Variable()>& loss_fn) { return next().update(loss_fn); }
+  virtual void backward(const Variable& loss) { next().backward(loss); }
+  virtual std::vector<Tensor> prepare_gradients() { return next().prepare_gradients(); }
+  virtual GradientRanges gradient_ranges() { return next().gradient_ranges(); }
+  virtual std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag) {
+    return next().adopt_prepared_gradients(flag);
+  }
+  virtual void update() { next().update(); }
+  virtual nn::Module& target() const { return next().target(); }
+
+  // The non-finite verdict and its counters.
+  virtual bool gradients_finite() { return next().gradients_finite(); }
+  virtual bool stops_on_non_finite() const { return next().stops_on_non_finite(); }
+  virtual void set_non_finite_policy(NonFinitePolicy policy) { next().set_non_finite_policy(policy); }
+  virtual NonFinitePolicy non_finite_policy() const { return next().non_finite_policy(); }
+  virtual std::int64_t iteration() const { return next().iteration(); }
+  virtual std::int64_t skipped_steps() const { return next().skipped_steps(); }
+  virtual bool last_step_skipped() const { return next().last_step_skipped(); }
+
+  // The checkpoint state: a stage adds its own entries to the rule's.
+  virtual std::vector<std::pair<std::string, Tensor>> state() const { return next().state(); }
+  virtual std::map<std::string, double> state_scalars() const { return next().state_scalars(); }
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const std::map<std::string, double>& scalars) {
+    next().load_state(tensors, scalars);
+  }
+
+  // Replay of a recorded step (train::CapturedStep). skip_flag: an outer stage's flag, which
+  // the recorded update skips on instead of the rule stage's own.
+  virtual std::string replay_refusal() const { return next().replay_refusal(); }
+  virtual void set_replay_mode(bool on, const Tensor& skip_flag) { next().set_replay_mode(on, skip_flag); }
+  virtual void prepare_replay() { next().prepare_replay(); }
+  virtual void finish_replay() { next().finish_replay(); }
+  /// finish_replay() for a stage whose outer stage read the verdict itself: counts a step,
+  /// taken or not.
+  virtual void count_replayed_step(bool taken) { next().count_replayed_step(taken); }
+  virtual bool can_defer_verdict() const { return next().can_defer_verdict(); }
+  /// Whether this stage is in replay mode.
+  bool replay_mode() const { return replay_; }
+
+ protected:
+  /// The stage this one passes calls to. Requires a chained stage (dpl::Error otherwise).
+  StepStage& next() const;
+
+  bool replay_ = false;
+
+ private:
+  friend class OptimizerWrapper;
+  StepStage* next_ = nullptr;
+};
+
+}  // namespace dpl::optim

@@ -1,0 +1,65 @@
+#pragma once
+// MixedPrecisionStage: MixedPrecision's stage for a 16-bit model (float32 needs none): float32
+// master weights in front of the wrapped pipeline, which runs on them with its check off.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "dpl/optim/mixed_precision.hpp"
+#include "optim/checking_stage.hpp"
+
+namespace dpl::optim {
+
+class MixedPrecisionStage final : public CheckingStage {
+ public:
+  /// Requires dtype bfloat16 or float16 and checked scaling (MixedPrecision checks both).
+  MixedPrecisionStage(DType dtype, LossScaling scaling) : dtype_(dtype), scaling_(scaling) {}
+
+  void setup(nn::Module& model) override;
+  using CheckingStage::update;
+  void update() override;
+  void backward(const Variable& loss) override { scale(loss).backward(); }
+  std::vector<Tensor> prepare_gradients() override;
+  GradientRanges gradient_ranges() override;
+  std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag) override;
+  bool stops_on_non_finite() const override;
+  void set_non_finite_policy(NonFinitePolicy policy) override;
+
+  std::vector<std::pair<std::string, Tensor>> state() const override;
+  std::map<std::string, double> state_scalars() const override;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::map<std::string, double>& scalars) override;
+
+  std::string replay_refusal() const override;
+  void set_replay_mode(bool on, const Tensor& skip_flag) override;
+  void prepare_replay() override;
+  void finish_replay() override;
+  void count_replayed_step(bool taken) override;
+  /// False: this stage reads the verdict itself, in finish_replay().
+  bool can_defer_verdict() const override { return false; }
+
+  Variable scale(const Variable& loss) const;
+  double loss_scale() const { return scale_; }
+  std::int64_t good_steps() const { return good_steps_; }
+  const Tensor& master_params() const;
+  const Tensor& master_grads() const;
+
+ private:
+  nn::ParameterArena& model_arena() const;
+  nn::ParameterArena& master_arena() const;
+  void cast_masters_into_model() const;
+
+  DType dtype_;
+  LossScaling scaling_;
+  std::unique_ptr<nn::Module> masters_;  // float32 copies of the parameters, in the model's order
+  std::uint64_t model_arena_ = 0;        // id of the 16-bit arena the masters belong to
+  double scale_ = 1.0;
+  std::int64_t good_steps_ = 0;
+  // Set when gradient_ranges() filled some of the masters this step (possibly on another
+  // thread); the next prepare_gradients() then only checks them.
+  std::shared_ptr<std::atomic<bool>> ranges_prepared_ = std::make_shared<std::atomic<bool>>(false);
+  Tensor range_flag_;  // gradient_ranges()' flag when the caller passes none
+};
+
+}  // namespace dpl::optim

@@ -1,0 +1,190 @@
+#include "optim/rule_stage.hpp"
+
+#include <string>
+#include <utility>
+
+#include "backend/kernels.hpp"
+#include "dpl/core/error.hpp"
+#include "optim/non_finite.hpp"
+
+namespace dpl::optim {
+
+RuleStage::~RuleStage() = default;
+
+void RuleStage::lay_out_state(nn::ParameterArena& arena) {
+  if (arena.id() == state_arena_) return;
+  rule_.init_state(arena);
+  state_arena_ = arena.id();
+}
+
+void RuleStage::setup(nn::Module& model) {
+  if (replay_) set_replay_mode(false, Tensor());
+  target_ = &model;
+  rule_.t_ = 0;
+  reset_counters();
+  pending_verdict_ = nullptr;
+  pending_loss_ = Tensor();
+  nn::ParameterArena& arena = model.arena();
+  rule_.init_state(arena);
+  state_arena_ = arena.id();
+}
+
+void RuleStage::update() {
+  nn::ParameterArena& arena = target().arena();
+  if (!prepared_) prepare_gradients();
+  if (replay_) {
+    // Recorded, not run: the verdict and the counting wait for finish_replay().
+    DPL_CHECK(arena.id() == state_arena_, "Optimizer: the model's parameters changed since replay mode began; ",
+              "leave replay mode and record the step again");
+    prepared_ = false;
+    rule_.step(arena);
+    return;
+  }
+  if (!admit_step(arena.grads())) return;
+  // A changed parameter set invalidates the per-element state.
+  lay_out_state(arena);
+  for (const GradientHook& hook : hooks_) hook(arena);
+  ++rule_.t_;
+  rule_.step(arena);
+  rule_.on_step_taken();
+}
+
+void RuleStage::add_gradient_hook(GradientHook hook) {
+  DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
+  hooks_.push_back(std::move(hook));
+}
+
+// --- replay mode ---------------------------------------------------------------------------------
+
+std::string RuleStage::replay_refusal() const {
+  if (rule_.replay_values().empty())
+    return "this optimizer's step() does not take its values from the device (replay_values() is empty)";
+  if (!hooks_.empty())
+    return "gradient hooks run on the host between the gradients and the step (clipping reads the norm back)";
+  return {};
+}
+
+void RuleStage::set_replay_mode(bool on, const Tensor& skip_flag) {
+  // Either way the deferred protocol ends here, and replay mode lowers the flag: a verdict still
+  // pending is read first.
+  settle_replay();
+  if (!on) {
+    // The buffers stay: a recording made before reads them, and a step run unrecorded in
+    // between (CapturedStep's odd batch) must find them in place when replay mode returns.
+    replay_ = false;
+    return;
+  }
+  const std::string why = replay_refusal();
+  DPL_CHECK(why.empty(), "Optimizer::set_replay_mode: this optimizer cannot run a recorded step: ", why);
+  nn::ParameterArena& arena = target().arena();
+  // The state is laid out by the first update; a recorded step must find it in place.
+  lay_out_state(arena);
+  const Device device = arena.device();
+  const auto n_values = static_cast<std::int64_t>(rule_.replay_values().size());
+  if (!replay_values_.defined() || replay_values_.numel() != n_values || replay_values_.device() != device)
+    replay_values_ = Tensor::zeros({n_values}, TensorOptions(kFloat32, device));
+  own_replay_flag_ = false;
+  if (skip_flag.defined()) {
+    DPL_CHECK(skip_flag.dtype() == kFloat32 && skip_flag.numel() == 1 && skip_flag.device() == device,
+              "Optimizer::set_replay_mode: expected a one-element float32 flag on ", device, ", got ", skip_flag.dtype(),
+              " of shape ", shape_str(skip_flag.shape()), " on ", skip_flag.device());
+    replay_skip_ = skip_flag;
+  } else if (non_finite_ != NonFinitePolicy::kOff) {
+    // The flag prepare_gradients() raises, made now so that the recording and every replay use
+    // the same buffer.
+    replay_skip_ = reset_non_finite_flag(device);
+    own_replay_flag_ = true;
+  } else {
+    replay_skip_ = Tensor();
+  }
+  prepared_ = false;
+  replay_ = true;
+}
+
+void RuleStage::prepare_replay() {
+  DPL_CHECK(replay_, "Optimizer::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
+  DPL_CHECK(target().arena().id() == state_arena_, "Optimizer::prepare_replay: the model's parameters changed since ",
+            "the step was recorded; leave replay mode and record it again");
+  // Queued in stream order, after the previous replay that read the old values.
+  backend::write_values(replay_values_, rule_.replay_values());
+}
+
+void RuleStage::finish_replay() {
+  DPL_CHECK(replay_, "Optimizer::finish_replay: not in replay mode");
+  loss_ = replay_loss_;
+  if (!admit_step(target().arena().grads())) return;
+  ++rule_.t_;
+  rule_.on_step_taken();
+}
+
+bool RuleStage::can_defer_verdict() const {
+  return replay_ && own_replay_flag_ && non_finite_ == NonFinitePolicy::kStop;
+}
+
+void RuleStage::finish_replay_deferred(const Tensor& loss) {
+  // Queued before the previous verdict is awaited, so this run's read is under way meanwhile.
+  std::shared_ptr<backend::PendingRead> next = backend::read_back_start(replay_skip_);
+  settle_replay();
+  pending_verdict_ = std::move(next);
+  pending_loss_ = loss;
+  loss_ = Tensor();
+  finite_.reset();
+  count_replayed_step(true);
+}
+
+void RuleStage::settle_replay() {
+  if (pending_verdict_ == nullptr) return;
+  const std::shared_ptr<backend::PendingRead> read = std::move(pending_verdict_);  // leaves it null
+  const Tensor loss = std::move(pending_loss_);
+  pending_loss_ = Tensor();
+  if (read->wait().at(0) == 0.f) return;
+  // Counted as taken, it was not: the counters go back to what update() leaves at a stop (the
+  // failing iteration counted, t() and the state's steps not).
+  --rule_.t_;
+  rule_.on_step_withdrawn();
+  last_skipped_ = true;
+  DPL_FAIL(non_finite_message(
+      iteration_, "", "", non_finite::loss_words(loss),
+      "not located: its verdict was read after the next recorded step had begun, which skipped too"));
+}
+
+void RuleStage::count_replayed_step(bool taken) {
+  prepared_ = false;
+  // A wrapper that skips a step never calls the wrapped update(), so nothing is counted here.
+  if (!taken) return;
+  ++iteration_;
+  last_skipped_ = false;
+  ++rule_.t_;
+  rule_.on_step_taken();
+}
+
+std::vector<Tensor> RuleStage::prepare_gradients() {
+  const Tensor grads = target().arena().grads();
+  prepared_ = true;
+  if (non_finite_ == NonFinitePolicy::kOff) {
+    drop_non_finite_flag();
+    return {grads};
+  }
+  if (can_defer_verdict()) {
+    // A recorded step under kStop leaves the flag raised once raised (set_replay_mode zeroed it):
+    // a run queued before the verdict on the one before it was read must skip too.
+    flag_ = replay_skip_;
+    finite_.reset();
+  } else {
+    reset_non_finite_flag(grads.device());
+  }
+  backend::flag_non_finite(grads, flag_);
+  return {grads, flag_};
+}
+
+std::vector<Tensor> RuleStage::adopt_prepared_gradients(const Tensor& flag) {
+  const Tensor grads = target().arena().grads();
+  prepared_ = true;
+  if (non_finite_ == NonFinitePolicy::kOff) {
+    drop_non_finite_flag();
+    return {grads};
+  }
+  return {grads, adopt_non_finite_flag(flag, grads.device())};
+}
+
+}  // namespace dpl::optim

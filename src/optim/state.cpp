@@ -1,0 +1,101 @@
+// Exporting and restoring an optimizer's state (checkpoints).
+#include "dpl/optim/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "optim/rule_stage.hpp"
+
+namespace dpl::optim {
+
+namespace {
+// Counts travel as doubles; those up to 2^53 are exact, which bounds what is accepted.
+std::int64_t whole_scalar(const char* who, const std::map<std::string, double>& scalars, const char* key) {
+  const double v = scalars.at(key);
+  DPL_CHECK(std::isfinite(v) && v >= 0.0 && v == std::floor(v) && v <= 9007199254740992.0, who, ": expected \"",
+            key, "\" to be a whole number >= 0, got ", v);
+  return static_cast<std::int64_t>(v);
+}
+// A fixed hyperparameter is a setting of the run: restoring a state saved under another value
+// would silently change the run, so it must match instead.
+void check_same_setting(const char* who, const std::map<std::string, double>& scalars, const char* key, float have) {
+  const double saved = scalars.at(key);
+  DPL_CHECK(saved == static_cast<double>(have), who, ": the state was saved with ", key, " = ", saved,
+            ", but this optimizer has ", key, " = ", have);
+}
+}  // namespace
+
+std::map<std::string, double> RuleStage::state_scalars() const {
+  std::map<std::string, double> out = {
+      {"t", static_cast<double>(rule_.t())}, {"lr", rule_.lr()}, {"weight_decay", rule_.weight_decay()}};
+  rule_.add_own_scalars(out);
+  return out;
+}
+
+void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                           const std::map<std::string, double>& scalars) {
+  const char* who = "Optimizer::load_state";
+  // A verdict still pending would otherwise be applied to the loaded counters.
+  settle_replay();
+  nn::ParameterArena& arena = target().arena();
+  // The state to fill must have the model's current layout, as the next update() would make it.
+  lay_out_state(arena);
+
+  const auto live = state();
+  for (const auto& [name, src] : tensors) {
+    const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
+    DPL_CHECK(it != live.end(), who, ": unexpected state tensor '", name, "'");
+    DPL_CHECK(src.defined() && src.dtype() == it->second.dtype() && src.shape() == it->second.shape(), who,
+              ": state tensor '", name, "' must be ", it->second.dtype(), " of shape ", shape_str(it->second.shape()),
+              " (the model's parameter layout), got ",
+              src.defined() ? detail::concat(src.dtype(), " of shape ", shape_str(src.shape())) : "undefined");
+  }
+  for (const auto& [name, dst] : live) {
+    // Named in the capture: C++17 lets no lambda capture a structured binding implicitly
+    // (clang refuses it, which the sanitizer and fuzzing builds use).
+    const bool given =
+        std::any_of(tensors.begin(), tensors.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
+    DPL_CHECK(given, who, ": missing state tensor '", name, "'");
+  }
+  const auto keys = state_scalars();
+  for (const auto& [key, value] : scalars) DPL_CHECK(keys.count(key) == 1, who, ": unexpected state scalar '", key, "'");
+  for (const auto& [key, value] : keys) DPL_CHECK(scalars.count(key) == 1, who, ": missing state scalar '", key, "'");
+
+  const std::int64_t t = whole_scalar(who, scalars, "t");
+  const double lr = scalars.at("lr"), rate = scalars.at("weight_decay");
+  DPL_CHECK(std::isfinite(lr) && lr >= 0.0, who, ": expected \"lr\" to be finite and >= 0, got ", lr);
+  DPL_CHECK(std::isfinite(rate) && rate >= 0.0, who, ": expected \"weight_decay\" to be finite and >= 0, got ", rate);
+  rule_.load_own_scalars(scalars);
+
+  rule_.t_ = t;
+  rule_.set_lr(static_cast<float>(lr));
+  rule_.set_weight_decay(static_cast<float>(rate));
+  for (const auto& [name, dst] : live) {
+    Tensor into = dst;
+    for (const auto& [given, src] : tensors)
+      if (given == name) into.copy_(src);
+  }
+}
+
+void MomentumSGD::add_own_scalars(std::map<std::string, double>& out) const { out["momentum"] = momentum_; }
+
+void MomentumSGD::load_own_scalars(const std::map<std::string, double>& scalars) {
+  check_same_setting("MomentumSGD::load_state", scalars, "momentum", momentum_);
+}
+
+void Adam::add_own_scalars(std::map<std::string, double>& out) const {
+  out["moment_steps"] = static_cast<double>(moment_steps_);
+  out["beta1"] = beta1_;
+  out["beta2"] = beta2_;
+  out["eps"] = eps_;
+}
+
+void Adam::load_own_scalars(const std::map<std::string, double>& scalars) {
+  const char* who = "Adam::load_state";
+  check_same_setting(who, scalars, "beta1", beta1_);
+  check_same_setting(who, scalars, "beta2", beta2_);
+  check_same_setting(who, scalars, "eps", eps_);
+  moment_steps_ = whole_scalar(who, scalars, "moment_steps");
+}
+
+}  // namespace dpl::optim

@@ -1,0 +1,70 @@
+#pragma once
+// DataParallelStage: MultiNodeOptimizer's stage. In front of the wrapped optimizer's pipeline it
+// times the step's phases, averages what the wrapped pipeline's prepare_gradients() returns over
+// the ranks (after backward, or bucket by bucket during it), and stops every rank together on a
+// non-finite step.
+
+#include <memory>
+#include <vector>
+
+#include "dpl/comm/communicator.hpp"
+#include "dpl/optim/step_pipeline.hpp"
+#include "dpl/parallel/gradient_reducer.hpp"
+#include "dpl/profile/phase_timer.hpp"
+
+namespace dpl::parallel {
+
+class DataParallelStage final : public optim::StepStage {
+ public:
+  /// Requires a non-null communicator (MultiNodeOptimizer checks it).
+  DataParallelStage(std::shared_ptr<comm::Communicator> comm, profile::TimingMode mode) : comm_(std::move(comm)) {
+    set_timing_mode(mode);
+  }
+
+  void setup(nn::Module& model) override;
+  void update() override;
+  Variable update(const std::function<Variable()>& loss_fn) override;
+  std::string replay_refusal() const override;
+  void set_replay_mode(bool on, const Tensor& skip_flag) override;
+  void prepare_replay() override;
+  void finish_replay() override;
+  /// False: this stage reads the verdict itself, in finish_replay().
+  bool can_defer_verdict() const override { return false; }
+
+  // What MultiNodeOptimizer's own methods of the same names do.
+  void set_overlap(const OverlapOptions& options);
+  const OverlapOptions& overlap() const { return overlap_; }
+  comm::Communicator& communicator() const { return *comm_; }
+  profile::PhaseTimer& timer() { return timer_; }
+  const profile::PhaseTimer& timer() const { return timer_; }
+  profile::TimingMode timing_mode() const { return mode_; }
+  void set_timing_mode(profile::TimingMode mode);
+  profile::Summary summary(std::int64_t skip_warmup) const;
+
+ private:
+  void broadcast_parameters();
+  void allreduce_and_step(bool overlapped);
+  std::vector<Tensor> prepare_gradients_timed();
+  void step();
+  Tensor& local_flag_on(Device device);
+  void record_overlap(const OverlapTimes& times);
+  void sync_point();
+  // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
+  // same everywhere); throws the message naming the ranks.
+  [[noreturn]] void stop_on_every_rank(const Tensor& averaged_grads);
+
+  std::shared_ptr<comm::Communicator> comm_;
+  profile::TimingMode mode_ = profile::TimingMode::kNonIntrusive;
+  profile::PhaseTimer timer_;
+  nn::Module* model_ = nullptr;               // from setup()
+  std::unique_ptr<GradientReducer> reducer_;  // over the model, from setup()
+  std::int64_t iteration_ = 0;
+  Tensor loss_;                         // the loss of the update(loss_fn) under way, for messages
+  Tensor replay_loss_;                  // the recorded step's loss
+  double replay_start_ = 0.0;           // when prepare_replay() began, for the "step" phase
+  std::vector<Tensor> replay_buffers_;  // what the recorded step's prepare_gradients() gave
+  Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
+  OverlapOptions overlap_;
+};
+
+}  // namespace dpl::parallel
