@@ -1,12 +1,17 @@
 #include "dpl/train/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <system_error>
 
@@ -240,6 +245,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
                                                 {"values", Json(state.values).dump()}};
     if (state.optimizer) metadata["optimizer"] = meta_optimizer.dump();
     if (state.log) metadata["log"] = log_json(*state.log).dump();
+    if (!state.run_id.empty()) metadata["run"] = state.run_id;
     serialize::save_safetensors(path, tensors, metadata);
   });
   agree(comm, failure, who);
@@ -342,6 +348,8 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
     state.values.clear();
     const Json values = metadata_json(file, "values");
     for (const auto& [key, value] : values.items()) state.values[key] = value.get<std::string>();
+    const auto run = file.metadata.find("run");
+    if (run != file.metadata.end()) state.run_id = run->second;
   });
   agree(comm, failure, who);
 }
@@ -366,9 +374,42 @@ std::vector<std::string> list_checkpoints(const std::string& folder) {
   return out;
 }
 
-void remove_old_checkpoints(const std::string& folder, std::int64_t keep) {
+std::string new_run_id() {
+  std::random_device device;
+  detail::StableHash h;
+  const auto words = {static_cast<std::uint64_t>(device()) << 32 | device(),
+                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
+                      static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()),
+                      static_cast<std::uint64_t>(::getpid())};
+  for (const std::uint64_t w : words) h.add_bytes(&w, sizeof w);
+  return hex(h.value());
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  // The header alone: a folder may hold many large checkpoints, and pruning runs every snapshot.
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return "";
+  std::uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = length << 8 | length_bytes[i];
+  constexpr std::uint64_t kMaxHeader = std::uint64_t{1} << 30;  // what no checkpoint's header reaches
+  if (length > kMaxHeader) return "";
+  std::string header(static_cast<std::size_t>(length), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return "";
+  const Json j = Json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("__metadata__")) return "";
+  const Json& meta = j.at("__metadata__");
+  if (!meta.is_object() || !meta.contains("run") || !meta.at("run").is_string()) return "";
+  return meta.at("run").get<std::string>();
+}
+
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep, const std::string& run_id) {
   DPL_CHECK(keep >= 1, "remove_old_checkpoints: expected keep >= 1, got ", keep);
-  const std::vector<std::string> all = list_checkpoints(folder);
+  DPL_CHECK(!run_id.empty(), "remove_old_checkpoints: expected the run id whose checkpoints to prune, got none");
+  // Another run may share the folder (the default -o): its files are not this run's to delete.
+  std::vector<std::string> all;
+  for (std::string& p : list_checkpoints(folder))
+    if (checkpoint_run_id(p) == run_id) all.push_back(std::move(p));
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     std::error_code ec;
     std::filesystem::remove(all[i], ec);

@@ -281,6 +281,7 @@ TrainingState Trainer::training_state(const char* who) {
             "checkpointed)");
   state.generators = generators_;
   state.generators.emplace_back("default", &default_generator());
+  state.run_id = run_id_;
   if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
   return state;
 }
@@ -294,6 +295,7 @@ void Trainer::save(const std::string& path) {
 void Trainer::resume(const std::string& path) {
   TrainingState state = training_state("Trainer::resume");
   load_checkpoint(path, state, comm_);
+  run_id_ = state.run_id;
   const auto it = state.values.find(kObservationKey);
   observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());
   for (const Entry& e : extensions_) e.extension->resumed(*this);
@@ -389,7 +391,7 @@ void Snapshot::operator()(Trainer& trainer) {
     std::filesystem::create_directories(folder, ec);  // a failure shows as save_checkpoint's, on every rank
   }
   trainer.save((std::filesystem::path(folder) / checkpoint_name(trainer.updater().iterator().iteration())).string());
-  if (trainer.is_root()) remove_old_checkpoints(folder, keep_);
+  if (trainer.is_root()) remove_old_checkpoints(folder, keep_, trainer.run_id());
 }
 
 // --- LrSchedule ----------------------------------------------------------------------------------

@@ -29,7 +29,16 @@ struct TrainingState {
   std::vector<std::pair<std::string, Generator*>> generators;   ///< this rank's, by name
   LogReport* log = nullptr;                                     ///< rank 0's
   std::map<std::string, std::string> values;                    ///< the caller's own, as text
+  /// The run the state belongs to (new_run_id()): save_checkpoint writes it into the metadata
+  /// under "run"; load_checkpoint sets it to the file's, so a resumed run continues the lineage
+  /// (a file without one leaves it as it is); remove_old_checkpoints prunes one run's files only.
+  /// Empty: none is written.
+  std::string run_id;
 };
+
+/// A fresh run id: 16 hex digits from std::random_device, the clock and the process id, so two
+/// runs (also two processes started in the same instant) get different ones.
+std::string new_run_id();
 
 /// The format tag a checkpoint's metadata holds under "format".
 inline constexpr const char* kCheckpointFormat = "dpl-checkpoint-1";
@@ -66,8 +75,14 @@ std::string checkpoint_name(std::int64_t iteration);
 /// empty when the folder does not exist.
 std::vector<std::string> list_checkpoints(const std::string& folder);
 
-/// Deletes all but the newest keep checkpoints of folder. Requires keep >= 1 (dpl::Error
-/// otherwise). Call it once a new checkpoint is complete, so that one always survives.
-void remove_old_checkpoints(const std::string& folder, std::int64_t keep);
+/// The run id a checkpoint's metadata holds under "run", read from its header alone; empty when
+/// the file cannot be read as a checkpoint's header or holds no run id.
+std::string checkpoint_run_id(const std::string& path);
+
+/// Deletes all but the newest keep checkpoints of folder that belong to run_id (checkpoint_run_id);
+/// checkpoints of other runs sharing the folder, and files without a run id, are never touched.
+/// Requires keep >= 1 and a non-empty run_id (dpl::Error otherwise). Call it once a new checkpoint
+/// is complete, so that one always survives.
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep, const std::string& run_id);
 
 }  // namespace dpl::train
