@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include "core/stable_hash.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/data/image/jpeg.hpp"
 
@@ -44,6 +46,14 @@ std::vector<ImageListEntry> read_image_list(const std::string& list_path) {
 
 LabeledImageDataset::LabeledImageDataset(const std::string& list_path, const std::string& root)
     : list_path_(list_path), root_(root), entries_(read_image_list(list_path)) {}
+
+std::string LabeledImageDataset::contents_fingerprint() const {
+  ::dpl::detail::StableHash h;
+  for (const ImageListEntry& e : entries_) h.add(e.path).add("\t").add(std::to_string(e.label)).add("\n");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.value()));
+  return std::to_string(entries_.size()) + " entries, hash " + hex;
+}
 
 std::string LabeledImageDataset::file_path(std::int64_t i) const {
   const std::string& p = entries_[static_cast<std::size_t>(i)].path;

@@ -50,6 +50,11 @@ class LabeledImageDataset : public RandomAccessDataset {
   std::string file_path(std::int64_t i) const;
   /// The list file this data set was read from.
   const std::string& list_path() const { return list_path_; }
+  /// What decides the data, cheap to compare across ranks: "<N> entries, hash <16 hex digits>",
+  /// the stable hash of every entry's path and label in order. Equal lists give equal text in
+  /// every process; lists that differ in any path or label give different text (but for a
+  /// 64-bit collision). Line endings and blank lines do not count.
+  std::string contents_fingerprint() const;
 
  private:
   std::vector<std::uint8_t> read_bytes(std::int64_t i) const;
