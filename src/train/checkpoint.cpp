@@ -56,6 +56,21 @@ std::vector<std::uint64_t> words_of(const Tensor& t) {
   return words;
 }
 
+// Text travels with the other per-rank parts as int64 words: its length in bytes, then the bytes.
+Tensor text_tensor(const std::string& text) {
+  std::vector<std::uint64_t> words(1 + (text.size() + 7) / 8, 0);
+  words[0] = text.size();
+  if (!text.empty()) std::memcpy(words.data() + 1, text.data(), text.size());
+  return words_tensor(words);
+}
+std::string text_of(const Tensor& t, const std::string& path, const std::string& name) {
+  const std::vector<std::uint64_t> words = words_of(t);
+  DPL_CHECK(!words.empty() && words[0] <= (words.size() - 1) * 8, "load_checkpoint: ", path, ": '", name,
+            "' must hold a byte count and that many bytes, got ", words.empty() ? 0 : words[0], " bytes in ",
+            words.empty() ? 0 : words.size() - 1, " words");
+  return std::string(reinterpret_cast<const char*>(words.data() + 1), static_cast<std::size_t>(words[0]));
+}
+
 // JSON has no NaN or infinity, and a log's loss may be either.
 Json number(double v) {
   if (std::isfinite(v)) return v;
@@ -78,6 +93,7 @@ Named rank_parts(const TrainingState& s) {
     out.emplace_back("iterator/order", Tensor::from_vector<std::int64_t>(
                                            it.order, {static_cast<std::int64_t>(it.order.size())}));
     out.emplace_back("iterator/generator", words_tensor(it.generator));
+    out.emplace_back("iterator/settings", text_tensor(Json(it.settings).dump()));
   }
   for (const auto& [name, gen] : s.generators) {
     DPL_CHECK(gen != nullptr, "save_checkpoint: generator '", name, "' is null");
@@ -261,6 +277,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   Named model_tensors, optimizer_tensors;
   std::map<std::string, const Tensor*> own;  // this rank's parts, without the prefix
   std::uint64_t content_hash = 0;
+  std::vector<std::pair<std::string, std::string>> iterator_settings;
   std::string failure = failure_of(who, path, [&] {
     DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
     file = serialize::load_safetensors(path);
@@ -305,6 +322,16 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
         DPL_CHECK(own.count(part) == 1, who, ": ", path, " lacks '", rank_prefix(rank), part, "'");
       DPL_CHECK(own.at("iterator/counters")->numel() == 6 && own.at("iterator/counters")->dtype() == kInt64, who,
                 ": ", path, ": '", rank_prefix(rank), "iterator/counters' must be 6 int64 values");
+      // Absent from checkpoints written before the settings were recorded: nothing to compare.
+      if (own.count("iterator/settings") == 1) {
+        const std::string name = rank_prefix(rank) + "iterator/settings";
+        const Json j = Json::parse(text_of(*own.at("iterator/settings"), path, name), nullptr, false);
+        bool pairs = j.is_array();
+        for (const Json& kv : j)
+          pairs = pairs && kv.is_array() && kv.size() == 2 && kv.at(0).is_string() && kv.at(1).is_string();
+        DPL_CHECK(pairs, who, ": ", path, ": '", name, "' must be a JSON list of [name, value] strings");
+        for (const Json& kv : j) iterator_settings.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+      }
     }
     for (const auto& [name, gen] : state.generators)
       DPL_CHECK(own.count("generator/" + name) == 1, who, ": ", path, " lacks '", rank_prefix(rank), "generator/",
@@ -334,6 +361,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       it.is_new_epoch = c[5] != 0;
       it.order = own.at("iterator/order")->to_vector<std::int64_t>();
       it.generator = words_of(*own.at("iterator/generator"));
+      it.settings = iterator_settings;
       state.iterator->load_state(it);
     }
     for (auto& [name, gen] : state.generators) gen->set_state(words_of(*own.at("generator/" + name)));

@@ -112,4 +112,37 @@ TEST(CheckpointDist, RanksReadingDifferentFilesAllFail) {
   }
 }
 
+// A resumed run must see its data in the order it was saved with: another --seed, which cuts other
+// shards from the same data, is refused on every rank, naming the setting and both values, and
+// leaves the iterator as it was; the same seed resumes.
+TEST(CheckpointDist, ResumingWithAnotherSeedIsRefusedOnEveryRank) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  const std::string path = shared_folder(*comm) + "/seed.safetensors";
+  const data::Dataset all = comm->rank() == 0 ? numbered(24) : data::Dataset();
+  const auto iterator = [&](std::uint64_t seed) {
+    auto it = std::make_unique<data::BatchIterator>(data::scatter_dataset(all, *comm, true, seed), 3, true,
+                                                    seed + static_cast<std::uint64_t>(comm->rank()));
+    it->set_order_settings({{"seed (--seed)", std::to_string(seed)}});
+    return it;
+  };
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  const auto saved = iterator(3);
+  saved->next();
+  train::save_checkpoint(path, train::TrainingState{&model, nullptr, saved.get()}, comm.get());
+
+  const auto other = iterator(4);
+  train::TrainingState resuming{&model, nullptr, other.get()};
+  DPL_EXPECT_ERROR(train::load_checkpoint(path, resuming, comm.get()),
+                   AllOf(HasSubstr(path), HasSubstr("the data or their order differ from the run that saved the state"),
+                         HasSubstr("setting 'seed (--seed)' was 3 when saved, is 4 now"),
+                         HasSubstr("the data set's content differs from the one saved")));
+  EXPECT_EQ(other->iteration(), 0);
+
+  const auto same = iterator(3);
+  train::TrainingState again{&model, nullptr, same.get()};
+  train::load_checkpoint(path, again, comm.get());
+  EXPECT_EQ(same->iteration(), 1);
+}
+
 }  // namespace
