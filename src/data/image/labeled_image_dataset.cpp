@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -69,6 +70,9 @@ std::vector<std::uint8_t> LabeledImageDataset::read_bytes(std::int64_t i) const 
   DPL_CHECK(i >= 0 && i < size(), "LabeledImageDataset: index ", i, " is outside the ", size(), " images of ",
             list_path_);
   const std::string path = file_path(i);
+  // Linux opens a folder as a stream whose length reads as huge, which would size the buffer.
+  std::error_code ec;
+  DPL_CHECK(!std::filesystem::is_directory(path, ec), where(i), " is a folder; expected an image file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     DPL_FAIL(list_path_, ":", entries_[static_cast<std::size_t>(i)].line, ": cannot open ", path, ": ",

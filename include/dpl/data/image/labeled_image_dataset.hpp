@@ -36,7 +36,8 @@ class LabeledImageDataset : public RandomAccessDataset {
   std::int64_t size() const override { return static_cast<std::int64_t>(entries_.size()); }
   int channels() const override { return 3; }
   /// The image at full resolution. Throws dpl::Error "<list>:<line>: cannot open <path>: <system
-  /// reason>" for a file that cannot be read, and "<list>:<line>: <path>: corrupt or truncated
+  /// reason>" for a file that cannot be read, "<list>:<line>: <path> is a folder; expected an
+  /// image file" for a folder, and "<list>:<line>: <path>: corrupt or truncated
   /// JPEG: <decoder's reason>" for one that does not decode.
   Example get(std::int64_t i) const override;
   /// Decodes at the strongest DCT-domain downscale that still leaves plan's region at least as

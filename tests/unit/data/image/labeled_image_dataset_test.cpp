@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dpl/data/image/labeled_image_dataset.hpp"
+#include "dpl/data/random_access_dataset.hpp"
 #include "support/expect_error.hpp"
 #include "support/temp_dir.hpp"
 
@@ -31,6 +32,19 @@ TEST(LabeledImageDataset, ContentsFingerprintFollowsPathsAndLabelsOnly) {
   EXPECT_EQ(data::LabeledImageDataset(dir.file("same_with_crlf.txt")).contents_fingerprint(), a);
   EXPECT_NE(data::LabeledImageDataset(dir.file("labels_swapped.txt")).contents_fingerprint(), a);
   EXPECT_NE(data::LabeledImageDataset(dir.file("other_path.txt")).contents_fingerprint(), a);
+}
+
+TEST(LabeledImageDataset, AFolderNamedLikeAnImageIsRefusedWithListLineAndPath) {
+  test::TempDir dir("dpl_list_folder");
+  std::filesystem::create_directories(dir.path() / "images" / "x.jpg");
+  write_text(dir.file("train.txt"), "\nimages/x.jpg 3\n");
+  const data::LabeledImageDataset set(dir.file("train.txt"), dir.path().string());
+  const std::string expected = dir.file("train.txt") + ":2: " + dir.path().string() + "/images/x.jpg is a folder";
+  DPL_EXPECT_ERROR(set.get(0), AllOf(HasSubstr(expected), HasSubstr("expected an image file")));
+  const data::CropPlanner whole = [](int height, int width) {
+    return data::CropRequest{{0, 0, width, height}, height, width};
+  };
+  DPL_EXPECT_ERROR(set.get_for_crop(0, whole), HasSubstr(expected));
 }
 
 }  // namespace
