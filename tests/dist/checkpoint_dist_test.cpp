@@ -105,8 +105,10 @@ TEST(CheckpointDist, RanksReadingDifferentFilesAllFail) {
   if (comm->size() > 1) {
     EXPECT_THAT(differ, AllOf(HasSubstr("load_checkpoint"), HasSubstr("the checkpoints read differ between ranks"),
                               HasSubstr("rank(s) " + std::to_string(comm->size() - 1))));
-    // Differences are told against rank 0, so here every other rank is named, with rank 0's error.
-    EXPECT_THAT(missing, AllOf(HasSubstr("rank(s) 1"), HasSubstr("none.safetensors: cannot open the file")));
+    // The rank that failed is the one named, with its error, although it is rank 0.
+    EXPECT_THAT(missing, AllOf(HasSubstr("failed on rank(s) 0 of " + std::to_string(comm->size())),
+                               HasSubstr("so every rank stops; rank 0: "),
+                               HasSubstr("none.safetensors: cannot open the file")));
   } else {
     EXPECT_THAT(missing, HasSubstr("none.safetensors"));
   }
@@ -143,6 +145,23 @@ TEST(CheckpointDist, ResumingWithAnotherSeedIsRefusedOnEveryRank) {
   train::TrainingState again{&model, nullptr, same.get()};
   train::load_checkpoint(path, again, comm.get());
   EXPECT_EQ(same->iteration(), 1);
+}
+
+// Rank 0 alone writes: when its write fails (a full disk, a missing folder) and every other rank
+// succeeded, every rank names rank 0 as the one that failed, with its reason.
+TEST(CheckpointDist, AFailedWriteNamesTheRankThatFailed) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  const std::string path = "/nonexistent-dpl-folder/c.safetensors";
+  const std::string message =
+      test::error_message([&] { train::save_checkpoint(path, train::TrainingState{&model}, comm.get()); });
+  EXPECT_THAT(message, HasSubstr(path));
+  if (comm->size() > 1) {
+    EXPECT_THAT(message, AllOf(HasSubstr("save_checkpoint (naive): failed on rank(s) 0 of " +
+                                         std::to_string(comm->size()) + ", so every rank stops; rank 0: "),
+                               ::testing::Not(HasSubstr("rank(s) 1"))));
+  }
 }
 
 }  // namespace

@@ -51,8 +51,8 @@ inline constexpr const char* kCheckpointFormat = "dpl-checkpoint-1";
 /// tensor's checksum goes into the metadata, so a file damaged later is refused on loading.
 /// Requires: state.model; the parts described above.
 /// Ensures: path holds the complete checkpoint or what it held before. Throws dpl::Error on every
-/// rank when any rank's parts differ from rank 0's or the write fails (rank 0 with the reason,
-/// the others naming rank 0), so no rank is left waiting.
+/// rank when any rank's parts differ from rank 0's or the write fails (every rank naming the
+/// rank(s) that failed, rank 0 for the write, and the reason), so no rank is left waiting.
 void save_checkpoint(const std::string& path, const TrainingState& state, comm::Communicator* comm = nullptr);
 
 /// Restores state from a checkpoint written by save_checkpoint, on every rank.
@@ -65,7 +65,8 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
 /// comm::check_ranks_agree) and restore their parts: rank r takes the iterator and generators
 /// rank r saved. state.values receives the saved values.
 /// Requires: the same parts as were saved (the log may be absent on either side).
-/// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong.
+/// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong, and,
+/// when not every rank failed alike, the ranks that failed.
 void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm = nullptr);
 
 /// The file name of the checkpoint at an iteration: "snapshot_iter_<iteration>.safetensors".
