@@ -26,14 +26,14 @@ struct TrainingState {
   nn::Module* model = nullptr;                                  ///< required
   optim::Optimizer* optimizer = nullptr;                        ///< set up on model
   data::BatchIterator* iterator = nullptr;                      ///< this rank's
-  std::vector<std::pair<std::string, Generator*>> generators;   ///< this rank's, by name
+  std::vector<std::pair<std::string, Generator*>> generators{}; ///< this rank's, by name
   LogReport* log = nullptr;                                     ///< rank 0's
-  std::map<std::string, std::string> values;                    ///< the caller's own, as text
+  std::map<std::string, std::string> values{};                  ///< the caller's own, as text
   /// The run the state belongs to (new_run_id()): save_checkpoint writes it into the metadata
   /// under "run"; load_checkpoint sets it to the file's, so a resumed run continues the lineage
   /// (a file without one leaves it as it is); remove_old_checkpoints prunes one run's files only.
   /// Empty: none is written.
-  std::string run_id;
+  std::string run_id{};
 };
 
 /// A fresh run id: 16 hex digits from std::random_device, the clock and the process id, so two
