@@ -214,6 +214,12 @@ int run(Options o) {
     val_set = std::make_shared<data::LabeledImageDataset>(o.val_list, o.root);
     DPL_CHECK(train_set->size() > 0, o.train_list, ": expected at least one `path label` line, got none");
     DPL_CHECK(val_set->size() > 0, o.val_list, ": expected at least one `path label` line, got none");
+    // The lists' contents, not only their names: ranks on unshared file systems, or with stale
+    // copies, would otherwise train on mismatched labels without a word.
+    comm::check_settings_agree(*comm,
+                               {{"training list contents (" + o.train_list + ")", train_set->contents_fingerprint()},
+                                {"validation list contents (" + o.val_list + ")", val_set->contents_fingerprint()}},
+                               "train_imagenet");
     const std::int64_t top = std::max(max_label(*train_set), max_label(*val_set));
     if (classes == 0) classes = top + 1;
     DPL_CHECK(top < classes, "--classes ", classes, " is too few: the lists have label ", top);

@@ -128,6 +128,8 @@ int run(const Options& o) {
   optimizer->setup(model);
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
+  // The seed cut the shards: a resume with another one would silently train on other rows.
+  batches.set_order_settings({{"seed (--seed)", std::to_string(o.seed)}});
   train::StandardUpdater updater(batches, *optimizer, [&](const data::Batch& b, train::Observation& observation) {
     const Variable logits = model(Variable(b.x));
     observation.observe("main/accuracy", accuracy(logits, b.y));

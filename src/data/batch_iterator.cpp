@@ -1,9 +1,11 @@
 #include "dpl/data/batch_iterator.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <utility>
 
+#include "core/stable_hash.hpp"
 #include "data/rows.hpp"
 #include "dpl/core/error.hpp"
 
@@ -40,9 +42,55 @@ void BatchIterator::new_order() {
   }
 }
 
-BatchIteratorState BatchIterator::state() const {
-  return {size_, batch_size_, epoch_, iteration_, position_, is_new_epoch_, order_, gen_.state()};
+namespace {
+constexpr const char* kContentSetting = "data set content";
+}  // namespace
+
+void BatchIterator::set_order_settings(std::vector<std::pair<std::string, std::string>> settings) {
+  order_settings_ = std::move(settings);
 }
+
+std::vector<std::pair<std::string, std::string>> BatchIterator::order_settings() const {
+  // The content, not only the size: shards cut with another seed, or another data folder, hold
+  // as many samples as the ones saved.
+  ::dpl::detail::StableHash h;
+  h.add_bytes(dataset_.images().raw_data(), dataset_.images().nbytes());
+  h.add_bytes(dataset_.labels().raw_data(), dataset_.labels().nbytes());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.value()));
+  std::vector<std::pair<std::string, std::string>> out{{"shuffle", shuffle_ ? "on" : "off"}, {kContentSetting, hex}};
+  out.insert(out.end(), order_settings_.begin(), order_settings_.end());
+  return out;
+}
+
+BatchIteratorState BatchIterator::state() const {
+  return {size_, batch_size_, epoch_, iteration_, position_, is_new_epoch_, order_, gen_.state(), order_settings()};
+}
+
+namespace {
+// Each setting of saved and now that differs (or is on one side only), as the message words it.
+std::string settings_differences(const std::vector<std::pair<std::string, std::string>>& saved,
+                                 const std::vector<std::pair<std::string, std::string>>& now) {
+  const auto find = [](const std::vector<std::pair<std::string, std::string>>& list, const std::string& name) {
+    const auto it = std::find_if(list.begin(), list.end(), [&](const auto& kv) { return kv.first == name; });
+    return it == list.end() ? std::string("(not recorded)") : it->second;
+  };
+  std::vector<std::string> names;
+  for (const auto* list : {&saved, &now})
+    for (const auto& kv : *list)
+      if (std::find(names.begin(), names.end(), kv.first) == names.end()) names.push_back(kv.first);
+  std::string out;
+  for (const std::string& name : names) {
+    const std::string was = find(saved, name), is = find(now, name);
+    if (was == is) continue;
+    out += out.empty() ? "" : "; ";
+    // A hash of each rank's own shard: its value differs by rank and says nothing to a reader.
+    out += name == kContentSetting ? "the data set's content differs from the one saved (same size, another hash)"
+                                   : ::dpl::detail::concat("setting '", name, "' was ", was, " when saved, is ", is, " now");
+  }
+  return out;
+}
+}  // namespace
 
 void BatchIterator::load_state(const BatchIteratorState& s) {
   const char* who = "BatchIterator::load_state";
@@ -56,6 +104,11 @@ void BatchIterator::load_state(const BatchIteratorState& s) {
             s.position);
   DPL_CHECK(static_cast<std::int64_t>(s.order.size()) == size_, who, ": expected an order of ", size_,
             " samples, got ", s.order.size());
+  if (!s.settings.empty()) {
+    const std::string differences = settings_differences(s.settings, order_settings());
+    DPL_CHECK(differences.empty(), who, ": the data or their order differ from the run that saved the state: ",
+              differences, "; resume with the settings and data the run was saved with");
+  }
   std::vector<bool> seen(static_cast<std::size_t>(size_), false);
   for (std::size_t i = 0; i < s.order.size(); ++i) {
     const std::int64_t k = s.order[i];

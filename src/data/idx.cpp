@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -49,17 +50,26 @@ Bytes read_whole_file(const char* op, const std::string& path) {
 
 bool is_gzip(const Bytes& b) { return b.size() >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
 
-// Inflates every gzip member of `in` (gzip allows several, concatenated).
-Bytes gunzip(const char* op, const std::string& path, const Bytes& in) {
+// How far a decompressed file may grow: given the bytes inflated so far, the most it may hold
+// (its header's promise once the header is in, plus one byte to show the excess), or
+// kUnbounded while the header is incomplete.
+using OutputBound = std::function<std::uint64_t(const Bytes& out)>;
+constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
+
+// Inflates every gzip member of `in` (gzip allows several, concatenated), never past what bound
+// allows: a stream that would decompress to more stops there, its output cut to the bound, and
+// *cut says so. A small file that inflates to gigabytes (a gzip bomb)
+// thus costs at most the memory its header promises.
+Bytes gunzip(const char* op, const std::string& path, const Bytes& in, const OutputBound& bound, bool* cut) {
   Bytes out;
-  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess for one member.
+  *cut = false;
+  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess for one member,
+  // used once the header's promise bounds it.
+  std::uint64_t isize = 0;
   if (in.size() >= 18) {
     const std::size_t k = in.size() - 4;
-    const std::uint32_t isize = static_cast<std::uint32_t>(in[k]) | static_cast<std::uint32_t>(in[k + 1]) << 8 |
-                                static_cast<std::uint32_t>(in[k + 2]) << 16 |
-                                static_cast<std::uint32_t>(in[k + 3]) << 24;
-    // Deflate cannot expand more than about 1032:1, which bounds what a corrupt trailer can ask.
-    out.reserve(std::min<std::uint64_t>(isize, static_cast<std::uint64_t>(in.size()) * 1032));
+    isize = static_cast<std::uint32_t>(in[k]) | static_cast<std::uint32_t>(in[k + 1]) << 8 |
+            static_cast<std::uint32_t>(in[k + 2]) << 16 | static_cast<std::uint32_t>(in[k + 3]) << 24;
   }
   z_stream zs{};
   DPL_CHECK(inflateInit2(&zs, 16 + MAX_WBITS) == Z_OK, op, ": zlib could not start inflating ", path);
@@ -70,6 +80,7 @@ Bytes gunzip(const char* op, const std::string& path, const Bytes& in) {
 
   std::size_t consumed = 0;  // input bytes handed to zlib so far
   constexpr std::size_t kChunk = 1 << 20;
+  std::uint64_t limit = kUnbounded;
   while (true) {
     if (zs.avail_in == 0 && consumed < in.size()) {
       const std::size_t n = std::min<std::size_t>(in.size() - consumed, std::numeric_limits<uInt>::max());
@@ -78,16 +89,30 @@ Bytes gunzip(const char* op, const std::string& path, const Bytes& in) {
       consumed += n;
     }
     const std::size_t before = out.size();
-    const std::size_t room = std::max<std::size_t>(kChunk, out.capacity() - before);
-    out.resize(before + room);
+    std::uint64_t room = std::max<std::size_t>(kChunk, out.capacity() - before);
+    if (limit != kUnbounded) room = std::min<std::uint64_t>(room, limit - before);
+    out.resize(before + static_cast<std::size_t>(room));
     zs.next_out = out.data() + before;
-    zs.avail_out = static_cast<uInt>(std::min<std::size_t>(room, std::numeric_limits<uInt>::max()));
+    zs.avail_out = static_cast<uInt>(std::min<std::uint64_t>(room, std::numeric_limits<uInt>::max()));
     const uInt offered = zs.avail_out;
     const int rc = inflate(&zs, Z_NO_FLUSH);
     out.resize(before + (offered - zs.avail_out));
+    if (limit == kUnbounded) {
+      limit = bound(out);
+      // Deflate cannot expand more than about 1032:1, which bounds what a corrupt trailer can ask.
+      if (limit != kUnbounded)
+        out.reserve(static_cast<std::size_t>(
+            std::min({limit, std::max<std::uint64_t>(isize, out.size()), static_cast<std::uint64_t>(in.size()) * 1032})));
+    }
     const std::size_t in_pos = consumed - zs.avail_in;
+    const bool complete = rc == Z_STREAM_END && in_pos == in.size();
+    if (out.size() >= limit && !complete) {
+      out.resize(static_cast<std::size_t>(limit));
+      *cut = true;
+      return out;
+    }
     if (rc == Z_STREAM_END) {
-      if (in_pos == in.size()) break;
+      if (complete) break;
       // Another member may follow; anything else after a complete stream is corruption.
       DPL_CHECK(in.size() - in_pos >= 2 && in[in_pos] == 0x1f && in[in_pos + 1] == 0x8b, op, ": ", path,
                 ": unexpected bytes after the end of the gzip stream at compressed byte offset ", in_pos,
@@ -125,6 +150,13 @@ const char* idx_type_name(unsigned code) {
   }
 }
 
+// Extents as the messages write them: "60000 x 28 x 28".
+std::string dims_text(const std::vector<std::uint32_t>& dims) {
+  std::string text;
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? " x " : "") + std::to_string(dims[i]);
+  return text;
+}
+
 // The payload of an unsigned-byte IDX file of `ndims` dimensions, after every header check.
 struct IdxBytes {
   Bytes bytes;                     // the whole (decompressed) file
@@ -137,10 +169,25 @@ IdxBytes read_ubyte_idx(const char* op, const std::string& path, unsigned ndims,
   IdxBytes r;
   Bytes raw = read_whole_file(op, path);
   const bool gz = is_gzip(raw);
-  r.bytes = gz ? gunzip(op, path, raw) : std::move(raw);
+  const std::uint32_t expected_magic = 0x00000800u | ndims;
+  const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndims);
+  // Inflating stops one byte past what the header promises; a header that is wrong, or whose
+  // extents overflow, stops it at once, and the checks below name what is wrong.
+  const OutputBound bound = [&](const Bytes& out) -> std::uint64_t {
+    if (out.size() < header) return kUnbounded;
+    if (be32(out, 0) != expected_magic) return header;
+    std::uint64_t elements = 1;
+    for (unsigned i = 0; i < ndims; ++i) {
+      const std::uint64_t d = be32(out, 4 + 4 * i);
+      if (d != 0 && elements > (kUnbounded - header - 1) / d) return header;
+      elements *= d;
+    }
+    return header + elements + 1;
+  };
+  bool cut = false;
+  r.bytes = gz ? gunzip(op, path, raw, bound, &cut) : std::move(raw);
   const Bytes& b = r.bytes;
   const std::string where = gz ? " (offsets count decompressed bytes)" : "";
-  const std::uint32_t expected_magic = 0x00000800u | ndims;
 
   DPL_CHECK(b.size() >= 4, op, ": ", path, " is truncated: it holds ", b.size(),
             " bytes but an IDX file starts with a 4-byte magic number (expected ", hex32(expected_magic), " for ",
@@ -156,7 +203,6 @@ IdxBytes read_ubyte_idx(const char* op, const std::string& path, unsigned ndims,
             hex32(expected_magic), ": the dimension count byte (offset 3) is ", static_cast<unsigned>(b[3]), " but ",
             kind, " have ", ndims, " (", dims_meaning, ")", where);
 
-  const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndims);
   DPL_CHECK(b.size() >= header, op, ": ", path, " is truncated: the header of ", kind, " needs ", header,
             " bytes (magic and ", ndims, " extents) but the file ends at byte offset ", b.size(), where);
   std::uint64_t elements = 1;
@@ -170,10 +216,11 @@ IdxBytes read_ubyte_idx(const char* op, const std::string& path, unsigned ndims,
   DPL_CHECK(!overflow, op, ": ", path, ": the extents in the header (", dims_meaning,
             ") multiply to more elements than any file can hold");
   const std::uint64_t expected_len = header + elements;
+  DPL_CHECK(!cut, op, ": ", path, " decompresses to more than the ", expected_len, " bytes its header promises (",
+            dims_meaning, ": ", dims_text(r.dims), "); refused after inflating ", b.size(),
+            " bytes, without inflating the rest");
   if (b.size() < expected_len) {
-    std::string extents;
-    for (unsigned i = 0; i < ndims; ++i) extents += (i ? " x " : "") + std::to_string(r.dims[i]);
-    DPL_FAIL(op, ": ", path, " is truncated: its header promises ", extents, " (", dims_meaning, ") = ", elements,
+    DPL_FAIL(op, ": ", path, " is truncated: its header promises ", dims_text(r.dims), " (", dims_meaning, ") = ", elements,
              " bytes of data from byte offset ", header, " to ", expected_len, ", but the file ends at byte offset ",
              b.size(), where);
   }

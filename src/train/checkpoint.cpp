@@ -1,12 +1,17 @@
 #include "dpl/train/checkpoint.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <system_error>
 
@@ -51,6 +56,21 @@ std::vector<std::uint64_t> words_of(const Tensor& t) {
   return words;
 }
 
+// Text travels with the other per-rank parts as int64 words: its length in bytes, then the bytes.
+Tensor text_tensor(const std::string& text) {
+  std::vector<std::uint64_t> words(1 + (text.size() + 7) / 8, 0);
+  words[0] = text.size();
+  if (!text.empty()) std::memcpy(words.data() + 1, text.data(), text.size());
+  return words_tensor(words);
+}
+std::string text_of(const Tensor& t, const std::string& path, const std::string& name) {
+  const std::vector<std::uint64_t> words = words_of(t);
+  DPL_CHECK(!words.empty() && words[0] <= (words.size() - 1) * 8, "load_checkpoint: ", path, ": '", name,
+            "' must hold a byte count and that many bytes, got ", words.empty() ? 0 : words[0], " bytes in ",
+            words.empty() ? 0 : words.size() - 1, " words");
+  return std::string(reinterpret_cast<const char*>(words.data() + 1), static_cast<std::size_t>(words[0]));
+}
+
 // JSON has no NaN or infinity, and a log's loss may be either.
 Json number(double v) {
   if (std::isfinite(v)) return v;
@@ -73,6 +93,7 @@ Named rank_parts(const TrainingState& s) {
     out.emplace_back("iterator/order", Tensor::from_vector<std::int64_t>(
                                            it.order, {static_cast<std::int64_t>(it.order.size())}));
     out.emplace_back("iterator/generator", words_tensor(it.generator));
+    out.emplace_back("iterator/settings", text_tensor(Json(it.settings).dump()));
   }
   for (const auto& [name, gen] : s.generators) {
     DPL_CHECK(gen != nullptr, "save_checkpoint: generator '", name, "' is null");
@@ -90,13 +111,35 @@ std::string parts_description(const TrainingState& s) {
 }
 
 // After each rank has done its part of a collective step: returns when every rank succeeded (an
-// empty failure), else throws on every rank, naming the ranks that failed and the first message.
+// empty failure), else throws on every rank the same error. Ranks that failed alike throw their
+// own message; otherwise the message names the ranks that failed, whichever they are (rank 0 alone
+// writes, so a full disk fails there), and gives the first one's message. Costs one allgather of
+// 8 bytes when every rank succeeded.
 void agree(comm::Communicator* comm, const std::string& failure, const char* operation) {
-  if (comm != nullptr && comm->size() > 1) {
-    comm::check_ranks_agree(*comm, failure.empty() ? "succeeded" : failure,
-                            {operation, "the outcomes", "outcome", "see the message of the rank that failed"});
+  if (comm == nullptr || comm->size() == 1) {
+    if (!failure.empty()) throw Error(failure);
+    return;
   }
-  if (!failure.empty()) throw Error(failure);
+  const std::vector<std::uint64_t> outcomes = comm::gather_description_hashes(*comm, failure);
+  const std::uint64_t succeeded = detail::stable_hash("");
+  std::vector<int> failed;
+  for (std::size_t r = 0; r < outcomes.size(); ++r)
+    if (outcomes[r] != succeeded) failed.push_back(static_cast<int>(r));
+  if (failed.empty()) return;
+  const bool alike = failed.size() == outcomes.size() &&
+                     std::all_of(outcomes.begin(), outcomes.end(), [&](std::uint64_t h) { return h == outcomes[0]; });
+  if (alike) throw Error(failure);
+  // The first failing rank's message reaches every rank: its length in words, then the words.
+  const int first = failed.front();
+  Tensor words = text_tensor(failure);
+  Tensor count = Tensor::from_vector<std::int64_t>({words.numel()}, {1});
+  comm->broadcast(count, first);
+  if (comm->rank() != first) words = Tensor::empty({count.to_vector<std::int64_t>()[0]}, kInt64);
+  comm->broadcast(words, first);
+  std::string ranks;
+  for (const int r : failed) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  DPL_FAIL(operation, " (", comm->name(), "): failed on rank(s) ", ranks, " of ", comm->size(),
+           ", so every rank stops; rank ", first, ": ", text_of(words, operation, "the message"));
 }
 
 template <typename Fn>
@@ -240,6 +283,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
                                                 {"values", Json(state.values).dump()}};
     if (state.optimizer) metadata["optimizer"] = meta_optimizer.dump();
     if (state.log) metadata["log"] = log_json(*state.log).dump();
+    if (!state.run_id.empty()) metadata["run"] = state.run_id;
     serialize::save_safetensors(path, tensors, metadata);
   });
   agree(comm, failure, who);
@@ -255,6 +299,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   Named model_tensors, optimizer_tensors;
   std::map<std::string, const Tensor*> own;  // this rank's parts, without the prefix
   std::uint64_t content_hash = 0;
+  std::vector<std::pair<std::string, std::string>> iterator_settings;
   std::string failure = failure_of(who, path, [&] {
     DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
     file = serialize::load_safetensors(path);
@@ -299,6 +344,16 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
         DPL_CHECK(own.count(part) == 1, who, ": ", path, " lacks '", rank_prefix(rank), part, "'");
       DPL_CHECK(own.at("iterator/counters")->numel() == 6 && own.at("iterator/counters")->dtype() == kInt64, who,
                 ": ", path, ": '", rank_prefix(rank), "iterator/counters' must be 6 int64 values");
+      // Absent from checkpoints written before the settings were recorded: nothing to compare.
+      if (own.count("iterator/settings") == 1) {
+        const std::string name = rank_prefix(rank) + "iterator/settings";
+        const Json j = Json::parse(text_of(*own.at("iterator/settings"), path, name), nullptr, false);
+        bool pairs = j.is_array();
+        for (const Json& kv : j)
+          pairs = pairs && kv.is_array() && kv.size() == 2 && kv.at(0).is_string() && kv.at(1).is_string();
+        DPL_CHECK(pairs, who, ": ", path, ": '", name, "' must be a JSON list of [name, value] strings");
+        for (const Json& kv : j) iterator_settings.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+      }
     }
     for (const auto& [name, gen] : state.generators)
       DPL_CHECK(own.count("generator/" + name) == 1, who, ": ", path, " lacks '", rank_prefix(rank), "generator/",
@@ -309,12 +364,12 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
     for (const auto& [key, value] : file.metadata) h.add(key).add("=").add(value).add("\n");
     content_hash = h.value();
   });
+  agree(comm, failure, who);
   if (comm != nullptr && size > 1) {
-    comm::check_ranks_agree(*comm, failure.empty() ? "checkpoint " + hex(content_hash) : failure,
+    comm::check_ranks_agree(*comm, "checkpoint " + hex(content_hash),
                             {who, "the checkpoints read", "checkpoint",
                              "every rank must read the same intact file (a shared file system, or identical copies)"});
   }
-  if (!failure.empty()) throw Error(failure);
 
   failure = failure_of(who, path, [&] {
     if (state.iterator) {
@@ -328,6 +383,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       it.is_new_epoch = c[5] != 0;
       it.order = own.at("iterator/order")->to_vector<std::int64_t>();
       it.generator = words_of(*own.at("iterator/generator"));
+      it.settings = iterator_settings;
       state.iterator->load_state(it);
     }
     for (auto& [name, gen] : state.generators) gen->set_state(words_of(*own.at("generator/" + name)));
@@ -342,6 +398,8 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
     state.values.clear();
     const Json values = metadata_json(file, "values");
     for (const auto& [key, value] : values.items()) state.values[key] = value.get<std::string>();
+    const auto run = file.metadata.find("run");
+    if (run != file.metadata.end()) state.run_id = run->second;
   });
   agree(comm, failure, who);
 }
@@ -366,9 +424,42 @@ std::vector<std::string> list_checkpoints(const std::string& folder) {
   return out;
 }
 
-void remove_old_checkpoints(const std::string& folder, std::int64_t keep) {
+std::string new_run_id() {
+  std::random_device device;
+  detail::StableHash h;
+  const auto words = {static_cast<std::uint64_t>(device()) << 32 | device(),
+                      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
+                      static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()),
+                      static_cast<std::uint64_t>(::getpid())};
+  for (const std::uint64_t w : words) h.add_bytes(&w, sizeof w);
+  return hex(h.value());
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  // The header alone: a folder may hold many large checkpoints, and pruning runs every snapshot.
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return "";
+  std::uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = length << 8 | length_bytes[i];
+  constexpr std::uint64_t kMaxHeader = std::uint64_t{1} << 30;  // what no checkpoint's header reaches
+  if (length > kMaxHeader) return "";
+  std::string header(static_cast<std::size_t>(length), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return "";
+  const Json j = Json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("__metadata__")) return "";
+  const Json& meta = j.at("__metadata__");
+  if (!meta.is_object() || !meta.contains("run") || !meta.at("run").is_string()) return "";
+  return meta.at("run").get<std::string>();
+}
+
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep, const std::string& run_id) {
   DPL_CHECK(keep >= 1, "remove_old_checkpoints: expected keep >= 1, got ", keep);
-  const std::vector<std::string> all = list_checkpoints(folder);
+  DPL_CHECK(!run_id.empty(), "remove_old_checkpoints: expected the run id whose checkpoints to prune, got none");
+  // Another run may share the folder (the default -o): its files are not this run's to delete.
+  std::vector<std::string> all;
+  for (std::string& p : list_checkpoints(folder))
+    if (checkpoint_run_id(p) == run_id) all.push_back(std::move(p));
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     std::error_code ec;
     std::filesystem::remove(all[i], ec);

@@ -112,6 +112,7 @@ TrainingState Trainer::training_state(const char* who) {
             "checkpointed; a BatchIterator must be given to the StandardUpdater as one)");
   state.generators = generators_;
   state.generators.emplace_back("default", &default_generator());
+  state.run_id = run_id_;
   if (auto* log = find<extensions::LogReport>()) state.log = log->log(*this);
   return state;
 }
@@ -125,6 +126,7 @@ void Trainer::save(const std::string& path) {
 void Trainer::resume(const std::string& path) {
   TrainingState state = training_state("Trainer::resume");
   load_checkpoint(path, state, comm_.get());
+  run_id_ = state.run_id;
   const auto it = state.values.find(kObservationKey);
   observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());
   for (const Entry& e : extensions_) e.extension->resumed(*this);

@@ -105,10 +105,62 @@ TEST(CheckpointDist, RanksReadingDifferentFilesAllFail) {
   if (comm->size() > 1) {
     EXPECT_THAT(differ, AllOf(HasSubstr("load_checkpoint"), HasSubstr("the checkpoints read differ between ranks"),
                               HasSubstr("rank(s) " + std::to_string(comm->size() - 1))));
-    // Differences are told against rank 0, so here every other rank is named, with rank 0's error.
-    EXPECT_THAT(missing, AllOf(HasSubstr("rank(s) 1"), HasSubstr("none.safetensors: cannot open the file")));
+    // The rank that failed is the one named, with its error, although it is rank 0.
+    EXPECT_THAT(missing, AllOf(HasSubstr("failed on rank(s) 0 of " + std::to_string(comm->size())),
+                               HasSubstr("so every rank stops; rank 0: "),
+                               HasSubstr("none.safetensors: cannot open the file")));
   } else {
     EXPECT_THAT(missing, HasSubstr("none.safetensors"));
+  }
+}
+
+// A resumed run must see its data in the order it was saved with: another --seed, which cuts other
+// shards from the same data, is refused on every rank, naming the setting and both values, and
+// leaves the iterator as it was; the same seed resumes.
+TEST(CheckpointDist, ResumingWithAnotherSeedIsRefusedOnEveryRank) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  const std::string path = shared_folder(*comm) + "/seed.safetensors";
+  const data::Dataset all = comm->rank() == 0 ? numbered(24) : data::Dataset();
+  const auto iterator = [&](std::uint64_t seed) {
+    auto it = std::make_unique<data::BatchIterator>(data::scatter_dataset(all, *comm, true, seed), 3, true,
+                                                    seed + static_cast<std::uint64_t>(comm->rank()));
+    it->set_order_settings({{"seed (--seed)", std::to_string(seed)}});
+    return it;
+  };
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  const auto saved = iterator(3);
+  saved->next();
+  train::save_checkpoint(path, train::TrainingState{&model, nullptr, saved.get()}, comm.get());
+
+  const auto other = iterator(4);
+  train::TrainingState resuming{&model, nullptr, other.get()};
+  DPL_EXPECT_ERROR(train::load_checkpoint(path, resuming, comm.get()),
+                   AllOf(HasSubstr(path), HasSubstr("the data or their order differ from the run that saved the state"),
+                         HasSubstr("setting 'seed (--seed)' was 3 when saved, is 4 now"),
+                         HasSubstr("the data set's content differs from the one saved")));
+  EXPECT_EQ(other->iteration(), 0);
+
+  const auto same = iterator(3);
+  train::TrainingState again{&model, nullptr, same.get()};
+  train::load_checkpoint(path, again, comm.get());
+  EXPECT_EQ(same->iteration(), 1);
+}
+
+// Rank 0 alone writes: when its write fails (a full disk, a missing folder) and every other rank
+// succeeded, every rank names rank 0 as the one that failed, with its reason.
+TEST(CheckpointDist, AFailedWriteNamesTheRankThatFailed) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  const std::string path = "/nonexistent-dpl-folder/c.safetensors";
+  const std::string message =
+      test::error_message([&] { train::save_checkpoint(path, train::TrainingState{&model}, comm.get()); });
+  EXPECT_THAT(message, HasSubstr(path));
+  if (comm->size() > 1) {
+    EXPECT_THAT(message, AllOf(HasSubstr("save_checkpoint (naive): failed on rank(s) 0 of " +
+                                         std::to_string(comm->size()) + ", so every rank stops; rank 0: "),
+                               ::testing::Not(HasSubstr("rank(s) 1"))));
   }
 }
 

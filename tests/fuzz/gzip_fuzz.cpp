@@ -3,7 +3,11 @@
 // how many members, the compression level and a damage, the rest is the IDX content. Then:
 //  - undamaged, the gzip file must read exactly as the plain content does (same success, same
 //    values), whatever the members' split;
-//  - truncated, or followed by bytes that are not a whole member, it must raise dpl::Error.
+//  - truncated, or followed by bytes that are not a whole member, it must raise dpl::Error;
+//  - followed by a member of 64 MiB of zeros (a small gzip bomb: control's level bits 12 to 15,
+//    undamaged), it must be refused whenever the plain content reads, since the zeros reach past
+//    what the header promises; the reader stops inflating there (libFuzzer's -rss_limit_mb
+//    catches one that does not stop before a larger bomb).
 #include <zlib.h>
 
 #include <algorithm>
@@ -57,6 +61,17 @@ Outcome outcome(Read read, const std::string& path) {
 
 bool same(const Outcome& a, const Outcome& b) { return a.ok == b.ok && a.shape == b.shape && a.bytes == b.bytes; }
 
+// One gzip member of 64 MiB of zeros (about 64 KiB), compressed once.
+const Bytes& zeros_member() {
+  static const Bytes member = [] {
+    Bytes out;
+    const Bytes zeros(std::size_t{64} << 20, 0);
+    append_gzip_member(out, zeros.data(), zeros.size(), 9);
+    return out;
+  }();
+  return member;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -75,6 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const unsigned members = 1 + (control & 3u);
   const int level = static_cast<int>((control >> 2) % 10);
   const unsigned damage = control >> 6;  // 0 none, 1 truncated, 2 a stray byte after, 3 half a member after
+  const bool bomb = damage == 0 && ((control >> 2) & 15u) >= 12;
 
   Bytes gz;
   for (unsigned m = 0; m < members; ++m) {
@@ -84,6 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (damage == 1) gz.resize(gz.size() - std::min<std::size_t>(gz.size() - 2, 1 + n % 8));
   if (damage == 2) gz.push_back(static_cast<std::uint8_t>(n));
   if (damage == 3) gz.insert(gz.end(), {0x1f, 0x8b, 0x08});
+  if (bomb) gz.insert(gz.end(), zeros_member().begin(), zeros_member().end());
 
   const std::string& gz_path = gz_file.write(gz.data(), gz.size());
   const Outcome images = outcome(data::read_idx_images, gz_path);
@@ -95,6 +112,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Content that is itself gzip is decompressed once from the plain file but not from ours.
   if (n >= 2 && content[0] == 0x1f && content[1] == 0x8b) return 0;
   const std::string& plain_path = plain_file.write(content, n);
+  if (bomb) {
+    // Content of exactly the promised length reads; with the zeros after it, it must not.
+    fuzz::require(!outcome(data::read_idx_images, plain_path).ok || !images.ok,
+                  "read_idx_images accepted a file that decompresses past its header's promise");
+    fuzz::require(!outcome(data::read_idx_labels, plain_path).ok || !labels.ok,
+                  "read_idx_labels accepted a file that decompresses past its header's promise");
+    return 0;
+  }
   fuzz::require(same(images, outcome(data::read_idx_images, plain_path)),
                 "read_idx_images: the gzip file reads differently from its plain content");
   fuzz::require(same(labels, outcome(data::read_idx_labels, plain_path)),

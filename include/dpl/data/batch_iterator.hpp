@@ -2,6 +2,8 @@
 // Mini-batches over a data set, with Chainer's SerialIterator semantics.
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "dpl/core/random.hpp"
@@ -20,6 +22,10 @@ struct BatchIteratorState {
   bool is_new_epoch = false;               ///< whether the last batch ended an epoch
   std::vector<std::int64_t> order;         ///< the current epoch's order, a permutation of 0..N-1
   std::vector<std::uint64_t> generator;    ///< the shuffling generator's Generator::state()
+  /// What decided the data and their order, by name (checked on load): the iterator's own
+  /// ("shuffle", "data set content") and the program's (BatchIterator::set_order_settings).
+  /// Empty in a state saved before settings were recorded; then nothing is compared.
+  std::vector<std::pair<std::string, std::string>> settings;
 };
 
 /// Draws mini-batches from a data set in the order of Chainer's SerialIterator.
@@ -57,7 +63,20 @@ class BatchIterator : public BatchSource {
   /// iteration >= 0, 0 <= position < N, an order that is a permutation of 0..N-1 and a valid
   /// generator state; throws dpl::Error naming the field, what was expected and what came, with
   /// the iterator unchanged. Shuffle, seed and repeat stay this iterator's own.
+  /// When the state records settings, they must equal this iterator's (same names, same values):
+  /// otherwise throws dpl::Error naming each setting that differs with its saved and its current
+  /// value (a data set whose content differs is named without values, which differ by rank).
   void load_state(const BatchIteratorState& state);
+
+  /// Names the program's settings that decided this iterator's data or order, beyond what the
+  /// iterator knows itself: a seed that shuffled the data before they were split into shards, a
+  /// data set's version... ("seed (--seed)", "0"). state() records them with the iterator's own
+  /// (shuffle, and a hash of the data set's content), and load_state refuses a state recorded
+  /// with other values, so a resumed run cannot silently train on other data or in another order.
+  void set_order_settings(std::vector<std::pair<std::string, std::string>> settings);
+  /// What state() records in BatchIteratorState::settings: "shuffle", "data set content" (the
+  /// stable hash of the images' and labels' bytes), then the program's order settings.
+  std::vector<std::pair<std::string, std::string>> order_settings() const;
 
   /// Completed epochs.
   std::int64_t epoch() const override { return epoch_; }
@@ -87,6 +106,7 @@ class BatchIterator : public BatchSource {
   bool shuffle_;
   std::uint64_t seed_;
   bool repeat_;
+  std::vector<std::pair<std::string, std::string>> order_settings_;  // the program's
   Generator gen_;
   std::vector<std::int64_t> order_;
   std::int64_t position_ = 0;

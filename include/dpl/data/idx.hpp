@@ -16,7 +16,9 @@ namespace dpl::data {
 /// Throws dpl::Error naming the file, what was expected and what was found, with the byte offset
 /// where it applies (offsets count decompressed bytes for gzip files): unreadable file, corrupt or
 /// truncated gzip stream, bad magic number, wrong element type or dimension count, a file shorter
-/// or longer than its header promises.
+/// or longer than its header promises. A gzip stream is inflated no further than one byte past
+/// the header's promise, so a small file that would decompress to gigabytes (a gzip bomb) is
+/// refused ("decompresses to more than the N bytes its header promises") within that memory.
 Tensor read_idx_images(const std::string& path);
 
 /// Reads an IDX label file: magic 0x00000801 (unsigned bytes, 1 dimension), the big-endian count,

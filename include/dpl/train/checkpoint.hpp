@@ -26,10 +26,19 @@ struct TrainingState {
   nn::Module* model = nullptr;                                  ///< required
   optim::Optimizer* optimizer = nullptr;                        ///< set up on model
   data::BatchIterator* iterator = nullptr;                      ///< this rank's
-  std::vector<std::pair<std::string, Generator*>> generators;   ///< this rank's, by name
+  std::vector<std::pair<std::string, Generator*>> generators{}; ///< this rank's, by name
   TrainingLog* log = nullptr;                                   ///< rank 0's
-  std::map<std::string, std::string> values;                    ///< the caller's own, as text
+  std::map<std::string, std::string> values{};                  ///< the caller's own, as text
+  /// The run the state belongs to (new_run_id()): save_checkpoint writes it into the metadata
+  /// under "run"; load_checkpoint sets it to the file's, so a resumed run continues the lineage
+  /// (a file without one leaves it as it is); remove_old_checkpoints prunes one run's files only.
+  /// Empty: none is written.
+  std::string run_id{};
 };
+
+/// A fresh run id: 16 hex digits from std::random_device, the clock and the process id, so two
+/// runs (also two processes started in the same instant) get different ones.
+std::string new_run_id();
 
 /// The format tag a checkpoint's metadata holds under "format".
 inline constexpr const char* kCheckpointFormat = "dpl-checkpoint-1";
@@ -42,8 +51,8 @@ inline constexpr const char* kCheckpointFormat = "dpl-checkpoint-1";
 /// tensor's checksum goes into the metadata, so a file damaged later is refused on loading.
 /// Requires: state.model; the parts described above.
 /// Ensures: path holds the complete checkpoint or what it held before. Throws dpl::Error on every
-/// rank when any rank's parts differ from rank 0's or the write fails (rank 0 with the reason,
-/// the others naming rank 0), so no rank is left waiting.
+/// rank when any rank's parts differ from rank 0's or the write fails (every rank naming the
+/// rank(s) that failed, rank 0 for the write, and the reason), so no rank is left waiting.
 void save_checkpoint(const std::string& path, const TrainingState& state, comm::Communicator* comm = nullptr);
 
 /// Restores state from a checkpoint written by save_checkpoint, on every rank.
@@ -56,7 +65,8 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
 /// comm::check_ranks_agree) and restore their parts: rank r takes the iterator and generators
 /// rank r saved. state.values receives the saved values.
 /// Requires: the same parts as were saved (the log may be absent on either side).
-/// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong.
+/// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong, and,
+/// when not every rank failed alike, the ranks that failed.
 void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm = nullptr);
 
 /// The file name of the checkpoint at an iteration: "snapshot_iter_<iteration>.safetensors".
@@ -66,8 +76,14 @@ std::string checkpoint_name(std::int64_t iteration);
 /// empty when the folder does not exist.
 std::vector<std::string> list_checkpoints(const std::string& folder);
 
-/// Deletes all but the newest keep checkpoints of folder. Requires keep >= 1 (dpl::Error
-/// otherwise). Call it once a new checkpoint is complete, so that one always survives.
-void remove_old_checkpoints(const std::string& folder, std::int64_t keep);
+/// The run id a checkpoint's metadata holds under "run", read from its header alone; empty when
+/// the file cannot be read as a checkpoint's header or holds no run id.
+std::string checkpoint_run_id(const std::string& path);
+
+/// Deletes all but the newest keep checkpoints of folder that belong to run_id (checkpoint_run_id);
+/// checkpoints of other runs sharing the folder, and files without a run id, are never touched.
+/// Requires keep >= 1 and a non-empty run_id (dpl::Error otherwise). Call it once a new checkpoint
+/// is complete, so that one always survives.
+void remove_old_checkpoints(const std::string& folder, std::int64_t keep, const std::string& run_id);
 
 }  // namespace dpl::train

@@ -159,6 +159,8 @@ class Trainer {
   LengthUnit unit() const { return unit_; }
   /// Whether the length has been reached.
   bool done() const;
+  /// This run's id (new_run_id()), written into its checkpoints; resume() takes the checkpoint's.
+  const std::string& run_id() const { return run_id_; }
 
  private:
   // What save() and resume() carry, except the observations; `who` names the caller in the
@@ -179,6 +181,7 @@ class Trainer {
   Observation observation_;
   std::vector<Entry> extensions_;  // sorted by priority, then order of extend()
   std::vector<std::pair<std::string, Generator*>> generators_;
+  std::string run_id_ = new_run_id();
 };
 
 }  // namespace dpl::train

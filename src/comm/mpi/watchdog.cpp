@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -318,7 +319,13 @@ Watchdog* g_watchdog = nullptr;
 }  // namespace
 
 void start_watchdog() {
-  if (g_watchdog == nullptr) g_watchdog = new Watchdog();
+  if (g_watchdog != nullptr) return;
+  // Ranks with different deadlines disagree on what a hang is: with 0 on one rank and 10 on
+  // another, stopping the rank whose watchdog is on leaves the others waiting forever. Refused
+  // here, in the first create_communicator, where every rank comes: every rank throws the same
+  // error naming each rank's value.
+  check_same_request({{"DPL_COLLECTIVE_TIMEOUT", std::to_string(settings().collective_timeout)}});
+  g_watchdog = new Watchdog();
 }
 
 int watchdog_timeout() { return g_watchdog ? g_watchdog->timeout() : 0; }

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include "core/stable_hash.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/data/image/jpeg.hpp"
 
@@ -45,6 +48,14 @@ std::vector<ImageListEntry> read_image_list(const std::string& list_path) {
 LabeledImageDataset::LabeledImageDataset(const std::string& list_path, const std::string& root)
     : list_path_(list_path), root_(root), entries_(read_image_list(list_path)) {}
 
+std::string LabeledImageDataset::contents_fingerprint() const {
+  ::dpl::detail::StableHash h;
+  for (const ImageListEntry& e : entries_) h.add(e.path).add("\t").add(std::to_string(e.label)).add("\n");
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.value()));
+  return std::to_string(entries_.size()) + " entries, hash " + hex;
+}
+
 std::string LabeledImageDataset::file_path(std::int64_t i) const {
   const std::string& p = entries_[static_cast<std::size_t>(i)].path;
   if (root_.empty() || (!p.empty() && p.front() == '/')) return p;
@@ -59,6 +70,9 @@ std::vector<std::uint8_t> LabeledImageDataset::read_bytes(std::int64_t i) const 
   DPL_CHECK(i >= 0 && i < size(), "LabeledImageDataset: index ", i, " is outside the ", size(), " images of ",
             list_path_);
   const std::string path = file_path(i);
+  // Linux opens a folder as a stream whose length reads as huge, which would size the buffer.
+  std::error_code ec;
+  DPL_CHECK(!std::filesystem::is_directory(path, ec), where(i), " is a folder; expected an image file");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     DPL_FAIL(list_path_, ":", entries_[static_cast<std::size_t>(i)].line, ": cannot open ", path, ": ",

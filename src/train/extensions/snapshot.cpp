@@ -21,7 +21,7 @@ void Snapshot::operator()(Trainer& trainer) {
     std::filesystem::create_directories(folder, ec);  // a failure shows as save_checkpoint's, on every rank
   }
   trainer.save((std::filesystem::path(folder) / checkpoint_name(trainer.updater().iterator().iteration())).string());
-  if (trainer.is_root()) remove_old_checkpoints(folder, keep_);
+  if (trainer.is_root()) remove_old_checkpoints(folder, keep_, trainer.run_id());
 }
 
 }  // namespace dpl::train::extensions

@@ -36,7 +36,8 @@ class LabeledImageDataset : public RandomAccessDataset {
   std::int64_t size() const override { return static_cast<std::int64_t>(entries_.size()); }
   int channels() const override { return 3; }
   /// The image at full resolution. Throws dpl::Error "<list>:<line>: cannot open <path>: <system
-  /// reason>" for a file that cannot be read, and "<list>:<line>: <path>: corrupt or truncated
+  /// reason>" for a file that cannot be read, "<list>:<line>: <path> is a folder; expected an
+  /// image file" for a folder, and "<list>:<line>: <path>: corrupt or truncated
   /// JPEG: <decoder's reason>" for one that does not decode.
   Example get(std::int64_t i) const override;
   /// Decodes at the strongest DCT-domain downscale that still leaves plan's region at least as
@@ -50,6 +51,11 @@ class LabeledImageDataset : public RandomAccessDataset {
   std::string file_path(std::int64_t i) const;
   /// The list file this data set was read from.
   const std::string& list_path() const { return list_path_; }
+  /// What decides the data, cheap to compare across ranks: "<N> entries, hash <16 hex digits>",
+  /// the stable hash of every entry's path and label in order. Equal lists give equal text in
+  /// every process; lists that differ in any path or label give different text (but for a
+  /// 64-bit collision). Line endings and blank lines do not count.
+  std::string contents_fingerprint() const;
 
  private:
   std::vector<std::uint8_t> read_bytes(std::int64_t i) const;

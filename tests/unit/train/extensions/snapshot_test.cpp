@@ -34,7 +34,7 @@ TEST(Snapshot, KeepsTheNewestOnes) {
   for (const std::string& p : train::list_checkpoints(dir.path().string()))
     names.push_back(std::filesystem::path(p).filename().string());
   EXPECT_EQ(names, (std::vector<std::string>{"snapshot_iter_4.safetensors", "snapshot_iter_6.safetensors"}));
-  DPL_EXPECT_ERROR(train::remove_old_checkpoints(dir.path().string(), 0), HasSubstr("expected keep >= 1, got 0"));
+  DPL_EXPECT_ERROR(train::remove_old_checkpoints(dir.path().string(), 0, train::new_run_id()), HasSubstr("expected keep >= 1, got 0"));
 }
 
 TEST(Snapshot, RefusesToKeepNone) {
