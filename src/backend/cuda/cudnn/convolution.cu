@@ -44,7 +44,7 @@ using cuda_detail::Workspace;
 
 enum class ConvKind { kForward, kBackwardData, kBackwardWeight };
 
-bool channels_last(const Tensor& image) { return image.is_channels_last() && !image.is_contiguous(); }
+bool channels_last(const Tensor& image) { return image.memory_format() == MemoryFormat::kChannelsLast; }
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
