@@ -24,8 +24,9 @@ const Tensor& undefined_tensor() {
 // shape, dtype, device and memory format.
 Tensor gradient_buffer_for(const VariableImpl& impl) {
   if (!impl.released) return Tensor::empty_like(impl.data);
-  return impl.released_channels_last ? Tensor::empty_channels_last(impl.released_shape, impl.released_options)
-                                     : Tensor::empty(impl.released_shape, impl.released_options);
+  return impl.released_format == MemoryFormat::kChannelsLast
+             ? Tensor::empty_channels_last(impl.released_shape, impl.released_options)
+             : Tensor::empty(impl.released_shape, impl.released_options);
 }
 
 // Every non-leaf variable has exactly one creator and every node one output, so the gradient
@@ -149,7 +150,7 @@ void Variable::drop_handle() noexcept {
   if (only_graph_left && impl.graph_refs > 0) {
     impl.released_shape = impl.data.shape();
     impl.released_options = TensorOptions(impl.data.dtype(), impl.data.device());
-    impl.released_channels_last = impl.data.is_channels_last() && !impl.data.is_contiguous();
+    impl.released_format = impl.data.memory_format();
     impl.released = true;
     impl.data = Tensor();
   }

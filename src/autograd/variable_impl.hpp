@@ -30,7 +30,7 @@ struct VariableImpl {
   // meaningful only when `released` is set.
   Shape released_shape;
   TensorOptions released_options;
-  bool released_channels_last = false;
+  MemoryFormat released_format = MemoryFormat::kContiguous;
   bool released = false;
   std::shared_ptr<Node> creator;
   bool requires_grad = false;

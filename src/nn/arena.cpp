@@ -6,12 +6,10 @@ namespace dpl::nn {
 
 namespace {
 
-bool is_channels_last_only(const Tensor& t) { return t.is_channels_last() && !t.is_contiguous(); }
-
 // The slot `view` (contiguous) re-strided to like's memory format: channels-last stays
 // channels-last (the same elements, NHWC order), anything else is row-major.
 Tensor in_format_of(const Tensor& like, const Tensor& view) {
-  if (!is_channels_last_only(like)) return view;
+  if (like.memory_format() != MemoryFormat::kChannelsLast) return view;
   const Shape& s = view.shape();
   return Tensor(view.storage(), view.offset(), s, {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}, view.dtype());
 }

@@ -61,7 +61,7 @@ Tensor Tensor::empty_channels_last(const Shape& shape, TensorOptions o) {
 
 Tensor Tensor::empty_like(const Tensor& t) {
   const TensorOptions o(t.dtype(), t.device());
-  return t.is_channels_last() && !t.is_contiguous() ? empty_channels_last(t.shape(), o) : empty(t.shape(), o);
+  return t.memory_format() == MemoryFormat::kChannelsLast ? empty_channels_last(t.shape(), o) : empty(t.shape(), o);
 }
 
 Tensor Tensor::zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
@@ -148,6 +148,10 @@ bool Tensor::is_channels_last() const {
     expected *= shape_[i];
   }
   return true;
+}
+
+MemoryFormat Tensor::memory_format() const {
+  return is_channels_last() && !is_contiguous() ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
 }
 
 bool Tensor::shares_storage_with(const Tensor& other) const {
@@ -266,7 +270,7 @@ Tensor Tensor::to(DType dtype) const {
   DPL_CHECK(is_float_dtype(dtype_) && is_float_dtype(dtype), "Tensor::to: converts between float32, bfloat16 and "
             "float16, got a conversion from ", dtype_, " to ", dtype);
   // A channels-last tensor converts in memory order and stays channels-last.
-  const bool channels_last = is_channels_last() && !is_contiguous();
+  const bool channels_last = memory_format() == MemoryFormat::kChannelsLast;
   Tensor out = channels_last ? empty_channels_last(shape_, TensorOptions(dtype, device()))
                              : empty(shape_, TensorOptions(dtype, device()));
   backend::cast(channels_last ? *this : contiguous(), out);

@@ -7,7 +7,7 @@ y = conv2d(x, w, b) and the gradients of sum(y * gy) with respect to x, w and b.
 
 Run from the repository root with a Python that has torch:
     python3 tests/golden/make_conv_golden.py
-The C++ test (tests/unit/conv_golden_test.cpp) reads the file; it needs no Python.
+The C++ test (tests/unit/autograd/ops/conv_golden_test.cpp) reads the file; it needs no Python.
 
 Format: a line `case NAME stride SH SW padding PH PW dilation DH DW groups G`, then one line per
 tensor: `NAME D0,D1,... v0 v1 ...` (values in row-major order).

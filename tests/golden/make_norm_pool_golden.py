@@ -9,7 +9,7 @@ gradient's route is unique.
 
 Run from the repository root with a Python that has torch (Debian's python3-torch):
     python3 tests/golden/make_norm_pool_golden.py
-The C++ test (tests/unit/norm_pool_golden_test.cpp) reads the file; it needs no Python.
+The C++ test (tests/unit/autograd/ops/norm_pool_golden_test.cpp) reads the file; it needs no Python.
 Format: see tests/support/golden.hpp.
 """
 import os

@@ -17,8 +17,8 @@
 // 10 * 6e-8 / 1e-2 = 6e-5; the truncation term h^2/6 * |f'''| is of the same order for the
 // smooth ops here. An element passes when
 //   |analytic - numeric| <= 5e-4 + 5e-3 * |numeric|,
-// which leaves a margin of about ten over those estimates (the checks in ops_test.cpp land below
-// 5% of this bound), while a gradient that is off by a factor, a sign or a transpose misses it by
+// which leaves a margin of about ten over those estimates (the checks of tests/unit/autograd/ops/
+// land below 5% of this bound), while a gradient that is off by a factor, a sign or a transpose misses it by
 // orders of magnitude.
 //
 // It also checks that a second backward pass adds to gradients already present (the mode every

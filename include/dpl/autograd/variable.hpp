@@ -79,7 +79,7 @@ class Variable {
   /// Opaque identity, for graph bookkeeping and tests.
   const VariableImpl* id() const { return impl_.get(); }
 
-  // --- used by ops (src/autograd/ops.cpp) -------------------------------------------------------
+  // --- used by ops (src/autograd/ops/) ----------------------------------------------------------
   /// A non-leaf result of creator.
   static Variable make_result(Tensor data, std::shared_ptr<Node> creator);
   const std::shared_ptr<VariableImpl>& impl() const { return impl_; }

@@ -18,7 +18,7 @@ class Error : public std::runtime_error {
       : std::runtime_error(message), where_(std::move(where)) {}
 
   /// Where the error was raised, as "file:line" with the file relative to dpl's source tree
-  /// (e.g. "src/autograd/ops.cpp:120"); empty for an Error made without a location. Kept out of
+  /// (e.g. "src/autograd/ops/linear.cpp:38"); empty for an Error made without a location. Kept out of
   /// what(), which is written for users, so that a report or debugger can still find the check.
   const std::string& where() const noexcept { return where_; }
 

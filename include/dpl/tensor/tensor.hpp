@@ -83,6 +83,11 @@ class Tensor {
   /// True for a 4-D tensor whose strides are NHWC's, extents of 1 ignored (so a contiguous
   /// tensor with C == 1 or H == W == 1 is both: its memory order is the same either way).
   bool is_channels_last() const;
+  /// The format the tensor's memory is in: kChannelsLast when is_channels_last() and not also
+  /// is_contiguous(); kContiguous otherwise, including every tensor that is not 4-D and one whose
+  /// strides are both (its memory order is the same either way). Dense or not is not judged here:
+  /// a strided view that is neither also reports kContiguous.
+  MemoryFormat memory_format() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   /// True when both tensors view the same Storage.
   bool shares_storage_with(const Tensor& other) const;

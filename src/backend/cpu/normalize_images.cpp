@@ -39,7 +39,7 @@ void normalize_into(const Tensor& images, const ImageNormalization& norm, bool c
 
 void normalize_images_cpu(const Tensor& images, const ImageNormalization& norm, Tensor& out) {
   if (images.numel() == 0) return;
-  const bool channels_last = out.is_channels_last() && !out.is_contiguous();
+  const bool channels_last = out.memory_format() == MemoryFormat::kChannelsLast;
   switch (out.dtype()) {
     case DType::kFloat32: {
       float* o = out.data<float>();

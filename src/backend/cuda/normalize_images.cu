@@ -75,7 +75,7 @@ namespace {
 void normalize_images_cuda(const Tensor& images, const ImageNormalization& norm, Tensor& out) {
   CudaDevice& d = cuda_device_of(images);
   cuda_detail::DeviceGuard guard(d.device());
-  const bool channels_last = out.is_channels_last() && !out.is_contiguous();
+  const bool channels_last = out.memory_format() == MemoryFormat::kChannelsLast;
   cuda_detail::launch_normalize_images(static_cast<const std::uint8_t*>(images.raw_data()), out.raw_data(),
                                        out.dtype(), images.numel(), images.size(1) * images.size(2), channels_last,
                                        norm, d.device(), d.stream());

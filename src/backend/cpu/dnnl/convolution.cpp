@@ -36,7 +36,7 @@ using Tag = dnnl::memory::format_tag;
 
 enum class ConvKind { kForward, kBackwardData, kBackwardWeight };
 
-bool channels_last(const Tensor& image) { return image.is_channels_last() && !image.is_contiguous(); }
+bool channels_last(const Tensor& image) { return image.memory_format() == MemoryFormat::kChannelsLast; }
 
 // A dense tensor's elements in memory order: the same bytes whatever its layout.
 Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }

@@ -52,7 +52,7 @@ using cuda_detail::Workspace;
 
 enum class ConvKind { kForward, kBackwardData, kBackwardWeight };
 
-bool channels_last(const Tensor& image) { return image.is_channels_last() && !image.is_contiguous(); }
+bool channels_last(const Tensor& image) { return image.memory_format() == MemoryFormat::kChannelsLast; }
 
 // The unique ids that tie a graph's tensors to the pointers of a call.
 constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;

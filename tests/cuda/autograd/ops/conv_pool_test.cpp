@@ -7,12 +7,15 @@
 // and the GPU twice for a biased output (the convolution's result, then the bias add), so they
 // differ by up to two units in the last place: rtol 2^-6 (bfloat16) or 2^-9 (float16), with
 // atol 1e-2 for values near zero.
+//
+// Pooling (image_agreement.hpp): in float32 exact up to the order of an average's sum (1e-6).
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "cuda_test_util.hpp"
+#include "image_agreement.hpp"
 
 namespace dpl::test {
 namespace {
@@ -52,7 +55,7 @@ class ConvTest : public CudaTest {
   }
   static Tensor to_gpu(const Tensor& t) {
     const Tensor g = t.to(gpu());
-    return t.dim() == 4 && t.is_channels_last() && !t.is_contiguous() ? g.to_channels_last() : g;
+    return t.memory_format() == MemoryFormat::kChannelsLast ? g.to_channels_last() : g;
   }
   // prior: for a gradient accumulated onto a prior one, that prior (see expect_close_accumulated).
   static void close(const Tensor& got, const Tensor& want, DType dtype, const std::string& what,
@@ -135,6 +138,59 @@ TEST_F(ConvTest, RepeatedCallsReuseTheChosenAlgorithm) {
   const Tensor y1 = conv2d(Variable(x), Variable(w), Variable(), g.stride, g.padding).data();
   const Tensor y2 = conv2d(Variable(x), Variable(w), Variable(), g.stride, g.padding).data();
   expect_equal<float>(y2, y1, "second call");
+}
+
+TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (bool nhwc : {false, true}) {
+      check("max_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      // 16 channels: the channels-last max pooling kernels' vector path (4 or 8 channels a thread).
+      check("max_pool2d, 16 channels", {1, 16, 6, 7}, t, nhwc, [](const Variable& x) { return max_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      check("max_pool2d 2x3", {1, 16, 6, 7}, t, nhwc,
+            [](const Variable& x) { return max_pool2d(x, Size2d(2, 3), Size2d(1, 2), Size2d(1, 1)); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      check("avg_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return avg_pool2d(x, 3, 2, 1); },
+            rtol_of(t, 1e-6f), 1e-6f);
+      check("avg_pool2d exclude pad", {2, 5, 9, 8}, t, nhwc,
+            [](const Variable& x) { return avg_pool2d(x, Size2d(2, 3), 1, Size2d(1, 1), false); }, rtol_of(t, 1e-6f),
+            1e-6f);
+      check("global_avg_pool2d", {3, 4, 7, 5}, t, nhwc, [](const Variable& x) { return global_avg_pool2d(x); },
+            rtol_of(t, 1e-6f), 1e-6f);
+    }
+}
+
+// A window holding a NaN pools to NaN (the channels-last kernels let a NaN win), so that a
+// diverging run shows in the loss instead of being hidden by the pooling.
+TEST_F(NormPoolTest, ChannelsLastMaxPoolingPassesNaNOn) {
+  std::vector<float> v(1 * 8 * 4 * 4, 1.f);
+  v[0] = std::nanf("");  // channel 0, pixel (0, 0): inside the first output pixel's window only
+  const Tensor x = channels_last(on_gpu(Tensor::from_vector(v, {1, 8, 4, 4})));
+  const std::vector<float> y = max_pool2d(Variable(x), 2, 2, 0).data().to(Device::cpu()).to_vector<float>();
+  ASSERT_EQ(y.size(), 8u * 2 * 2);
+  EXPECT_TRUE(std::isnan(y[0]));  // (c 0, 0, 0) in logical NCHW order
+  for (std::size_t i = 1; i < y.size(); ++i) EXPECT_EQ(y[i], 1.f) << "element " << i;
+}
+
+// Channels-last max pooling keeps only its winners' indices: an intermediate it pools is freed
+// once no handle holds it, and backward still routes every gradient to its window's maximum.
+TEST_F(NormPoolTest, ChannelsLastMaxPoolingKeepsNoCopyOfItsInput) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
+  const Tensor base = distinct_values({1, 16, 6, 7}, rand({1, 16, 6, 7}));
+  Variable xc(channels_last(base), true), xg(channels_last(on_gpu(base)), true);
+  std::weak_ptr<Storage> h_storage;
+  Variable loss;
+  {
+    const Variable h = add(xg, xg);
+    h_storage = h.data().storage();
+    loss = sum(max_pool2d(h, 3, 2, 1));
+  }
+  EXPECT_TRUE(h_storage.expired());
+  loss.backward();
+  sum(max_pool2d(add(xc, xc), 3, 2, 1)).backward();
+  expect_close(xg.grad().to(Device::cpu()), xc.grad(), 0.f, 0.f, "gradient");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Batch normalisation and pooling on the CPU: forward values by hand, gradients against finite
-// differences, channels-last against NCHW, 16-bit against float32, BatchNorm2d's running
-// statistics against a hand computation, and the errors for bad inputs.
+// Batch normalisation and its fusions: training against the batch statistics and finite
+// differences, running statistics by hand, evaluation mode, channels-last against NCHW, 16-bit
+// against float32, the errors for bad inputs, and the BatchNorm2d module.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,135 +10,21 @@
 #include <vector>
 
 #include "dpl/dpl.hpp"
-#include "dpl/tensor/storage.hpp"
 #include "support/expect_error.hpp"
 #include "support/gradcheck.hpp"
+#include "support/memory_formats.hpp"
 
 namespace dpl {
 namespace {
 
 using ::testing::HasSubstr;
+using test::channels_last;
+using test::expect_close;
+using test::is_channels_last;
 using test::gradcheck;
 using Vars = std::vector<Variable>;
 
 Tensor randn(const Shape& shape, Generator& gen) { return Tensor::normal(shape, 0.f, 1.f, gen); }
-
-// Distinct values at least 0.05 apart in random order, so that no finite-difference step (at most
-// 0.02 wide here) changes which element of a pooling window is the largest.
-Tensor distinct(const Shape& shape, Generator& gen) {
-  const std::int64_t n = shape_numel(shape);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = 0.05f * static_cast<float>(i - n / 2);
-  for (std::int64_t i = n - 1; i > 0; --i)
-    std::swap(v[static_cast<std::size_t>(i)], v[static_cast<std::size_t>(gen.below(static_cast<std::uint64_t>(i + 1)))]);
-  return Tensor::from_vector(v, shape);
-}
-
-// t's values in channels-last memory (the stride of C is 1).
-Tensor channels_last(const Tensor& t) {
-  const std::int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-  Tensor out(Storage::allocate(t.nbytes(), t.device()), 0, t.shape(), {h * w * c, 1, w * c, c}, t.dtype());
-  out.copy_(t);
-  return out;
-}
-
-bool is_channels_last(const Tensor& t) { return t.strides()[1] == 1 && t.strides()[3] == t.size(1); }
-
-void expect_close(const Tensor& a, const Tensor& b, float atol, float rtol) {
-  ASSERT_EQ(a.shape(), b.shape());
-  const auto va = a.to(kFloat32).to_vector<float>(), vb = b.to(kFloat32).to_vector<float>();
-  for (std::size_t i = 0; i < va.size(); ++i)
-    ASSERT_NEAR(va[i], vb[i], atol + rtol * std::fabs(vb[i])) << "element " << i;
-}
-
-// --- pooling ------------------------------------------------------------------------------------
-
-TEST(Pooling, MaxPoolForwardByHand) {
-  // 1x1x4x4 = 0..15, 2x2 windows, stride 2: each window's bottom-right value.
-  const Tensor x = Tensor::arange(0, 16).reshape({1, 1, 4, 4});
-  const Tensor y = max_pool2d(Variable(x), 2).data();
-  EXPECT_EQ(y.shape(), (Shape{1, 1, 2, 2}));
-  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{5, 7, 13, 15}));
-}
-
-TEST(Pooling, AvgPoolPaddingCountsAsPyTorchDoes) {
-  // 3x3 windows, stride 1, padding 1 on a 2x2 input of ones: the corner window holds 4 input
-  // pixels of 9, so 4/9 with count_include_pad and 1 without.
-  const Tensor x = Tensor::ones({1, 1, 2, 2});
-  const Tensor with_pad = avg_pool2d(Variable(x), 3, 1, 1).data();
-  const Tensor without = avg_pool2d(Variable(x), 3, 1, 1, false).data();
-  EXPECT_EQ(with_pad.shape(), (Shape{1, 1, 2, 2}));
-  for (float v : with_pad.to_vector<float>()) EXPECT_NEAR(v, 4.f / 9.f, 1e-6f);
-  for (float v : without.to_vector<float>()) EXPECT_NEAR(v, 1.f, 1e-6f);
-}
-
-TEST(Pooling, GlobalAvgPoolIsTheMeanPerImageAndChannel) {
-  const Tensor x = Tensor::arange(0, 24).reshape({2, 3, 2, 2});
-  const Tensor y = global_avg_pool2d(Variable(x)).data();
-  EXPECT_EQ(y.shape(), (Shape{2, 3}));
-  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, 5.5f, 9.5f, 13.5f, 17.5f, 21.5f}));
-}
-
-TEST(Pooling, Gradcheck) {
-  Generator gen(7);
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], 3, 2, 1); }, {distinct({2, 3, 7, 6}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], Size2d(2, 3), Size2d(1, 2)); },
-                        {distinct({1, 2, 5, 7}, gen)}));
-  // Windows that stop short of the input's end (7 rows, 2x2 windows, stride 2).
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return max_pool2d(v[0], 2); }, {distinct({1, 2, 7, 5}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 2); }, {randn({1, 2, 7, 5}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 3, 2, 1); }, {randn({2, 3, 7, 6}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return avg_pool2d(v[0], 3, 2, 1, false); }, {randn({2, 3, 7, 6}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return global_avg_pool2d(v[0]); }, {randn({2, 3, 4, 5}, gen)}));
-}
-
-TEST(Pooling, ChannelsLastMatchesNchwAndKeepsItsFormat) {
-  Generator gen(8);
-  const Tensor x = distinct({2, 5, 6, 7}, gen);
-  const std::vector<std::function<Variable(const Variable&)>> ops = {
-      [](const Variable& v) { return max_pool2d(v, 3, 2, 1); },
-      [](const Variable& v) { return avg_pool2d(v, 2, 1, 1); },
-      [](const Variable& v) { return avg_pool2d(v, 3, 2, 1, false); },
-  };
-  for (const auto& op : ops) {
-    Variable a(x.clone(), true), b(channels_last(x), true);
-    const Variable ya = op(a), yb = op(b);
-    EXPECT_TRUE(is_channels_last(yb.data()));
-    expect_close(yb.data(), ya.data(), 1e-6f, 1e-6f);
-    sum(mul(ya, Variable(ya.data().clone()))).backward();
-    sum(mul(yb, Variable(ya.data().clone()))).backward();
-    expect_close(b.grad(), a.grad(), 1e-6f, 1e-6f);
-  }
-  expect_close(global_avg_pool2d(Variable(channels_last(x))).data(), global_avg_pool2d(Variable(x)).data(), 1e-6f,
-               1e-6f);
-}
-
-// The CPU computes 16-bit pooling in float32 and rounds once, so on inputs already rounded to
-// the 16-bit type the results differ from float32's by that one rounding: 2^-8 relative for
-// bfloat16, 2^-11 for float16.
-TEST(Pooling, SixteenBitMatchesFloat32WithinOneRounding) {
-  Generator gen(9);
-  for (DType t : {kBFloat16, kFloat16}) {
-    const float rtol = t == kBFloat16 ? 1.f / 256 : 1.f / 2048;
-    const Tensor x16 = randn({2, 3, 6, 6}, gen).to(t);
-    const Tensor x32 = x16.to(kFloat32);
-    expect_close(max_pool2d(Variable(x16), 2).data(), max_pool2d(Variable(x32), 2).data(), 0.f, rtol);
-    expect_close(avg_pool2d(Variable(x16), 3, 1, 1).data(), avg_pool2d(Variable(x32), 3, 1, 1).data(), 1e-6f, rtol);
-    expect_close(global_avg_pool2d(Variable(x16)).data(), global_avg_pool2d(Variable(x32)).data(), 1e-6f, rtol);
-  }
-}
-
-TEST(Pooling, BadInputsSayWhatWasExpected) {
-  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::ones({3, 4, 4})), 2), HasSubstr("expected an input (N, C, H, W) with 4"));
-  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::ones({1, 1, 2, 2})), 3),
-                   HasSubstr("kernel 3x3 is larger than the padded input 2x2"));
-  DPL_EXPECT_ERROR(avg_pool2d(Variable(Tensor::ones({1, 1, 4, 4})), 2, 1, 2),
-                   HasSubstr("expected padding between 0 and half the kernel"));
-  DPL_EXPECT_ERROR(max_pool2d(Variable(Tensor::zeros({1, 1, 4, 4}, TensorOptions(kInt32))), 2),
-                   HasSubstr("dtype float32, bfloat16 or float16, got int32"));
-}
-
-// --- batch norm ---------------------------------------------------------------------------------
 
 TEST(BatchNorm, TrainingGradcheckThroughTheBatchStatistics) {
   Generator gen(10);
@@ -368,14 +254,6 @@ TEST(BatchNorm, BadInputsSayWhatWasExpected) {
   DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({1, 3, 1, 1})), Variable(), Variable(), Tensor(), Tensor(), true),
                    HasSubstr("at least 2 values per channel"));
   DPL_EXPECT_ERROR(nn::BatchNorm2d(0), HasSubstr("expected num_features >= 1"));
-}
-
-TEST(PoolingModules, ApplyTheirWindows) {
-  Generator gen(17);
-  const Variable x(randn({2, 3, 8, 8}, gen));
-  EXPECT_EQ(nn::MaxPool2d(2)(x).shape(), (Shape{2, 3, 4, 4}));
-  EXPECT_EQ(nn::AvgPool2d(3, 2, 1)(x).shape(), (Shape{2, 3, 4, 4}));
-  EXPECT_EQ(nn::GlobalAvgPool2d()(x).shape(), (Shape{2, 3}));
 }
 
 }  // namespace

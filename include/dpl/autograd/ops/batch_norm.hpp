@@ -1,0 +1,32 @@
+#pragma once
+// Batch normalisation of (N, C, H, W) images and its fusions with relu and a residual add.
+// Image inputs are 4-D (N, C, H, W) by shape, in NCHW (contiguous) or channels-last memory
+// (Tensor::memory_format); outputs keep the input's format. Other strides are first copied to
+// NCHW.
+// Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
+
+#include "dpl/autograd/variable.hpp"
+
+namespace dpl {
+
+/// Batch normalisation over (N, H, W) per channel of a 4-D float x with C channels.
+/// weight and bias: (C,) on x's device of one float dtype (float32; or 16-bit, as in a model cast
+/// by optim::MixedPrecision, widened to float32 for the arithmetic and their gradients rounded
+/// back), or undefined (scale 1, shift 0). Statistics are float32 whatever x's dtype. Training: normalises with the batch mean and biased variance
+/// (requires N*H*W >= 2) and, when running_mean and running_var are defined (float32 (C,)),
+/// updates them in place as running = (1 - momentum) running + momentum batch, with the unbiased
+/// variance (PyTorch's convention; momentum 0.1 there). Evaluation: normalises with the running
+/// statistics (required); a gradient through an evaluation-mode call is not supported and throws
+/// when backward reaches it. Returns x's shape, dtype and memory format.
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm(...)), same requirements; fused into one pass where the device's library can.
+Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                         const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+/// relu(batch_norm(...) + z) for z of x's shape and dtype (a residual), same requirements;
+/// fused where the device's library can.
+Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
+                             const Tensor& running_mean, const Tensor& running_var, bool training,
+                             double momentum = 0.1, double eps = 1e-5);
+
+}  // namespace dpl

@@ -1,0 +1,54 @@
+#pragma once
+// Convolution and pooling of (N, C, H, W) images.
+// Image inputs are 4-D (N, C, H, W) by shape, in NCHW (contiguous) or channels-last memory
+// (Tensor::memory_format); outputs keep the input's format. Other strides are first copied to
+// NCHW.
+// Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
+
+#include <array>
+#include <cstdint>
+
+#include "dpl/autograd/variable.hpp"
+
+namespace dpl {
+
+/// A (height, width) pair of convolution settings.
+using Conv2dPair = std::array<std::int64_t, 2>;
+
+/// 2-D cross-correlation, as PyTorch's conv2d: x (N, C, H, W), weight (O, C/groups, KH, KW), bias
+/// (O,) or undefined (no bias), one float dtype and device for all. Zero padding on both sides,
+/// strides and dilations at least 1; C and O divisible by groups. Returns (N, O, OH, OW) with
+/// OH = (H + 2*padding - dilation*(KH-1) - 1) / stride + 1 (floor), likewise OW, which must be at
+/// least 1. Requires oneDNN (CPU) or cuDNN (GPU) in the build; throws dpl::Error without them.
+///
+/// Memory format: a channels-last input (Tensor::memory_format() is kChannelsLast) gives a
+/// channels-last output and is computed in NHWC with the weight converted to channels-last if it
+/// is not (keep weights channels-last to avoid that copy); any other input is computed in NCHW.
+/// Gradients land in their buffers' layout. 16-bit math accumulates in float32.
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
+                Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1},
+                std::int64_t groups = 1);
+
+/// Height and width of a 2-D window; one number means the same for both.
+struct Size2d {
+  /// {both, both}, and {height, width}; the ops check the values.
+  Size2d(std::int64_t both) : h(both), w(both) {}  // NOLINT: implicit, so that 3 means {3, 3}
+  Size2d(std::int64_t height, std::int64_t width) : h(height), w(width) {}
+  std::int64_t h, w;
+};
+
+/// Max over windows of `kernel` moved by `stride` (0: the kernel's extent, PyTorch's default)
+/// over x zero-padded by `padding` on each side (padding never wins the max). Requires a 4-D
+/// float input, kernel and stride >= 1, 0 <= padding <= kernel / 2 and a padded input at least as
+/// large as the kernel. Returns (N, C, Ho, Wo) with Ho = (H + 2 pad - kernel) / stride + 1 (floor).
+/// The gradient goes to each window's arg-max.
+Variable max_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0));
+/// Mean over the same windows as max_pool2d (same requirements and output shape). With
+/// count_include_pad (PyTorch's default) padded zeros count in the divisor; without, only the
+/// input pixels in the window do.
+Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0),
+                    bool count_include_pad = true);
+/// Mean over H and W: (N, C, H, W) -> (N, C). Requires a 4-D float input with H, W >= 1.
+Variable global_avg_pool2d(const Variable& x);
+
+}  // namespace dpl

@@ -1,0 +1,268 @@
+// Batch normalisation of (N, C, H, W) images, and its fusions with relu and a residual add.
+#include "autograd/ops/support.hpp"
+
+namespace dpl {
+
+using namespace ops_detail;
+
+namespace {
+
+// weight, bias, running statistics: (C,) on x's device, or undefined. Statistics are float32;
+// the affine parameters may also be 16-bit (a model cast by optim::MixedPrecision, whose arena
+// has one dtype), and are then widened to float32 for the kernels.
+void check_channel_vector(const char* op, const Tensor& t, const Tensor& x, const char* what,
+                          bool any_float = false) {
+  if (!t.defined()) return;
+  if (any_float) {
+    DPL_CHECK(is_float_dtype(t.dtype()), op, ": expected ", what, " of dtype float32, bfloat16 or float16, got ",
+              t.dtype());
+  } else {
+    DPL_CHECK(t.dtype() == kFloat32, op, ": expected ", what, " of dtype float32 (statistics are float32 for every",
+              " input dtype), got ", t.dtype());
+  }
+  DPL_CHECK(t.dim() == 1 && t.size(0) == x.size(1), op, ": expected ", what, " of shape (", x.size(1),
+            ",) for an input with ", x.size(1), " channels (shape ", shape_str(x.shape()), "), got ",
+            shape_str(t.shape()));
+  check_same_device(op, x, "an input", t, what);
+  DPL_CHECK(t.is_contiguous(), op, ": expected a contiguous ", what);
+}
+
+// t itself when float32, else a float32 copy (C elements: the kernels take float32 affine
+// parameters whatever the image dtype).
+Tensor as_float32(const Tensor& t) { return t.dtype() == kFloat32 ? t : t.to(kFloat32); }
+
+// target = beta*target + g for a float32 per-channel gradient g and a target of the parameter's
+// dtype (16-bit under mixed precision: rounded once, here).
+void accumulate_channel(const Tensor& g, GradTarget& target) {
+  const Tensor& dst = *target.tensor;
+  backend::axpby(1.f, dst.dtype() == g.dtype() ? g : g.to(dst.dtype()), target.beta, *target.tensor);
+}
+
+// Where a batch norm kernel writes a per-channel gradient (float32, (C,)) for targets[k]: the
+// target itself when it takes the kernel's output as it is (a first contribution to a float32,
+// contiguous buffer), which saves a copy per parameter and call; else scratch that
+// finish_channel_grad adds in afterwards.
+Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tensor& like) {
+  const std::int64_t c = like.numel();
+  if (t.size() > k && t[k].needed()) {
+    const Tensor& dst = *t[k].tensor;
+    if (t[k].beta == 0.f && dst.dtype() == kFloat32 && dst.is_contiguous() && dst.numel() == c &&
+        dst.device() == like.device())
+      return dst;
+  }
+  return empty_on({c}, like);
+}
+void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_t k) {
+  if (t.size() <= k || !t[k].needed()) return;
+  if (g.raw_data() == t[k].tensor->raw_data()) return;  // channel_grad_buffer handed out the target itself
+  accumulate_channel(g, t[k]);
+}
+
+// The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
+// scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused.
+struct BatchNormArgs {
+  Tensor w, b, rm, rv;
+  float momentum;
+};
+
+BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& weight, const Variable& bias,
+                              const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                              double eps) {
+  DPL_CHECK(!training || tx.size(0) * tx.size(2) * tx.size(3) >= 2, op,
+            ": training mode needs at least 2 values per channel (N*H*W), got shape ", shape_str(tx.shape()));
+  check_channel_vector(op, weight.defined() ? weight.data() : Tensor(), tx, "a weight", true);
+  check_channel_vector(op, bias.defined() ? bias.data() : Tensor(), tx, "a bias", true);
+  DPL_CHECK(!weight.defined() || !bias.defined() || weight.dtype() == bias.dtype(), op,
+            ": expected weight and bias of one dtype, got ", weight.dtype(), " and ", bias.dtype());
+  check_channel_vector(op, running_mean, tx, "running_mean");
+  check_channel_vector(op, running_var, tx, "running_var");
+  DPL_CHECK(weight.defined() == bias.defined(), op, ": expected weight and bias both defined or both undefined");
+  DPL_CHECK(running_mean.defined() == running_var.defined(), op,
+            ": expected running_mean and running_var both defined or both undefined");
+  DPL_CHECK(eps > 0.0, op, ": expected eps > 0, got ", eps);
+  DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, op, ": expected momentum in [0, 1], got ", momentum);
+  const std::int64_t c = tx.size(1);
+  const TensorOptions stats(kFloat32, tx.device());
+  return {weight.defined() ? as_float32(weight.data()) : Tensor::ones({c}, stats),
+          bias.defined() ? as_float32(bias.data()) : Tensor::zeros({c}, stats),
+          running_mean.defined() ? running_mean : Tensor::zeros({c}, stats),
+          running_var.defined() ? running_var : Tensor::ones({c}, stats),
+          running_mean.defined() ? static_cast<float>(momentum) : 0.f};
+}
+
+class BatchNormNode final : public Node {
+ public:
+  Tensor x, weight, save_mean, save_invstd;
+  float eps = 0.f;
+  const char* name() const override { return "batch_norm"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    Tensor gw = channel_grad_buffer(t, 1, weight), gb = channel_grad_buffer(t, 2, weight);
+    Tensor scratch;
+    Tensor* gx = t[0].needed() ? t[0].tensor : nullptr;
+    if (gx == nullptr) gx = &(scratch = empty_in_format_of(x.shape(), x));
+    backend::batch_norm_backward(x, gy, weight, save_mean, save_invstd, eps, t[0].needed() ? t[0].beta : 0.f, *gx, gw,
+                                 gb);
+    finish_channel_grad(gw, t, 1);
+    finish_channel_grad(gb, t, 2);
+  }
+  void release() override { x = weight = save_mean = save_invstd = Tensor(); }
+};
+
+// Evaluation mode is an affine map per channel, y = (x - mean) * invstd * weight + bias with the
+// running statistics as constants (fine-tuning with frozen statistics trains through it):
+// gx = gy * weight * invstd, gweight = sum(gy * xhat), gbias = sum(gy). Both come from the
+// forward kernels: gx is batch_norm_infer of gy with a zero mean and bias; xhat is
+// batch_norm_infer of x with a unit weight, and the training backward kernel over xhat with a
+// mean of 0 and an invstd of 1 sums gy * xhat and gy (its own gx is discarded).
+class BatchNormEvalNode final : public Node {
+ public:
+  Tensor x, weight, running_mean, running_var;  // the statistics as they were at forward
+  float eps = 0.f;
+  const char* name() const override { return "batch_norm"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const std::int64_t c = x.size(1);
+    const Tensor zeros = Tensor::zeros({c}, TensorOptions(kFloat32, x.device()));
+    if (t[0].needed()) {
+      Tensor gx = empty_in_format_of(x.shape(), gy);
+      backend::batch_norm_infer(gy, weight, zeros, zeros, running_var, eps, gx);
+      add_into(gx, t[0]);
+    }
+    const bool affine = t.size() > 1;
+    if (!affine || !(t[1].needed() || t[2].needed())) return;
+    const Tensor ones = Tensor::ones({c}, TensorOptions(kFloat32, x.device()));
+    Tensor xhat = empty_in_format_of(x.shape(), x), discarded = empty_in_format_of(x.shape(), x);
+    backend::batch_norm_infer(x, ones, zeros, running_mean, running_var, eps, xhat);
+    Tensor gw = empty_on({c}, weight), gb = empty_on({c}, weight);
+    backend::batch_norm_backward(xhat, gy, ones, zeros, ones, 0.f, 0.f, discarded, gw, gb);
+    if (t[1].needed()) accumulate_channel(gw, t[1]);
+    if (t[2].needed()) accumulate_channel(gb, t[2]);
+  }
+  void release() override { x = weight = running_mean = running_var = Tensor(); }
+};
+
+// Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes every gradient into
+// scratch in x's format, then each goes to its target with the target's beta.
+class BatchNormActNode final : public Node {
+ public:
+  bool add = false;
+  Tensor x, y, reserve, weight, bias, save_mean, save_invstd;
+  float eps = 0.f;
+  const char* name() const override { return add ? "batch_norm_add_relu" : "batch_norm_relu"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    // The kernel overwrites gx and gz: a target it may overwrite in x's layout (the usual case,
+    // its first contribution) takes them directly; anything else goes through scratch.
+    auto writable = [&](const GradTarget& g) {
+      return g.needed() && g.beta == 0.f && g.tensor->strides() == x.strides();
+    };
+    const bool gx_direct = writable(t[0]), gz_direct = add && writable(t[1]);
+    Tensor gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
+    Tensor gz = !add ? gx : gz_direct ? *t[1].tensor : empty_in_format_of(x.shape(), x);
+    const std::size_t params = add ? 2 : 1;
+    Tensor gw = channel_grad_buffer(t, params, weight), gb = channel_grad_buffer(t, params + 1, weight);
+    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
+    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+    if (add && t[1].needed() && !gz_direct) add_into(gz, t[1]);
+    finish_channel_grad(gw, t, params);
+    finish_channel_grad(gb, t, params + 1);
+  }
+  void release() override { x = y = reserve = weight = bias = save_mean = save_invstd = Tensor(); }
+};
+
+// relu(batch_norm(x) [+ z]) through the device's fused kernel when it has one for x (training
+// mode only: evaluation is one cheap pass anyway), else composed from the plain ops.
+Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, const Variable& weight,
+                        const Variable& bias, const Tensor& running_mean, const Tensor& running_var, bool training,
+                        double momentum, double eps) {
+  const Tensor tx = image_input(op, x);
+  Tensor tz;
+  if (z != nullptr) {
+    check_operands(op, {{x, "an input"}, {*z, "a residual z"}});
+    tz = z->data();
+    DPL_CHECK(tz.shape() == tx.shape(), op, ": expected a residual z of the input's shape ", shape_str(tx.shape()),
+              ", got ", shape_str(tz.shape()));
+  }
+  const bool fused = training && tx.numel() > 0 && backend::batch_norm_act_available(tx) &&
+                     (z == nullptr || tz.strides() == tx.strides());
+  if (!fused) {
+    const Variable bn = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    return relu(z == nullptr ? bn : add(bn, *z));
+  }
+  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  const std::int64_t c = tx.size(1);
+  const TensorOptions stats(kFloat32, tx.device());
+  Tensor y = empty_in_format_of(tx.shape(), tx);
+  Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
+  Tensor reserve = backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
+                                                 static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                                                 save_invstd);
+  const Variable no_residual;
+  const Variable* residual = z != nullptr ? z : &no_residual;
+  if (!any_requires_grad({&x, residual, &weight, &bias})) return Variable(y);
+  auto node = std::make_shared<BatchNormActNode>();
+  node->add = z != nullptr;
+  node->x = tx;
+  // Without a residual, backward recomputes the ReLU's mask from x and never reads y: a
+  // zero-element stand-in keeps the graph from holding y for it (kernels.hpp).
+  node->y = z != nullptr ? y : Tensor::empty({0}, TensorOptions(y.dtype(), y.device()));
+  node->reserve = reserve;
+  node->weight = args.w;
+  node->bias = args.b;
+  node->save_mean = save_mean;
+  node->save_invstd = save_invstd;
+  node->eps = static_cast<float>(eps);
+  node->set_inputs(defined_inputs({&x, residual, &weight, &bias}));
+  return Variable::make_result(y, node);
+}
+
+}  // namespace
+
+Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  const Tensor tx = image_input(op, x);
+  const std::int64_t c = tx.size(1);
+  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  const TensorOptions stats(kFloat32, tx.device());
+  Tensor y = empty_in_format_of(tx.shape(), tx);
+  if (!training) {
+    DPL_CHECK(running_mean.defined(), op, ": evaluation mode needs running_mean and running_var, got none");
+    if (tx.numel() > 0)
+      backend::batch_norm_infer(tx, args.w, args.b, running_mean, running_var, static_cast<float>(eps), y);
+    if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
+    auto node = std::make_shared<BatchNormEvalNode>();
+    node->x = tx;
+    node->weight = args.w;
+    node->running_mean = running_mean.clone();
+    node->running_var = running_var.clone();
+    node->eps = static_cast<float>(eps);
+    node->set_inputs(defined_inputs({&x, &weight, &bias}));
+    return Variable::make_result(y, node);
+  }
+  Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
+  backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                            save_invstd);
+  if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
+  auto node = std::make_shared<BatchNormNode>();
+  node->x = tx;
+  node->weight = args.w;
+  node->save_mean = save_mean;
+  node->save_invstd = save_invstd;
+  node->eps = static_cast<float>(eps);
+  node->set_inputs(defined_inputs({&x, &weight, &bias}));
+  return Variable::make_result(y, node);
+}
+
+Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
+                         const Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_act("batch_norm_relu", x, nullptr, weight, bias, running_mean, running_var, training, momentum,
+                        eps);
+}
+
+Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
+                             const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
+                             double eps) {
+  return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
+                        eps);
+}
+
+}  // namespace dpl

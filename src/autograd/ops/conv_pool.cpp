@@ -1,0 +1,170 @@
+// conv2d and the 2-D poolings (max, average, global average) over (N, C, H, W) images.
+#include "autograd/ops/support.hpp"
+
+namespace dpl {
+
+using namespace ops_detail;
+
+// --- conv2d -------------------------------------------------------------------------------------
+// The kernels take every operand in one memory format, the input's (Tensor::memory_format).
+// Operands in the other format are converted here; in a channels-last network that is only the
+// incoming gradient and the input gradient, whose buffers autograd allocates contiguous.
+namespace {
+
+class Conv2dNode final : public Node {
+ public:
+  Tensor x, w;
+  backend::Conv2dParams p;
+  MemoryFormat format = MemoryFormat::kContiguous;
+  const char* name() const override { return "conv2d"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = in_format(gy, format);
+    if (t[0].needed())
+      write_in(t[0], format, [&](float beta, Tensor& gx) { backend::conv2d_backward_data(g, w, p, beta, gx); });
+    if (t[1].needed())
+      write_in(t[1], format, [&](float beta, Tensor& gw) { backend::conv2d_backward_weight(x, g, p, beta, gw); });
+    if (t.size() > 2 && t[2].needed()) backend::conv2d_backward_bias(g, t[2].beta, *t[2].tensor);
+  }
+  void release() override { x = w = Tensor(); }
+};
+
+void check_conv2d_geometry(const char* op, Conv2dPair stride, Conv2dPair padding, Conv2dPair dilation,
+                           std::int64_t groups) {
+  for (int i = 0; i < 2; ++i) {
+    DPL_CHECK(stride[i] >= 1, op, ": expected strides >= 1, got (", stride[0], ", ", stride[1], ")");
+    DPL_CHECK(padding[i] >= 0, op, ": expected paddings >= 0, got (", padding[0], ", ", padding[1], ")");
+    DPL_CHECK(dilation[i] >= 1, op, ": expected dilations >= 1, got (", dilation[0], ", ", dilation[1], ")");
+  }
+  DPL_CHECK(groups >= 1, op, ": expected groups >= 1, got ", groups);
+}
+
+// The output shape of conv2d, with the channel and group checks that it rests on.
+Shape conv2d_output_shape(const char* op, const Shape& xs, const Shape& ws, Conv2dPair stride, Conv2dPair padding,
+                          Conv2dPair dilation, std::int64_t groups) {
+  const std::int64_t c = xs[1], out_c = ws[0];
+  DPL_CHECK(c % groups == 0, op, ": expected input channels divisible by groups=", groups, ", got ", c,
+            " channels (input shape ", shape_str(xs), ")");
+  DPL_CHECK(out_c % groups == 0, op, ": expected output channels divisible by groups=", groups, ", got ", out_c,
+            " (weight shape ", shape_str(ws), ")");
+  DPL_CHECK(ws[1] == c / groups, op, ": expected a weight of shape (", out_c, ", ", c / groups, ", kh, kw) for ", c,
+            " input channels in ", groups, " group(s), got ", shape_str(ws));
+  Shape ys{xs[0], out_c, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::int64_t extent = xs[2 + i] + 2 * padding[i] - dilation[i] * (ws[2 + i] - 1) - 1;
+    ys[2 + i] = extent < 0 ? 0 : extent / stride[i] + 1;
+    DPL_CHECK(ys[2 + i] >= 1, op, ": the output would have no ", i == 0 ? "rows" : "columns", ": input ",
+              shape_str(xs), " with padding ", padding[i], " is smaller than the dilated kernel (",
+              dilation[i] * (ws[2 + i] - 1) + 1, "); expected an output extent of at least 1");
+  }
+  return ys;
+}
+
+}  // namespace
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, Conv2dPair stride,
+                Conv2dPair padding, Conv2dPair dilation, std::int64_t groups) {
+  const char* op = "conv2d";
+  check_operands(op, {{x, "an input", 4, " (N, C, H, W)"},
+                      {weight, "a weight", 4, " (out_channels, in_channels/groups, kh, kw)"}});
+  check_conv2d_geometry(op, stride, padding, dilation, groups);
+  const Shape ys = conv2d_output_shape(op, x.shape(), weight.shape(), stride, padding, dilation, groups);
+  if (bias.defined()) {
+    check_operands(op, {{x, "an input"}, {bias, "a bias"}});
+    DPL_CHECK(bias.data().dim() == 1 && bias.data().size(0) == ys[1], op, ": expected a bias of shape (", ys[1],
+              ",), got ", shape_str(bias.shape()));
+  }
+  backend::Conv2dParams p;
+  for (int i = 0; i < 2; ++i) {
+    p.stride[i] = stride[i];
+    p.padding[i] = padding[i];
+    p.dilation[i] = dilation[i];
+  }
+  p.groups = groups;
+  const MemoryFormat format = x.data().memory_format();
+  const Tensor tx = in_format(x.data(), format), tw = in_format(weight.data(), format);
+  const Tensor tb = bias.defined() ? dense(bias.data()) : Tensor();
+  Tensor out = empty_in(ys, format, tx);
+  backend::conv2d_forward(tx, tw, bias.defined() ? &tb : nullptr, p, out);
+  if (!any_requires_grad({&x, &weight, &bias})) return Variable(out);
+  auto node = std::make_shared<Conv2dNode>();
+  node->x = tx;
+  node->w = tw;
+  node->p = p;
+  node->format = format;
+  node->set_inputs(defined_inputs({&x, &weight, &bias}));
+  return Variable::make_result(out, node);
+}
+
+// --- pooling ------------------------------------------------------------------------------------
+namespace {
+
+class Pool2dNode final : public Node {
+ public:
+  backend::PoolKind kind;
+  backend::Pool2dParams p;
+  Tensor x, saved;
+  bool global = false;
+  const char* name() const override {
+    return global ? "global_avg_pool2d" : kind == backend::PoolKind::kMax ? "max_pool2d" : "avg_pool2d";
+  }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed() || t[0].tensor->numel() == 0) return;
+    // The global op's (N, C) gradient is the (N, C, 1, 1) pooling's, in either memory format.
+    const Tensor g = global ? dense(gy).reshape({gy.size(0), gy.size(1), 1, 1}) : gy;
+    backend::pool2d_backward(kind, p, x, saved, g, t[0].beta, *t[0].tensor);
+  }
+  void release() override { x = saved = Tensor(); }
+};
+
+Variable pool2d(const char* op, backend::PoolKind kind, const Variable& x, Size2d kernel, Size2d stride,
+                Size2d padding, bool global = false) {
+  const Tensor tx = image_input(op, x);
+  if (stride.h == 0 && stride.w == 0) stride = kernel;
+  DPL_CHECK(kernel.h >= 1 && kernel.w >= 1, op, ": expected a kernel of at least 1x1, got ", kernel.h, "x", kernel.w);
+  DPL_CHECK(stride.h >= 1 && stride.w >= 1, op, ": expected strides >= 1, got ", stride.h, "x", stride.w);
+  DPL_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op,
+            ": expected padding between 0 and half the kernel (", kernel.h / 2, "x", kernel.w / 2, "), got ",
+            padding.h, "x", padding.w);
+  const std::int64_t ph = tx.size(2) + 2 * padding.h, pw = tx.size(3) + 2 * padding.w;
+  DPL_CHECK(kernel.h <= ph && kernel.w <= pw, op, ": kernel ", kernel.h, "x", kernel.w,
+            " is larger than the padded input ", ph, "x", pw, " (input shape ", shape_str(tx.shape()), ", padding ",
+            padding.h, "x", padding.w, ")");
+  const backend::Pool2dParams p{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
+  const Shape out_shape{tx.size(0), tx.size(1), (ph - kernel.h) / stride.h + 1, (pw - kernel.w) / stride.w + 1};
+  Tensor y = empty_in_format_of(out_shape, tx);
+  Tensor saved = tx.numel() > 0 ? backend::pool2d(kind, p, tx, y) : y;
+  // (N, C, 1, 1) has one element per (n, c) in both memory formats, at n*C + c.
+  Tensor out = global ? Tensor(y.storage(), y.offset(), {y.size(0), y.size(1)}, {y.size(1), 1}, y.dtype()) : y;
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<Pool2dNode>();
+  node->kind = kind;
+  node->p = p;
+  // The winners' indices say all that backward needs: a zero-element stand-in keeps the graph
+  // from holding x for them (kernels.hpp).
+  node->x = saved.dtype() != kUInt8 ? tx : Tensor::empty({0}, TensorOptions(tx.dtype(), tx.device()));
+  node->saved = saved;
+  node->global = global;
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
+
+}  // namespace
+
+Variable max_pool2d(const Variable& x, Size2d kernel, Size2d stride, Size2d padding) {
+  return pool2d("max_pool2d", backend::PoolKind::kMax, x, kernel, stride, padding);
+}
+
+Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride, Size2d padding, bool count_include_pad) {
+  return pool2d("avg_pool2d", count_include_pad ? backend::PoolKind::kAvgIncludePad : backend::PoolKind::kAvgExcludePad,
+                x, kernel, stride, padding);
+}
+
+Variable global_avg_pool2d(const Variable& x) {
+  const char* op = "global_avg_pool2d";
+  const Tensor tx = image_input(op, x);
+  DPL_CHECK(tx.size(2) >= 1 && tx.size(3) >= 1, op, ": expected H and W of at least 1, got shape ",
+            shape_str(tx.shape()));
+  return pool2d(op, backend::PoolKind::kAvgIncludePad, x, Size2d(tx.size(2), tx.size(3)), Size2d(1), Size2d(0), true);
+}
+
+}  // namespace dpl

@@ -1,0 +1,87 @@
+// The shared operand checks and memory-format rules of the ops (support.hpp).
+#include "autograd/ops/support.hpp"
+
+namespace dpl::ops_detail {
+
+void check_operands(const char* op, std::initializer_list<Operand> operands) {
+  const Operand* first = nullptr;
+  for (const Operand& o : operands) {
+    DPL_CHECK(o.var.defined(), op, ": expected ", o.name, o.layout, ", got an undefined Variable");
+    const Tensor& t = o.var.data();
+    DPL_CHECK(is_float_dtype(t.dtype()), op, ": expected ", o.name, o.layout,
+              " of dtype float32, bfloat16 or float16, got ", t.dtype());
+    DPL_CHECK(o.rank < 0 || t.dim() == o.rank, op, ": expected ", o.name, o.layout, " with ", o.rank,
+              " dimensions, got shape ", shape_str(t.shape()));
+    if (first == nullptr) {
+      first = &o;
+      continue;
+    }
+    const Tensor& f = first->var.data();
+    DPL_CHECK(t.dtype() == f.dtype(), op, ": expected operands of one dtype, got ", f.dtype(), " for ", first->name,
+              " and ", t.dtype(), " for ", o.name);
+    check_same_device(op, f, first->name, t, o.name);
+  }
+}
+
+void check_same_device(const char* op, const Tensor& like, const char* like_name, const Tensor& t,
+                       const char* name) {
+  DPL_CHECK(t.device() == like.device(), op, ": expected operands on one device, got ", like.device(), " for ",
+            like_name, " and ", t.device(), " for ", name);
+}
+
+Tensor empty_on(const Shape& shape, const Tensor& like) {
+  return Tensor::empty(shape, TensorOptions(like.dtype(), like.device()));
+}
+
+Tensor float_input(const char* op, const Variable& x) {
+  check_operands(op, {{x, "an input"}});
+  return dense_keep(x.data());
+}
+
+Tensor image_input(const char* op, const Variable& x) {
+  check_operands(op, {{x, "an input", 4, " (N, C, H, W)"}});
+  return dense_keep(x.data());
+}
+
+bool has_format(const Tensor& t, MemoryFormat f) {
+  return f == MemoryFormat::kChannelsLast ? t.is_channels_last() : t.is_contiguous();
+}
+
+Tensor in_format(const Tensor& t, MemoryFormat f) {
+  return f == MemoryFormat::kChannelsLast ? t.to_channels_last() : t.contiguous();
+}
+
+Tensor empty_in(const Shape& shape, MemoryFormat f, const Tensor& like) {
+  const TensorOptions o(like.dtype(), like.device());
+  return f == MemoryFormat::kChannelsLast ? Tensor::empty_channels_last(shape, o) : Tensor::empty(shape, o);
+}
+
+namespace {
+// A dense tensor's elements in memory order (the same bytes whatever its format).
+Tensor flat(const Tensor& t) { return Tensor(t.storage(), t.offset(), {t.numel()}, {1}, t.dtype()); }
+}  // namespace
+
+// One pass when the formats match, a strided copy when the target is overwritten, else g brought
+// to the target's format first.
+void add_into(const Tensor& g, GradTarget& target) {
+  Tensor& buffer = *target.tensor;
+  if (g.strides() == buffer.strides()) {
+    backend::axpby(1.f, g, target.beta, buffer);
+    return;
+  }
+  if (target.beta == 0.f) {
+    buffer.copy_(g);
+    return;
+  }
+  Tensor flat_buffer = flat(buffer);
+  backend::axpby(1.f, flat(in_format(g, buffer.memory_format())), 1.f, flat_buffer);
+}
+
+std::vector<Variable> defined_inputs(std::initializer_list<const Variable*> inputs) {
+  std::vector<Variable> out;
+  for (const Variable* v : inputs)
+    if (v->defined()) out.push_back(*v);
+  return out;
+}
+
+}  // namespace dpl::ops_detail

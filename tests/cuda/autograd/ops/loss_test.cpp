@@ -1,0 +1,60 @@
+// CPU-vs-CUDA agreement of the losses and accuracy (op_agreement.hpp), and how bad labels on the
+// GPU show.
+//
+// Tolerances: rtol 1e-5 / atol 1e-5 for elementwise ops and reductions, atol 1e-4 where a
+// matrix product with inner extent up to 16 is involved.
+#include <cmath>
+
+#include "op_agreement.hpp"
+
+namespace dpl::test {
+namespace {
+
+TEST_F(AutogradTest, SoftmaxCrossEntropy) {
+  const Tensor y = labels(32, 10);
+  const Tensor yg = on_gpu(y);
+  // The op reads its labels from the inputs' device, so each side gets its own copy.
+  check("softmax_cross_entropy", {{32, 10}}, [&](const auto& x) {
+    return softmax_cross_entropy(x[0], x[0].device().is_cpu() ? y : yg);
+  });
+  const Tensor y2 = labels(7, 300);
+  const Tensor y2g = on_gpu(y2);
+  check("softmax_cross_entropy wide", {{7, 300}}, [&](const auto& x) {
+    return softmax_cross_entropy(x[0], x[0].device().is_cpu() ? y2 : y2g);
+  });
+}
+
+// Device labels are not read back per call (it would stall every step); a bad one makes the
+// loss NaN and never reads outside the logits. Host labels still throw.
+TEST_F(AutogradTest, SoftmaxCrossEntropyBadLabelsOnTheGpuGiveNaN) {
+  const Variable logits(rand({3, 4}).to(gpu()));
+  const Tensor bad = Tensor::from_vector<std::int32_t>({0, 4, 1}, {3}, gpu());
+  EXPECT_TRUE(std::isnan(softmax_cross_entropy(logits, bad).item()));
+  const Tensor negative = Tensor::from_vector<std::int32_t>({0, -1, 1}, {3}, gpu());
+  EXPECT_TRUE(std::isnan(softmax_cross_entropy(logits, negative).item()));
+  const Tensor good = Tensor::from_vector<std::int32_t>({0, 3, 1}, {3}, gpu());
+  EXPECT_TRUE(std::isfinite(softmax_cross_entropy(logits, good).item()));
+  const Variable host_logits(Tensor::zeros({3, 4}));
+  EXPECT_THROW(softmax_cross_entropy(host_logits, Tensor::from_vector<std::int32_t>({0, 4, 1}, {3})), Error);
+}
+
+TEST_F(AutogradTest, Accuracy) {
+  const Tensor logits = rand({50, 10});
+  const Tensor y = labels(50, 10);
+  const float want = accuracy(Variable(logits), y).item();
+  const Tensor got = accuracy(Variable(on_gpu(logits)), on_gpu(y));
+  EXPECT_EQ(got.device(), gpu());
+  EXPECT_EQ(got.item(), want);
+}
+
+TEST_F(AutogradTest, MseLossAndSmoothedCrossEntropy) {
+  check("mse_loss", {{5, 6}, {5, 6}}, [](const auto& x) { return mse_loss(x[0], x[1]); });
+  const Tensor y = labels(12, 10);
+  const Tensor yg = on_gpu(y);
+  check("softmax_cross_entropy smoothed", {{12, 10}}, [&](const auto& x) {
+    return softmax_cross_entropy(x[0], x[0].device().is_cpu() ? y : yg, 0.1f);
+  });
+}
+
+}  // namespace
+}  // namespace dpl::test
