@@ -17,7 +17,7 @@ std::string model_description(const nn::Module& model) {
   std::ostringstream os;
   for (const auto& [name, var] : model.named_parameters())
     os << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype()
-       << (var.data().is_channels_last() && !var.data().is_contiguous() ? " channels-last" : "") << '\n';
+       << (var.data().memory_format() == MemoryFormat::kChannelsLast ? " channels-last" : "") << '\n';
   for (const auto& [name, var] : model.named_buffers())
     os << "buffer " << name << ' ' << shape_str(var.shape()) << ' ' << var.dtype() << '\n';
   return os.str();

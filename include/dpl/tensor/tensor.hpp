@@ -34,8 +34,9 @@ enum class MemoryFormat : std::uint8_t { kContiguous, kChannelsLast };
 /// A view (offset, shape, strides, dtype) of a shared Storage. Copying a Tensor copies the view,
 /// not the data: both then alias the same memory. A default-constructed Tensor is undefined.
 ///
-/// Math on tensors lives in the autograd ops (dpl/autograd/ops.hpp); this class holds data,
-/// creates views and moves bytes.
+/// This class holds data, creates views and moves bytes. Differentiable math lives in the autograd
+/// ops (dpl/autograd/ops.hpp); plain elementwise arithmetic for preparing data, in
+/// dpl/tensor/tensor_ops.hpp.
 class Tensor {
  public:
   Tensor() = default;

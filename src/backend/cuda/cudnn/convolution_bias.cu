@@ -49,8 +49,6 @@ __global__ void bias_grad_kernel(const T* gy, T* gb, std::int64_t n, std::int64_
     gb[ch] = cuda_detail::from_float<T>(accumulate ? partial[0] + cuda_detail::to_float(gb[ch]) : partial[0]);
 }
 
-bool channels_last(const Tensor& image) { return image.is_channels_last() && !image.is_contiguous(); }
-
 }  // namespace
 
 // --- launchers ---------------------------------------------------------------------------------
@@ -74,7 +72,7 @@ void conv2d_backward_bias_cuda(const Tensor& gy, float beta, Tensor& gb) {
     using T = typename decltype(tag)::type;
     bias_grad_kernel<T><<<static_cast<unsigned>(gb.numel()), cuda_detail::kThreads, 0, d.stream()>>>(
         cuda_detail::in_ptr<T>(gy), cuda_detail::out_ptr<T>(gb), gy.size(0), gy.size(1), gy.size(2) * gy.size(3),
-        channels_last(gy), beta != 0.f);
+        gy.memory_format() == MemoryFormat::kChannelsLast, beta != 0.f);
     DPL_CUDA_CHECK(cudaGetLastError());
   });
 }
