@@ -11,6 +11,12 @@
 namespace dpl {
 
 namespace {
+// Packed channels-last strides of a 4-D (N, C, H, W) shape: NHWC in memory.
+Strides channels_last_strides(const Shape& shape) {
+  const Strides nhwc = contiguous_strides({shape[0], shape[2], shape[3], shape[1]});
+  return {nhwc[0], nhwc[3], nhwc[1], nhwc[2]};
+}
+
 std::int64_t normalize_dim(std::int64_t d, std::int64_t ndim, const char* op) {
   const std::int64_t r = d < 0 ? d + ndim : d;
   DPL_CHECK(r >= 0 && r < ndim, op, ": dimension ", d, " is out of range for a tensor of ", ndim, " dimensions");
@@ -54,9 +60,8 @@ Tensor Tensor::empty_channels_last(const Shape& shape, TensorOptions o) {
   DPL_CHECK(shape.size() == 4, "Tensor::empty_channels_last: expected a 4-D shape (N, C, H, W), got ",
             shape_str(shape));
   check_shape_valid(shape, "Tensor::empty_channels_last");
-  const Strides nhwc = contiguous_strides({shape[0], shape[2], shape[3], shape[1]});
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(o.dtype);
-  return Tensor(Storage::allocate(bytes, o.device), 0, shape, {nhwc[0], nhwc[3], nhwc[1], nhwc[2]}, o.dtype);
+  return Tensor(Storage::allocate(bytes, o.device), 0, shape, channels_last_strides(shape), o.dtype);
 }
 
 Tensor Tensor::empty_like(const Tensor& t) {
@@ -151,7 +156,14 @@ bool Tensor::is_channels_last() const {
 }
 
 MemoryFormat Tensor::memory_format() const {
-  return is_channels_last() && !is_contiguous() ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous;
+  if (!is_channels_last()) return MemoryFormat::kContiguous;
+  if (!is_contiguous()) return MemoryFormat::kChannelsLast;
+  // Both orders fit when size-1 dimensions leave it open (a 1x1 image, a single channel): the
+  // strides as laid out decide, so what empty_channels_last made stays channels-last and the
+  // tensors an op makes for it (empty_like) get its exact strides.
+  return shape_.size() == 4 && strides_ == channels_last_strides(shape_) && strides_ != contiguous_strides(shape_)
+             ? MemoryFormat::kChannelsLast
+             : MemoryFormat::kContiguous;
 }
 
 bool Tensor::shares_storage_with(const Tensor& other) const {

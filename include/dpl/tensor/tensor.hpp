@@ -84,10 +84,10 @@ class Tensor {
   /// True for a 4-D tensor whose strides are NHWC's, extents of 1 ignored (so a contiguous
   /// tensor with C == 1 or H == W == 1 is both: its memory order is the same either way).
   bool is_channels_last() const;
-  /// The format the tensor's memory is in: kChannelsLast when is_channels_last() and not also
-  /// is_contiguous(); kContiguous otherwise, including every tensor that is not 4-D and one whose
-  /// strides are both (its memory order is the same either way). Dense or not is not judged here:
-  /// a strided view that is neither also reports kContiguous.
+  /// kChannelsLast when is_channels_last() and not is_contiguous(), kContiguous when not
+  /// is_channels_last() (every tensor that is not 4-D, and a strided view that is neither). Where
+  /// size-1 dimensions make both hold (one channel, a 1x1 image) the strides decide: kChannelsLast
+  /// for exactly the packed NHWC strides (empty_channels_last's) unless also the packed NCHW ones.
   MemoryFormat memory_format() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   /// True when both tensors view the same Storage.

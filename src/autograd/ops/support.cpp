@@ -40,7 +40,18 @@ Tensor float_input(const char* op, const Variable& x) {
 
 Tensor image_input(const char* op, const Variable& x) {
   check_operands(op, {{x, "an input", 4, " (N, C, H, W)"}});
-  return dense_keep(x.data());
+  // The image kernels take the strides of a packed NCHW or NHWC tensor, size-1 dimensions too
+  // (their own kernels compare strides exactly): a tensor of either format that is not packed
+  // (a free stride on a size-1 dimension) is copied into a packed one of its format.
+  const Tensor& t = x.data();
+  const MemoryFormat f = t.memory_format();
+  const Shape& s = t.shape();
+  Strides packed = contiguous_strides(f == MemoryFormat::kChannelsLast ? Shape{s[0], s[2], s[3], s[1]} : s);
+  if (f == MemoryFormat::kChannelsLast) packed = {packed[0], packed[3], packed[1], packed[2]};  // NHWC to NCHW order
+  if (t.strides() == packed) return t;
+  Tensor out = empty_in(t.shape(), f, t);
+  out.copy_(t);
+  return out;
 }
 
 bool has_format(const Tensor& t, MemoryFormat f) {

@@ -49,9 +49,18 @@ TEST(MemoryFormat, NamesTheLayoutAndCountsATensorThatIsBothAsContiguous) {
   EXPECT_EQ(Tensor::empty({2, 3, 4, 5}).memory_format(), MemoryFormat::kContiguous);
   EXPECT_EQ(Tensor::empty_channels_last({2, 3, 4, 5}).memory_format(), MemoryFormat::kChannelsLast);
   EXPECT_EQ(Tensor::empty({2, 3, 4, 5}).to_channels_last().memory_format(), MemoryFormat::kChannelsLast);
-  // One channel, or a 1x1 image: both layouts have one memory order.
-  EXPECT_EQ(Tensor::empty_channels_last({2, 1, 4, 5}).memory_format(), MemoryFormat::kContiguous);
-  EXPECT_EQ(Tensor::empty_channels_last({2, 3, 1, 1}).memory_format(), MemoryFormat::kContiguous);
+  // One channel, or a 1x1 image: both layouts have one memory order, and the strides as laid out
+  // decide, so such a tensor keeps the format it was made in and empty_like its strides.
+  for (const Shape& shape : {Shape{2, 1, 4, 5}, Shape{2, 3, 1, 1}}) {
+    SCOPED_TRACE(shape_str(shape));
+    const Tensor nhwc = Tensor::empty_channels_last(shape);
+    EXPECT_EQ(nhwc.memory_format(), MemoryFormat::kChannelsLast);
+    EXPECT_EQ(Tensor::empty_like(nhwc).strides(), nhwc.strides());
+    EXPECT_EQ(Tensor::empty(shape).memory_format(), MemoryFormat::kContiguous);
+    EXPECT_EQ(Tensor::empty_like(Tensor::empty(shape)).strides(), contiguous_strides(shape));
+  }
+  // Where the two layouts' strides are the same, contiguous.
+  EXPECT_EQ(Tensor::empty_channels_last({2, 1, 1, 1}).memory_format(), MemoryFormat::kContiguous);
   EXPECT_EQ(Tensor::empty({6}).memory_format(), MemoryFormat::kContiguous);
   // A strided view that is neither reports contiguous; empty_like follows memory_format.
   EXPECT_EQ(Tensor::empty({2, 3, 4, 5}).narrow(3, 0, 2).memory_format(), MemoryFormat::kContiguous);
