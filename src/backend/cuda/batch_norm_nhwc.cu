@@ -386,9 +386,31 @@ void with_index_type(std::int64_t n, Launch&& launch) {
   else launch(std::int64_t{});
 }
 
-float* scratch(const Tensor& x, std::int64_t floats, Tensor& holder) {
-  holder = Tensor::empty({floats}, TensorOptions(kFloat32, x.device()));
-  return holder.data<float>();
+// Calls launch(Index{}, blocks, packs) to run an elementwise pass over the n / v packs of v
+// values, with the index type with_index_type picks, then checks the launch.
+template <typename Launch>
+void launch_packs(int device, std::int64_t n, int v, Launch&& launch) {
+  const std::int64_t packs = n / v;
+  const unsigned blocks = elementwise_blocks(device, packs);
+  with_index_type(n, [&](auto index) {
+    using Index = decltype(index);
+    launch(index, blocks, static_cast<Index>(packs));
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+// Float scratch on x's device, owned by holder: a Partial per row group of l and channel (the
+// reduction's partials), then tail_floats floats per channel, whose start goes to *tail.
+template <typename Partial>
+Partial* reduce_scratch(const Tensor& x, const ReduceLaunch& l, int c, int tail_floats, Tensor& holder,
+                        float** tail) {
+  static_assert(sizeof(Partial) % sizeof(float) == 0, "partials are whole floats");
+  const std::int64_t partial_floats = static_cast<std::int64_t>(sizeof(Partial) / sizeof(float)) * l.groups * c;
+  holder = Tensor::empty({partial_floats + static_cast<std::int64_t>(tail_floats) * c},
+                         TensorOptions(kFloat32, x.device()));
+  float* work = holder.data<float>();
+  *tail = work + partial_floats;
+  return reinterpret_cast<Partial*>(work);
 }
 
 }  // namespace
@@ -406,11 +428,10 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
     with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
-      // Scratch: the partial moments (3 floats per group and channel), then scale and shift.
+      // Scratch: the partial moments, then scale and shift.
       Tensor holder;
-      float* work = scratch(x, (3 * static_cast<std::int64_t>(l.groups) + 2) * c, holder);
-      auto* partial = reinterpret_cast<Moments*>(work);
-      float* scale = work + 3 * static_cast<std::int64_t>(l.groups) * c;
+      float* scale = nullptr;
+      Moments* partial = reduce_scratch<Moments>(x, l, c, 2, holder, &scale);
       float* shift = scale + c;
       moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(Moments), V), d.stream()>>>(xp, rows, c,
                                                                                                  partial);
@@ -420,14 +441,10 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
                                               momentum, running_mean.data<float>(), running_var.data<float>(),
                                               save_mean.data<float>(), save_invstd.data<float>(), scale, shift);
       DPL_CUDA_CHECK(cudaGetLastError());
-      const std::int64_t packs = n / V;
-      const unsigned blocks = elementwise_blocks(d.device(), packs);
-      with_index_type(n, [&](auto index) {
+      launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
         using Index = decltype(index);
-        apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift,
-                                                                       static_cast<Index>(packs), c, yp);
+        apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
       });
-      DPL_CUDA_CHECK(cudaGetLastError());
     });
   });
 }
@@ -447,12 +464,10 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
     with_pack_width<T>(c, {xp, yp, gyp, gxp, gzp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
-      // Scratch: the partial sums (2 floats per group and channel), then gx's three coefficients
-      // and the mask's scale and shift.
+      // Scratch: the partial sums, then gx's three coefficients and the mask's scale and shift.
       Tensor holder;
-      float* work = scratch(x, (2 * static_cast<std::int64_t>(l.groups) + 5) * c, holder);
-      auto* partial = reinterpret_cast<float2*>(work);
-      float* coef = work + 2 * static_cast<std::int64_t>(l.groups) * c;
+      float* coef = nullptr;
+      float2* partial = reduce_scratch<float2>(x, l, c, 5, holder, &coef);
       ReluMask<T> mask;
       mask.y = yp;
       if (yp == nullptr && relu_bias != nullptr) {
@@ -468,17 +483,14 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
                                             save_mean.data<float>(), save_invstd.data<float>(), mask.bias,
                                             gweight.data<float>(), gbias.data<float>(), coef);
       DPL_CUDA_CHECK(cudaGetLastError());
-      const std::int64_t packs = n / V;
-      const unsigned blocks = elementwise_blocks(d.device(), packs);
-      with_index_type(n, [&](auto index) {
+      launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
         using Index = decltype(index);
         // With a residual, grad_sums stored the masked g in gz: read it back instead of gy and y.
         const bool from_gz = gzp != nullptr;
         grad_apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(
             xp, from_gz ? nullptr : yp, !from_gz && mask.bias != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
-            coef, static_cast<Index>(packs), c, beta, gxp);
+            coef, packs, c, beta, gxp);
       });
-      DPL_CUDA_CHECK(cudaGetLastError());
     });
   });
 }

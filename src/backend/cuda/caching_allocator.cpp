@@ -11,6 +11,17 @@ namespace dpl::backend::cuda_detail {
 
 namespace {
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// Folds block b's right neighbour into b and deletes it; neither may be in a pool (a pool orders
+// by size). A template so that it takes CachingAllocator's private Block.
+template <typename Block>
+void absorb_next(Block* b) {
+  Block* next = b->next;
+  b->size += next->size;
+  b->next = next->next;
+  if (next->next) next->next->prev = b;
+  delete next;
+}
 }  // namespace
 
 bool caching_enabled_by_env() {
@@ -181,19 +192,12 @@ void CachingAllocator::free_block(Block* b) {
   if (b->prev && !b->prev->allocated) {
     Block* prev = b->prev;
     pool.erase(prev);
-    prev->size += b->size;
-    prev->next = b->next;
-    if (b->next) b->next->prev = prev;
-    delete b;
+    absorb_next(prev);
     b = prev;
   }
   if (b->next && !b->next->allocated) {
-    Block* next = b->next;
-    pool.erase(next);
-    b->size += next->size;
-    b->next = next->next;
-    if (next->next) next->next->prev = b;
-    delete next;
+    pool.erase(b->next);
+    absorb_next(b);
   }
   pool.insert(b);
 }
