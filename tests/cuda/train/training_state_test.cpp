@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
-#include "../support/temp_dir.hpp"
+#include "support/temp_dir.hpp"
 
 namespace dpl::test {
 namespace {

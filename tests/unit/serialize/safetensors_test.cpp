@@ -332,7 +332,7 @@ std::string python_with_numpy() {
 
 int run_check_script(const std::string& python, const std::string& mode, const std::string& file) {
   const std::string cmd =
-      python + " '" + source_path("tests/unit/safetensors_check.py") + "' " + mode + " '" + file + "'";
+      python + " '" + source_path("tests/unit/serialize/safetensors_check.py") + "' " + mode + " '" + file + "'";
   return std::system(cmd.c_str());
 }
 
