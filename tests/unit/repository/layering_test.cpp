@@ -65,13 +65,13 @@ const std::vector<Crossing>& documented_crossings() {
 
 std::set<std::string> reachable_from(const std::string& layer) {
   std::set<std::string> seen;
-  std::vector<std::string> todo = {layer};
-  while (!todo.empty()) {
-    const std::string l = todo.back();
-    todo.pop_back();
+  std::vector<std::string> pending = {layer};
+  while (!pending.empty()) {
+    const std::string l = pending.back();
+    pending.pop_back();
     if (!seen.insert(l).second) continue;
     const auto it = layer_uses().find(l);
-    if (it != layer_uses().end()) todo.insert(todo.end(), it->second.begin(), it->second.end());
+    if (it != layer_uses().end()) pending.insert(pending.end(), it->second.begin(), it->second.end());
   }
   return seen;
 }
