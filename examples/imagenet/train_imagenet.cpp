@@ -23,6 +23,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -158,10 +159,20 @@ std::vector<std::int64_t> shard_indices(std::int64_t n, const comm::Communicator
   return mine;
 }
 
-std::int64_t max_label(const data::LabeledImageDataset& set) {
-  std::int64_t m = -1;
-  for (const auto& e : set.entries()) m = std::max<std::int64_t>(m, e.label);
-  return m;
+// The largest label of the lists and where it stands ("list:line"), and the labels that occur.
+struct Labels {
+  std::int64_t top = -1;
+  std::string where;
+  std::set<std::int32_t> seen;
+};
+void add_labels(Labels& labels, const data::LabeledImageDataset& set, const std::string& list) {
+  for (const auto& e : set.entries()) {
+    labels.seen.insert(e.label);
+    if (e.label > labels.top) {
+      labels.top = e.label;
+      labels.where = list + ":" + std::to_string(e.line);
+    }
+  }
 }
 
 int run(Options o) {
@@ -220,9 +231,20 @@ int run(Options o) {
                                {{"training list contents (" + o.train_list + ")", train_set->contents_fingerprint()},
                                 {"validation list contents (" + o.val_list + ")", val_set->contents_fingerprint()}},
                                "train_imagenet");
-    const std::int64_t top = std::max(max_label(*train_set), max_label(*val_set));
-    if (classes == 0) classes = top + 1;
-    DPL_CHECK(top < classes, "--classes ", classes, " is too few: the lists have label ", top);
+    Labels labels;
+    add_labels(labels, *train_set, o.train_list);
+    add_labels(labels, *val_set, o.val_list);
+    const auto distinct = static_cast<std::int64_t>(labels.seen.size());
+    if (classes == 0) {
+      // A mistyped label (2000000000 for 2) would size the classifier for two billion classes and
+      // end in an allocation failure that names no label: a class count that most classes would
+      // leave without a sample is refused unless --classes says it is meant.
+      DPL_CHECK(labels.top < 1000 || labels.top + 1 <= 2 * distinct, labels.where, ": label ", labels.top,
+                " would make ", labels.top + 1, " classes, but the lists hold ", distinct,
+                " distinct labels; correct the label, or give --classes to train that many classes");
+      classes = labels.top + 1;
+    }
+    DPL_CHECK(labels.top < classes, "--classes ", classes, " is too few: ", labels.where, " has label ", labels.top);
   } else if (classes == 0) {
     classes = 1000;
   }

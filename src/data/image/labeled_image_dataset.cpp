@@ -25,6 +25,8 @@ std::vector<ImageListEntry> read_image_list(const std::string& list_path) {
   while (std::getline(in, text)) {
     ++line;
     if (!text.empty() && text.back() == '\r') text.pop_back();  // lists written on Windows
+    // A UTF-8 byte order mark (some editors write one) is not part of the first path.
+    if (line == 1 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
     std::istringstream fields(text);
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);

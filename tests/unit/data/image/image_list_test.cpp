@@ -38,6 +38,21 @@ TEST(ImageList, ParsesPathsLabelsAndLineNumbersSkippingBlankLines) {
   EXPECT_EQ(LabeledImageDataset(list).file_path(1), "n02/b.jpg");
 }
 
+// Some editors start a UTF-8 file with a byte order mark: it is not part of the first path, and
+// a byte order mark anywhere else is (a path may hold those bytes).
+TEST(ImageList, AByteOrderMarkBeforeTheFirstLineIsNotPartOfItsPath) {
+  TempDir dir("dpl_image_list");
+  const std::string list = dir.file("bom.txt");
+  test::write_text(list, "\xEF\xBB\xBF" "n01/a.jpg 0\n" "\xEF\xBB\xBF" "b.jpg 1\n");
+  const std::vector<ImageListEntry> e = read_image_list(list);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].path, "n01/a.jpg");
+  EXPECT_EQ(e[1].path, "\xEF\xBB\xBF" "b.jpg");
+  // So a missing first image is named without it.
+  DPL_EXPECT_ERROR(LabeledImageDataset(list, dir.path().string()).get(0),
+                   HasSubstr(list + ":1: cannot open " + dir.file("n01/a.jpg")));
+}
+
 TEST(ImageList, BadLinesNameFileLineAndReason) {
   TempDir dir("dpl_image_list");
   const std::string list = dir.file("bad.txt");
