@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "backend/kernels.hpp"
-#include "dpl/profile/phase_timer.hpp"
+#include "dpl/core/clock.hpp"
 
 namespace dpl::parallel {
 
@@ -89,7 +89,7 @@ void BucketWorker::ready(std::size_t k) {
 
 OverlapTimes BucketWorker::finish() {
   OverlapTimes out;
-  out.backward_end = profile::now_seconds();
+  out.backward_end = now_seconds();
   backend::SideLane* lane = lane_;
   if (lane != nullptr) lane->mark_backward_end();
   // The buckets backward did not complete, in bucket order, each handed over once prepared.
@@ -98,7 +98,7 @@ OverlapTimes BucketWorker::finish() {
   std::fill(ready_.begin(), ready_.end(), true);
   changed_.notify_all();
   changed_.wait(lock, [&] { return done_ == slices_.size(); });
-  const double end = profile::now_seconds();
+  const double end = now_seconds();
   const std::size_t n = slices_.size();
   armed_ = false;
   slices_.clear();
@@ -114,7 +114,7 @@ OverlapTimes BucketWorker::finish() {
     // backward's end is seen.
     lock.unlock();
     const backend::SideLane::Times t = lane->times(n);
-    const double finished = profile::now_seconds() - std::max(0.0, t.backward_end);
+    const double finished = now_seconds() - std::max(0.0, t.backward_end);
     lock.lock();
     for (std::size_t k = 0; k < n; ++k) {
       times_[k].start = finished + t.start[k];
@@ -162,9 +162,9 @@ void BucketWorker::run() {
           lane->begin_item(k);
         }
         if (lane != nullptr) prepare_slice(slice, prepare, flag);  // on the host, ready() prepared it
-        t.start = profile::now_seconds();
+        t.start = now_seconds();
         comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
-        t.seconds = profile::now_seconds() - t.start;
+        t.seconds = now_seconds() - t.start;
         if (lane == nullptr) t.phases = comm_.last_phases();
         if (lane != nullptr) lane->end_item(k);
       } catch (...) {

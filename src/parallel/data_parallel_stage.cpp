@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/nn/module.hpp"
 
@@ -142,7 +143,7 @@ void DataParallelStage::allreduce_and_step(bool overlapped) {
     local_flag_on(flag.device()).copy_(flag);
   }
   sync_point();
-  const double allreduce_start = profile::now_seconds();
+  const double allreduce_start = now_seconds();
   {
     profile::ScopedPhase phase(timer_, "allreduce", iteration_);
     reducer_->allreduce_gradients(buffers);
@@ -186,10 +187,10 @@ Variable DataParallelStage::update(const std::function<Variable()>& loss_fn) {
   {
     profile::ScopedPhase phase(timer_, "compute", iteration_);
     target().zero_grad();
-    forward_start = profile::now_seconds();
+    forward_start = now_seconds();
     loss = loss_fn();
     if (synchronized) synchronize(target().device());
-    backward_start = profile::now_seconds();
+    backward_start = now_seconds();
     if (overlapped) {
       if (reducer_->needs_broadcast()) broadcast_parameters();
       // This rank's own non-finite verdict, raised bucket by bucket before averaging.
@@ -204,7 +205,7 @@ Variable DataParallelStage::update(const std::function<Variable()>& loss_fn) {
     next().backward(loss);
     loss_ = loss.data();
     if (synchronized) synchronize(target().device());
-    backward_end = profile::now_seconds();
+    backward_end = now_seconds();
   }
   // Recorded after their phase, so that each sub-phase's series follows its parent's.
   timer_.record("compute/forward", forward_start, backward_start - forward_start, iteration_);
@@ -236,7 +237,7 @@ void DataParallelStage::set_replay_mode(bool on, const Tensor& skip_flag) {
 
 void DataParallelStage::prepare_replay() {
   DPL_CHECK(replay_, "MultiNodeOptimizer::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
-  replay_start_ = profile::now_seconds();
+  replay_start_ = now_seconds();
   next().prepare_replay();
 }
 
@@ -249,7 +250,7 @@ void DataParallelStage::finish_replay() {
   }
   next().finish_replay();
   if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
-  timer_.record("step", replay_start_, profile::now_seconds() - replay_start_, iteration_);
+  timer_.record("step", replay_start_, now_seconds() - replay_start_, iteration_);
   ++iteration_;
 }
 

@@ -1,5 +1,6 @@
 #include "dpl/train/standard_updater.hpp"
 
+#include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/error.hpp"
 #include "dpl/profile/phase_timer.hpp"
@@ -39,10 +40,10 @@ void StandardUpdater::set_graph_capture(bool on, int warmup_steps) {
 }
 
 void StandardUpdater::update(Observation& observation) {
-  const double t0 = profile::now_seconds();
+  const double t0 = now_seconds();
   const data::Batch host = iterator_.next();
   const data::Batch batch{host.x.to(device_), host.y.to(device_)};
-  const double waited = profile::now_seconds() - t0;
+  const double waited = now_seconds() - t0;
   data_seconds_ += waited;
   // Recorded with the optimizer's phases, under the iteration its update will have, so a loop
   // starved by its loader shows in the timeline and in the summary next to compute and allreduce.
@@ -68,7 +69,7 @@ void StandardUpdater::update(Observation& observation) {
   if (optimizer_.non_finite_policy() == optim::NonFinitePolicy::kSkip)
     observation.observe("main/skipped_steps", optimizer_.last_step_skipped() ? 1.0 : 0.0);
   if (device_.is_cuda()) cuda::synchronize(device_.index);  // the iteration's time includes its GPU work
-  const double seconds = profile::now_seconds() - t0;
+  const double seconds = now_seconds() - t0;
   update_seconds_ += seconds;
   // The whole iteration beside its phases: what they leave out shows as the difference.
   if (multi_node_ != nullptr) multi_node_->timer().record(profile::kIterationSeries, t0, seconds, updates_);

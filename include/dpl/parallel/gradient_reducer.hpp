@@ -40,7 +40,7 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t element_bytes,
                                  std::size_t first_bucket_bytes, std::size_t bucket_bytes);
 
-/// Times of one overlapped allreduce, in profile::now_seconds() terms.
+/// Times of one overlapped allreduce, in now_seconds() terms (dpl/core/clock.hpp).
 struct OverlapTimes {
   struct Interval {
     double start = 0.0, seconds = 0.0;
