@@ -1,5 +1,6 @@
 #include "dpl/serialize/weights.hpp"
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -7,7 +8,9 @@
 #include "dpl/core/error.hpp"
 #include "dpl/serialize/safetensors.hpp"
 
-namespace dpl::nn {
+namespace dpl::serialize {
+
+using nn::Module;
 
 namespace {
 // Parameters, then buffers: the names save_weights writes and load_weights expects.
@@ -32,9 +35,19 @@ std::string weights_mismatch(const Module& model, const std::vector<std::pair<st
   std::unordered_map<std::string, const Tensor*> given;
   for (const auto& [name, t] : tensors) given.emplace(name, &t);
 
+  // A checkpoint holds the model under "model/": say so rather than list every tensor as missing.
+  const auto all = weights_of(model);
+  const bool checkpoint = !all.empty() && std::all_of(all.begin(), all.end(), [&](const auto& entry) {
+    return given.count(entry.first) == 0 && given.count("model/" + entry.first) == 1;
+  });
+  if (checkpoint)
+    return "it is a training checkpoint, whose model tensors are named 'model/<name>': load the model from it "
+           "with train::load_model_from_checkpoint, or write its weights to a file of their own with the "
+           "extract_weights tool";
+
   std::vector<std::string> problems;
   std::set<std::string> wanted;
-  for (const auto& [name, var] : weights_of(model)) {
+  for (const auto& [name, var] : all) {
     wanted.insert(name);
     const auto it = given.find(name);
     const Tensor& dst = var.data();
@@ -75,4 +88,4 @@ void load_weights(Module& model, const std::string& path, bool strict) {
   load_weights(model, serialize::load_safetensors(path).tensors, path, strict);
 }
 
-}  // namespace dpl::nn
+}  // namespace dpl::serialize

@@ -289,6 +289,44 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
   agree(comm, failure, who);
 }
 
+namespace {
+
+// The checkpoint at path, after checking that it is one (its format tag) and that no tensor
+// changed since it was written (each tensor's checksum). Throws dpl::Error naming `who` and path.
+serialize::SafetensorsFile read_verified(const std::string& path, const char* who) {
+  serialize::SafetensorsFile file = serialize::load_safetensors(path);
+  const auto format = file.metadata.find("format");
+  DPL_CHECK(format != file.metadata.end() && format->second == kCheckpointFormat, who, ": ", path,
+            " is not a dpl checkpoint: expected \"format\": \"", kCheckpointFormat, "\" in its metadata, got ",
+            format == file.metadata.end() ? std::string("none") : "\"" + format->second + "\"",
+            " (a file of weights alone loads with serialize::load_weights)");
+  const Json checksums = metadata_json(file, "checksums");
+  for (const auto& [name, t] : file.tensors) {
+    DPL_CHECK(checksums.contains(name), who, ": ", path, " is damaged: tensor '", name, "' has no checksum");
+    const std::string sum = hex(checksum(t));
+    DPL_CHECK(checksums.at(name).get<std::string>() == sum, who, ": ", path, " is damaged: tensor '", name,
+              "' does not match its checksum (", checksums.at(name).get<std::string>(), " written, ", sum,
+              " read); the file changed after it was written");
+  }
+  DPL_CHECK(checksums.size() == file.tensors.size(), who, ": ", path, " is damaged: its metadata lists ",
+            checksums.size(), " tensors, the file holds ", file.tensors.size());
+  return file;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> checkpoint_model_tensors(const std::string& path) {
+  serialize::SafetensorsFile file = read_verified(path, "checkpoint_model_tensors");
+  std::vector<std::pair<std::string, Tensor>> model;
+  for (auto& [name, t] : file.tensors)
+    if (starts_with(name, kModel)) model.emplace_back(name.substr(std::strlen(kModel)), std::move(t));
+  return model;
+}
+
+void load_model_from_checkpoint(nn::Module& model, const std::string& path, bool strict) {
+  serialize::load_weights(model, checkpoint_model_tensors(path), path + " (its model)", strict);
+}
+
 void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm) {
   const char* who = "load_checkpoint";
   const int rank = comm ? comm->rank() : 0;
@@ -302,29 +340,14 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   std::vector<std::pair<std::string, std::string>> iterator_settings;
   std::string failure = failure_of(who, path, [&] {
     DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
-    file = serialize::load_safetensors(path);
-    const auto format = file.metadata.find("format");
-    DPL_CHECK(format != file.metadata.end() && format->second == kCheckpointFormat, who, ": ", path,
-              " is not a dpl checkpoint: expected \"format\": \"", kCheckpointFormat, "\" in its metadata, got ",
-              format == file.metadata.end() ? std::string("none") : "\"" + format->second + "\"",
-              " (a file of weights alone loads with nn::load_weights)");
-    const Json checksums = metadata_json(file, "checksums");
-    for (const auto& [name, t] : file.tensors) {
-      DPL_CHECK(checksums.contains(name), who, ": ", path, " is damaged: tensor '", name, "' has no checksum");
-      const std::string sum = hex(checksum(t));
-      DPL_CHECK(checksums.at(name).get<std::string>() == sum, who, ": ", path, " is damaged: tensor '", name,
-                "' does not match its checksum (", checksums.at(name).get<std::string>(), " written, ", sum,
-                " read); the file changed after it was written");
-    }
-    DPL_CHECK(checksums.size() == file.tensors.size(), who, ": ", path, " is damaged: its metadata lists ",
-              checksums.size(), " tensors, the file holds ", file.tensors.size());
+    file = read_verified(path, who);
 
     for (const auto& [name, t] : file.tensors) {
       if (starts_with(name, kModel)) model_tensors.emplace_back(name.substr(std::strlen(kModel)), t);
       if (starts_with(name, kOptimizer)) optimizer_tensors.emplace_back(name.substr(std::strlen(kOptimizer)), t);
       if (starts_with(name, rank_prefix(rank))) own[name.substr(rank_prefix(rank).size())] = &t;
     }
-    const std::string mismatch = nn::weights_mismatch(*state.model, model_tensors);
+    const std::string mismatch = serialize::weights_mismatch(*state.model, model_tensors);
     DPL_CHECK(mismatch.empty(), who, ": ", path, " does not fit the model (tensors under \"", kModel, "\"): ",
               mismatch);
     if (state.optimizer) {
@@ -393,7 +416,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       for (const auto& [key, value] : saved.items()) scalars[key] = value.get<double>();
       state.optimizer->load_state(optimizer_tensors, scalars);
     }
-    nn::load_weights(*state.model, model_tensors, path);
+    serialize::load_weights(*state.model, model_tensors, path);
     if (state.log) restore_log(*state.log, metadata_json(file, "log"), path);
     state.values.clear();
     const Json values = metadata_json(file, "values");

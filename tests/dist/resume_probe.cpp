@@ -59,6 +59,6 @@ int main(int argc, char** argv) {
   trainer.extend(std::make_shared<train::extensions::Snapshot>("", 2), train::Trigger::end());
   if (argc > 4) trainer.resume(argv[4]);
   trainer.run();
-  if (rank == 0) nn::save_weights(model, out + "/final.safetensors");
+  if (rank == 0) serialize::save_weights(model, out + "/final.safetensors");
   return 0;
 }

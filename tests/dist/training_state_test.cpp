@@ -56,13 +56,13 @@ TEST(TrainingStateDist, ScheduleAndRestoredStateReachTheWrappedOptimizer) {
   Replica first_half(100 + rank, comm);
   train(first_half.model, *first_half.opt, shard, 3);
   const double lr_after_three = first_half.opt->actual().lr();
-  nn::save_weights(first_half.model, dir.file("weights.safetensors"));
+  serialize::save_weights(first_half.model, dir.file("weights.safetensors"));
   std::vector<std::pair<std::string, Tensor>> state;
   for (const auto& [name, t] : first_half.opt->state()) state.emplace_back(name, t.clone());
   const std::map<std::string, double> scalars = first_half.opt->state_scalars();
 
   Replica resumed(900 + rank, comm);
-  nn::load_weights(resumed.model, dir.file("weights.safetensors"));
+  serialize::load_weights(resumed.model, dir.file("weights.safetensors"));
   resumed.opt->load_state(state, scalars);
   const std::int64_t t_restored = resumed.opt->actual().t();
   train(resumed.model, *resumed.opt, shard, 3);

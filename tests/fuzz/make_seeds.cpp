@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   {
     Generator init(1);
     nn::MLP model(2, 3, 2, init);
-    nn::save_weights(model, tmp);
+    serialize::save_weights(model, tmp);
     put("safetensors", "mlp-weights", file_bytes(tmp));
   }
   serialize::save_safetensors(

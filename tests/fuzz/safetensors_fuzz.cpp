@@ -1,6 +1,6 @@
 // The safetensors reader on arbitrary bytes: load_safetensors must return tensors that fit in the
 // file and keep its promises, or raise dpl::Error. What it accepts then goes through
-// nn::load_weights into a small model, whose matching of names, dtypes and shapes must likewise
+// serialize::load_weights into a small model, whose matching of names, dtypes and shapes must likewise
 // succeed or raise dpl::Error.
 #include <cstdint>
 #include <string>
@@ -29,6 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fuzz::require(total <= size, "load_safetensors: the tensors hold more bytes than the file");
   const bool strict = size % 2 == 0;
-  fuzz::accepts([&] { nn::load_weights(model, loaded.tensors, path, strict); });
+  fuzz::accepts([&] { serialize::load_weights(model, loaded.tensors, path, strict); });
   return 0;
 }

@@ -8,7 +8,7 @@
 
 #include "dpl/nn/module.hpp"
 
-namespace dpl::nn {
+namespace dpl::serialize {
 
 /// Writes every parameter and buffer of model to path as a safetensors file, under the names of
 /// named_parameters() and named_buffers(), parameters first, each in registration order.
@@ -16,7 +16,7 @@ namespace dpl::nn {
 /// Requires: a model whose tensors may live on any device (they are copied to the host).
 /// Ensures: path holds the complete file or, on failure, what it held before (see
 /// serialize::save_safetensors); the model is not changed.
-void save_weights(const Module& model, const std::string& path);
+void save_weights(const nn::Module& model, const std::string& path);
 
 /// Reads the safetensors file at path into model's parameters and buffers, copying each value
 /// into the existing tensor, on whatever device the model is: the tensors keep their storage, so
@@ -28,21 +28,29 @@ void save_weights(const Module& model, const std::string& path);
 /// and the missing, unexpected (strict only), mis-typed or mis-shaped tensors (the first ten, and
 /// how many more), or a file problem (see serialize::load_safetensors); every check runs before
 /// the first copy, so on an error the model is unchanged.
-void load_weights(Module& model, const std::string& path, bool strict = true);
+void load_weights(nn::Module& model, const std::string& path, bool strict = true);
 
-}  // namespace dpl::nn
+}  // namespace dpl::serialize
 
-namespace dpl::nn {
+namespace dpl::serialize {
 
 /// Why tensors (named as save_weights names them) do not fit model: the missing, mis-typed,
 /// mis-shaped and, with strict, unexpected tensors, the first ten of them and how many more, in
 /// one line. Ensures: empty exactly when load_weights(model, tensors, ..., strict) would succeed.
-std::string weights_mismatch(const Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+std::string weights_mismatch(const nn::Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
                              bool strict = true);
 
 /// As load_weights(model, path, strict), from tensors already in memory (a checkpoint holds the
 /// weights beside other state); source names where they came from in the error message.
-void load_weights(Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
+void load_weights(nn::Module& model, const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::string& source, bool strict = true);
 
+}  // namespace dpl::serialize
+
+namespace dpl::nn {
+// The names these functions had when they were declared in dpl::nn, kept for programs written
+// against them.
+using serialize::load_weights;
+using serialize::save_weights;
+using serialize::weights_mismatch;
 }  // namespace dpl::nn

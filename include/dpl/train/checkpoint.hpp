@@ -69,6 +69,18 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
 /// when not every rank failed alike, the ranks that failed.
 void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm = nullptr);
 
+/// The model's parameters and buffers held by the checkpoint at path, under the names
+/// serialize::save_weights gives them (without the checkpoint's "model/" prefix), in the file's
+/// order. Not collective: any one process (a tool, an evaluation program) may call it.
+/// Throws dpl::Error naming the file when it is not a dpl checkpoint or is damaged (a tensor that
+/// does not match its checksum), as load_checkpoint does.
+std::vector<std::pair<std::string, Tensor>> checkpoint_model_tensors(const std::string& path);
+/// Loads the model saved in the checkpoint at path into model, as serialize::load_weights loads a
+/// file of weights (with its strict meaning, the model unchanged on any error); the checkpoint's
+/// other parts are not read. Not collective. For a program that evaluates or fine-tunes a trained
+/// model; Trainer::resume continues the training itself.
+void load_model_from_checkpoint(nn::Module& model, const std::string& path, bool strict = true);
+
 /// The file name of the checkpoint at an iteration: "snapshot_iter_<iteration>.safetensors".
 std::string checkpoint_name(std::int64_t iteration);
 

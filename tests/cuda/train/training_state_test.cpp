@@ -34,14 +34,14 @@ TEST_F(TrainingStateCuda, WeightsOfAGpuModelLoadInPlaceOnEitherDevice) {
   nn::MLP saved(8, 12, 5, g1), on_cpu(8, 12, 5, g2), on_device(8, 12, 5, g3);
   saved.to(gpu());
   on_device.to(gpu());
-  nn::save_weights(saved, path);
+  serialize::save_weights(saved, path);
 
-  nn::load_weights(on_cpu, path);
+  serialize::load_weights(on_cpu, path);
   EXPECT_EQ(on_cpu.arena().params().to_vector<float>(), saved.arena().params().to_vector<float>());
 
   const std::uint64_t arena_id = on_device.arena().id();
   const void* memory = on_device.named_parameters()[0].second.data().raw_data();
-  nn::load_weights(on_device, path);
+  serialize::load_weights(on_device, path);
   EXPECT_EQ(on_device.arena().id(), arena_id);
   EXPECT_EQ(on_device.named_parameters()[0].second.data().raw_data(), memory);
   EXPECT_EQ(on_device.named_parameters()[0].second.device(), gpu());
@@ -61,9 +61,9 @@ TEST_F(TrainingStateCuda, AdamRestoredFromAFileContinuesBitIdentically) {
   train(uninterrupted, a, 6);
   train(first_half, b, 3);
 
-  nn::save_weights(first_half, dir.file("w.safetensors"));
+  serialize::save_weights(first_half, dir.file("w.safetensors"));
   serialize::save_safetensors(dir.file("adam.safetensors"), b.state());
-  nn::load_weights(resumed, dir.file("w.safetensors"));
+  serialize::load_weights(resumed, dir.file("w.safetensors"));
   c.load_state(serialize::load_safetensors(dir.file("adam.safetensors")).tensors, b.state_scalars());
   EXPECT_EQ(c.state()[0].second.device(), gpu());
   train(resumed, c, 3);

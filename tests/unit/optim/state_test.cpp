@@ -82,7 +82,7 @@ TEST_P(ResumeBitIdentical, RestoredRunMatchesTheUninterruptedOne) {
   auto opt_b = make_optimizer(GetParam());
   opt_b->setup(first_half);
   train(first_half, *opt_b, p, 3);
-  nn::save_weights(first_half, dir.file("weights.safetensors"));
+  serialize::save_weights(first_half, dir.file("weights.safetensors"));
   serialize::save_safetensors(dir.file("optimizer.safetensors"), opt_b->state());
   const std::map<std::string, double> scalars = opt_b->state_scalars();
 
@@ -91,7 +91,7 @@ TEST_P(ResumeBitIdentical, RestoredRunMatchesTheUninterruptedOne) {
   nn::MLP resumed(kUnits, kIn, kOut, gen_c);
   auto opt_c = make_optimizer(GetParam());
   opt_c->setup(resumed);
-  nn::load_weights(resumed, dir.file("weights.safetensors"));
+  serialize::load_weights(resumed, dir.file("weights.safetensors"));
   opt_c->load_state(serialize::load_safetensors(dir.file("optimizer.safetensors")).tensors, scalars);
   EXPECT_EQ(opt_c->t(), 3);
   EXPECT_EQ(opt_c->lr(), opt_b->lr());

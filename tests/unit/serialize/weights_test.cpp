@@ -66,7 +66,7 @@ TEST(Weights, SaveLoadRoundTripCopiesIntoTheBoundTensors) {
   TempDir dir("dpl_weights");
   const std::string path = dir.file("model.safetensors");
   WithStats saved(1);
-  nn::save_weights(saved, path);
+  serialize::save_weights(saved, path);
 
   const auto f = serialize::load_safetensors(path);
   std::vector<std::string> names;
@@ -80,7 +80,7 @@ TEST(Weights, SaveLoadRoundTripCopiesIntoTheBoundTensors) {
   const void* weight_memory = loaded.mlp_->named_parameters()[0].second.data().raw_data();
   const void* mean_memory = loaded.mean_.data().raw_data();
   ASSERT_NE(snapshot(loaded), snapshot(saved));
-  nn::load_weights(loaded, path);
+  serialize::load_weights(loaded, path);
   EXPECT_EQ(snapshot(loaded), snapshot(saved));
   // Same memory, same arena: optimizers bound to the model keep working.
   bool repacked = true;
@@ -100,7 +100,7 @@ TEST(Weights, MissingTensorIsNamedAndTheModelIsUnchanged) {
   WithStats target(2);
   const auto before = snapshot(target);
   for (bool strict : {true, false}) {
-    DPL_EXPECT_ERROR(nn::load_weights(target, path, strict),
+    DPL_EXPECT_ERROR(serialize::load_weights(target, path, strict),
                      AllOf(HasSubstr("load_weights: " + path), HasSubstr("'running_mean' is missing from the file"),
                            HasSubstr("unchanged")));
     EXPECT_EQ(snapshot(target), before);
@@ -115,10 +115,10 @@ TEST(Weights, ExtraTensorIsAnErrorOnlyWhenStrict) {
 
   WithStats target(2);
   const auto before = snapshot(target);
-  DPL_EXPECT_ERROR(nn::load_weights(target, path),
+  DPL_EXPECT_ERROR(serialize::load_weights(target, path),
                    AllOf(HasSubstr(path), HasSubstr("'head.weight' is in the file but not in the model")));
   EXPECT_EQ(snapshot(target), before);
-  nn::load_weights(target, path, /*strict=*/false);
+  serialize::load_weights(target, path, /*strict=*/false);
   EXPECT_EQ(snapshot(target), snapshot(source));
 }
 
@@ -132,13 +132,13 @@ TEST(Weights, MisShapedOrMisTypedTensorIsNamedAndNothingIsCopied) {
 
   WithStats target(2);
   const auto before = snapshot(target);
-  DPL_EXPECT_ERROR(nn::load_weights(target, path),
+  DPL_EXPECT_ERROR(serialize::load_weights(target, path),
                    AllOf(HasSubstr(path), HasSubstr("'running_mean' has shape (4,) in the file but (3,) in the model"),
                          Not(HasSubstr("mlp.l1"))));
   EXPECT_EQ(snapshot(target), before);
 
   serialize::save_safetensors(path, tensors_with(source, "running_mean", Tensor::zeros({3}, kInt32)));
-  DPL_EXPECT_ERROR(nn::load_weights(target, path),
+  DPL_EXPECT_ERROR(serialize::load_weights(target, path),
                    AllOf(HasSubstr("'running_mean' is int32 in the file but float32 in the model")));
   EXPECT_EQ(snapshot(target), before);
 }
@@ -147,7 +147,7 @@ TEST(Weights, AFileThatIsNotSafetensorsIsNamed) {
   TempDir dir("dpl_weights");
   WithStats target(2);
   const std::string path = dir.file("missing.safetensors");
-  DPL_EXPECT_ERROR(nn::load_weights(target, path), AllOf(HasSubstr(path), HasSubstr("cannot open")));
+  DPL_EXPECT_ERROR(serialize::load_weights(target, path), AllOf(HasSubstr(path), HasSubstr("cannot open")));
 }
 
 }  // namespace

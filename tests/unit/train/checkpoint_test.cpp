@@ -135,7 +135,7 @@ TEST(Checkpoint, DamagedTruncatedOrForeignFilesAreRefusedByName) {
                          HasSubstr("'l1.weight' has shape (8, 5) in the file but (9, 5) in the model")));
 
   const std::string weights = dir.file("weights.safetensors");
-  nn::save_weights(run.model, weights);
+  serialize::save_weights(run.model, weights);
   DPL_EXPECT_ERROR(train::load_checkpoint(weights, state), HasSubstr("is not a dpl checkpoint"));
 
   // Nothing was changed by the refusals.
