@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <string>
 
 #include "comm/checks.hpp"
+#include "dpl/comm/agreement.hpp"
 #include "comm/environment.hpp"
 #include "comm/factories.hpp"
 #include "dpl/config.hpp"
@@ -165,6 +167,18 @@ bool even_nodes(const Topology& t) {
 void abort_all(const std::string& message, int exit_code) {
   detail::report_error(detail::job_rank(), message);
   detail::abort_job(exit_code);
+}
+
+std::vector<double> allgather_doubles(Communicator& comm, const std::vector<double>& mine) {
+  const auto n = static_cast<std::int64_t>(mine.size());
+  check_settings_agree(comm, {{"number of values gathered", std::to_string(n)}}, "allgather_doubles");
+  Tensor send = Tensor::empty({n}, kInt64);
+  std::memcpy(send.raw_data(), mine.data(), mine.size() * sizeof(double));
+  Tensor all = Tensor::empty({n * comm.size()}, kInt64);
+  if (n > 0) comm.allgather(send, all);
+  std::vector<double> out(static_cast<std::size_t>(n * comm.size()));
+  std::memcpy(out.data(), all.raw_data(), out.size() * sizeof(double));
+  return out;
 }
 
 }  // namespace dpl::comm

@@ -1,7 +1,7 @@
 #include "dpl/train/evaluator.hpp"
 
 #include <cmath>
-#include <cstring>
+#include <vector>
 
 #include "dpl/autograd/ops.hpp"
 #include "dpl/core/error.hpp"
@@ -22,17 +22,6 @@ class EvalModeGuard {
   nn::Module& model_;
   bool was_training_;
 };
-
-std::int64_t bits_of(double v) {
-  std::int64_t b;
-  std::memcpy(&b, &v, sizeof b);
-  return b;
-}
-double double_of(std::int64_t b) {
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
 
 // The sums of one rank: loss * samples, correct predictions, samples.
 struct Sums {
@@ -65,23 +54,17 @@ EvalResult combine(Sums s, comm::Communicator* comm) {
   std::int64_t& correct = s.correct;
   std::int64_t& count = s.count;
   if (comm != nullptr && comm->size() > 1) {
-    // Allgather of raw float64 bits rather than an allreduce in float32: the sums stay exact to
-    // double precision, and adding them in rank order gives every rank the identical result.
-    Tensor mine = Tensor::empty({3}, kInt64);
-    std::int64_t* m = mine.data<std::int64_t>();
-    m[0] = bits_of(loss_sum);
-    m[1] = correct;
-    m[2] = count;
-    Tensor all = Tensor::empty({3 * static_cast<std::int64_t>(comm->size())}, kInt64);
-    comm->allgather(mine, all);
-    const std::int64_t* a = all.data<std::int64_t>();
+    // Exact float64 values rather than an allreduce in float32: the sums stay exact to double
+    // precision, and adding them in rank order gives every rank the identical result.
+    const std::vector<double> all = comm::allgather_doubles(
+        *comm, {loss_sum, static_cast<double>(correct), static_cast<double>(count)});
     loss_sum = 0.0;
     correct = 0;
     count = 0;
     for (int r = 0; r < comm->size(); ++r) {
-      loss_sum += double_of(a[3 * r]);
-      correct += a[3 * r + 1];
-      count += a[3 * r + 2];
+      loss_sum += all[3 * r];
+      correct += static_cast<std::int64_t>(all[3 * r + 1]);
+      count += static_cast<std::int64_t>(all[3 * r + 2]);
     }
   }
   DPL_CHECK(count > 0, "evaluate: no samples to evaluate: the data set is empty",

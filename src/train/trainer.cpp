@@ -1,6 +1,7 @@
 #include "dpl/train/trainer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -19,8 +20,13 @@ Trainer::Trainer(StandardUpdater& updater, TrainerOptions options)
       length_(options.length()),
       unit_(options.unit()),
       comm_(options.communicator()),
-      out_(options.out()) {
+      out_(options.out()),
+      stop_key_(options.stop_key()),
+      stop_goal_(options.stop_goal()),
+      patience_(options.patience()) {
   DPL_CHECK(length_ >= 1, "Trainer: expected a training length >= 1, got ", length_);
+  DPL_CHECK(stop_key_.empty() || patience_ >= 1, "Trainer: expected an early-stopping patience >= 1 (entries), got ",
+            patience_);
   observation_.reserve("main/loss");  // the first column of the log, as in Chainer's
 }
 
@@ -58,9 +64,80 @@ Extension* Trainer::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Whether a is better than b; NaN never is, and every number is better than NaN.
+bool better(double a, double b, Goal goal) {
+  if (std::isnan(b)) return !std::isnan(a);
+  return goal == Goal::kMinimize ? a < b : a > b;
+}
+
+// key's value in entry; an entry without it is refused, naming the keys it has.
+double logged_value(const LogEntry& entry, const std::string& key, const std::string& who) {
+  const auto v = entry.get(key);
+  if (!v) {
+    std::string keys;
+    for (const auto& [k, value] : entry.values) keys += (keys.empty() ? "'" : ", '") + k + "'";
+    DPL_CHECK(false, who, ": expected a value '", key, "' in the log entry of iteration ", entry.iteration,
+              ", which has ", keys.empty() ? std::string("none") : keys,
+              " (a key an Evaluator observes exists only in the entries it ran for)");
+  }
+  return *v;
+}
+
+}  // namespace
+
+const TrainingLog& Trainer::value_log(const std::string& who) const {
+  auto* report = find<extensions::LogReport>();
+  DPL_CHECK(report != nullptr, who, ": expected a LogReport extension in the trainer, whose log holds the values "
+            "it decides on; got none");
+  // Created on first use; an entry-less log decides nothing.
+  static const TrainingLog kEmpty("");
+  return report->log() != nullptr ? *report->log() : kEmpty;
+}
+
+bool Trainer::stopped_early() const {
+  if (stop_key_.empty()) return false;
+  const std::string who = "Trainer (early stopping on '" + stop_key_ + "')";
+  const auto& entries = value_log(who).log();
+  const auto n = static_cast<std::int64_t>(entries.size());
+  if (n <= patience_) return false;
+  double before = logged_value(entries[0], stop_key_, who);
+  for (std::int64_t i = 1; i < n - patience_; ++i) {
+    const double v = logged_value(entries[static_cast<std::size_t>(i)], stop_key_, who);
+    if (better(v, before, stop_goal_)) before = v;
+  }
+  for (std::int64_t i = n - patience_; i < n; ++i)
+    if (better(logged_value(entries[static_cast<std::size_t>(i)], stop_key_, who), before, stop_goal_)) return false;
+  return true;
+}
+
 bool Trainer::done() const {
   const data::BatchSource& it = updater_.iterator();
-  return (unit_ == LengthUnit::kEpoch ? it.epoch() : it.iteration()) >= length_;
+  return (unit_ == LengthUnit::kEpoch ? it.epoch() : it.iteration()) >= length_ || stopped_early();
+}
+
+bool Trainer::fires(const Entry& e, bool at_end, bool updated) const {
+  const data::BatchSource& it = updater_.iterator();
+  const Trigger& t = e.trigger;
+  if (at_end) {
+    if (t.at_end) return true;
+    if (!updated || e.last_fired == it.iteration()) return false;
+    if (t.best_key.empty()) return t.also_at_end;
+  } else if (t.best_key.empty()) {
+    return t.fires(it.iteration(), it.epoch(), it.is_new_epoch());
+  }
+  // A value trigger: the LogReport (a writer, so it ran first) closed an entry at this iteration
+  // whose value beats every earlier entry's.
+  const std::string who = "Trigger::best('" + t.best_key + "') of " + e.extension->name();
+  const auto& entries = value_log(who).log();
+  if (entries.empty() || entries.back().iteration != it.iteration()) return false;
+  const double v = logged_value(entries.back(), t.best_key, who);
+  for (std::size_t i = 0; i + 1 < entries.size(); ++i) {
+    const auto earlier = entries[i].get(t.best_key);
+    if (earlier && !better(v, *earlier, t.best_goal)) return false;
+  }
+  return !std::isnan(v);
 }
 
 void Trainer::run() {
@@ -83,15 +160,25 @@ void Trainer::run() {
   // rank runs the same trainer over the same kind of optimizer.
   if (parallel::MultiNodeOptimizer* parallel = updater_.multi_node_optimizer())
     parallel->timer().set_clock_reference(profile::agree_on_clock(&parallel->communicator()));
+  // Value triggers and early stopping need the log: refused now rather than an epoch in.
+  if (!stop_key_.empty()) value_log("Trainer (early stopping on '" + stop_key_ + "')");
+  for (const Entry& e : extensions_)
+    if (!e.trigger.best_key.empty()) value_log("Trigger::best('" + e.trigger.best_key + "') of " + e.extension->name());
+  for (Entry& e : extensions_) e.last_fired = -1;
   for (const Entry& e : extensions_) e.extension->initialize(*this);
+  bool updated = false;
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);
     updater_.update(observation_);
-    for (const Entry& e : extensions_)
-      if (e.trigger.fires(it.iteration(), it.epoch(), it.is_new_epoch())) (*e.extension)(*this);
+    updated = true;
+    for (Entry& e : extensions_) {
+      if (!fires(e, false, updated)) continue;
+      (*e.extension)(*this);
+      e.last_fired = it.iteration();
+    }
   }
-  for (const Entry& e : extensions_)
-    if (e.trigger.at_end) (*e.extension)(*this);
+  for (Entry& e : extensions_)
+    if (fires(e, true, updated)) (*e.extension)(*this);
   for (const Entry& e : extensions_) e.extension->finalize(*this);
 }
 

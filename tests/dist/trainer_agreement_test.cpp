@@ -62,5 +62,58 @@ TEST(TrainerAgreement, ShardsOfDifferentLengthsRunTheSameNumberOfIterations) {
             "<no dpl::Error was thrown>");
 }
 
+// Observes "main/rank" = this rank's number (and, on the last rank only when `odd_key`, a key of
+// its own) before every update.
+class RankObserver : public train::Extension {
+ public:
+  RankObserver(int rank, bool odd_key) : rank_(rank), odd_key_(odd_key) {}
+  std::string name() const override { return "RankObserver"; }
+  void before_update(train::Trainer& trainer) override {
+    trainer.observation().observe("main/rank", static_cast<double>(rank_));
+    if (odd_key_) trainer.observation().observe("main/only_here", 1.0);
+  }
+
+ private:
+  int rank_;
+  bool odd_key_;
+};
+
+// The log's values with the ranks' keys, or the error every rank gets.
+std::string logged_rank_mean(const std::shared_ptr<comm::Communicator>& comm, bool odd_key, double* mean) {
+  Generator init(1);
+  nn::Linear model(3, 2, true, init);
+  optim::SGD optimizer(0.1f);
+  optimizer.setup(model);
+  data::BatchIterator batches(tiny_data(16), 4, false);
+  train::StandardUpdater updater(batches, optimizer, [&](const data::Batch& b, train::Observation&) {
+    return softmax_cross_entropy(model(Variable(b.x)), b.y);
+  });
+  train::Trainer trainer(updater, train::TrainerOptions(2, train::LengthUnit::kIteration).communicator(comm).out(""));
+  trainer.extend(std::make_shared<RankObserver>(comm->rank(), odd_key));
+  trainer.extend(std::make_shared<train::extensions::LogReport>());
+  const std::string what = error_message([&] { trainer.run(); });
+  if (auto* log = trainer.find<train::extensions::LogReport>()->log(); log != nullptr && !log->log().empty())
+    *mean = *log->log().back().get("main/rank");
+  return what;
+}
+
+TEST(TrainerAgreement, TheLogHoldsTheMeanOverAllRanksOnEveryRank) {
+  const auto& comm = shared_communicator("naive");
+  double mean = -1.0;
+  EXPECT_EQ(logged_rank_mean(comm, false, &mean), "<no dpl::Error was thrown>");
+  EXPECT_DOUBLE_EQ(mean, (comm->size() - 1) / 2.0);  // the mean of 0, 1, ..., size - 1
+}
+
+TEST(TrainerAgreement, RanksObservingDifferentKeysAreRefusedOnEveryRank) {
+  const auto& comm = shared_communicator("naive");
+  if (comm->size() < 2) GTEST_SKIP() << "needs two ranks";
+  double mean = -1.0;
+  const std::string what = logged_rank_mean(comm, comm->rank() == comm->size() - 1, &mean);
+  EXPECT_NE(what.find("LogReport (naive): the observed keys differ between ranks (rank(s) " +
+                      std::to_string(comm->size() - 1) + " differ from rank 0)"),
+            std::string::npos)
+      << what;
+}
+
 }  // namespace
 }  // namespace dpl::test

@@ -169,6 +169,13 @@ class Communicator {
 /// always true without MPI). The overlapped gradient allreduce needs it.
 bool calls_from_other_threads_allowed();
 
+/// Collective over comm: every rank's `mine` (the same length on every rank), in rank order, as
+/// one vector of comm.size() * mine.size() doubles, identical on every rank. The values travel as
+/// their 64-bit patterns (an allgather of int64), so they arrive exactly, and sums that every
+/// rank forms from them in rank order agree to the bit. Throws dpl::Error on every rank when the
+/// ranks' lengths differ.
+std::vector<double> allgather_doubles(Communicator& comm, const std::vector<double>& mine);
+
 /// The names create_communicator accepts in this build, in a stable order.
 std::vector<std::string> communicator_names();
 

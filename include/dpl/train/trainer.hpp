@@ -22,6 +22,7 @@
 #include "dpl/train/extensions/phase_summary.hpp"
 #include "dpl/train/extensions/print_report.hpp"
 #include "dpl/train/extensions/progress_bar.hpp"
+#include "dpl/train/extensions/save_model.hpp"
 #include "dpl/train/extensions/snapshot.hpp"
 #include "dpl/train/observation.hpp"
 #include "dpl/train/progress_display.hpp"
@@ -66,6 +67,17 @@ class TrainerOptions {
     out_ = std::move(folder);
     return *this;
   }
+  /// Chainer's EarlyStoppingTrigger: also stops, before the length is reached, once `patience`
+  /// consecutive LogReport entries bring no value of key better than the best before them
+  /// (e.g. stop_early("validation/main/loss", Goal::kMinimize, 3)). Decided from the log, which
+  /// every rank keeps alike, so all ranks stop together. The Trainer requires a LogReport and
+  /// patience >= 1 (dpl::Error from run() otherwise).
+  TrainerOptions& stop_early(std::string key, Goal goal, std::int64_t patience) {
+    stop_key_ = std::move(key);
+    stop_goal_ = goal;
+    patience_ = patience;
+    return *this;
+  }
 
   /// The training length, in unit()s.
   std::int64_t length() const { return length_; }
@@ -75,12 +87,21 @@ class TrainerOptions {
   const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
   /// The output folder given.
   const std::string& out() const { return out_; }
+  /// The key early stopping watches; empty when stop_early() was not called.
+  const std::string& stop_key() const { return stop_key_; }
+  /// Whether a lower or a higher stop_key() value is better.
+  Goal stop_goal() const { return stop_goal_; }
+  /// How many entries without improvement stop training.
+  std::int64_t patience() const { return patience_; }
 
  private:
   std::int64_t length_;
   LengthUnit unit_;
   std::shared_ptr<comm::Communicator> comm_;
   std::string out_ = "result";
+  std::string stop_key_;
+  Goal stop_goal_ = Goal::kMinimize;
+  std::int64_t patience_ = 0;
 };
 
 /// Chainer's Trainer: runs the updater until the training length is reached, and the extensions
@@ -157,8 +178,11 @@ class Trainer {
   std::int64_t length() const { return length_; }
   /// What length() counts.
   LengthUnit unit() const { return unit_; }
-  /// Whether the length has been reached.
+  /// Whether the length has been reached, or early stopping (TrainerOptions::stop_early) stopped
+  /// the run.
   bool done() const;
+  /// Whether early stopping ended the run before its length.
+  bool stopped_early() const;
   /// This run's id (new_run_id()), written into its checkpoints; resume() takes the checkpoint's.
   const std::string& run_id() const { return run_id_; }
 
@@ -171,13 +195,22 @@ class Trainer {
     std::shared_ptr<Extension> extension;
     Trigger trigger;
     std::size_t order;
+    std::int64_t last_fired = -1;  // the iteration it last ran at; -1: not in this run()
   };
+  // Whether e runs after the latest update, or (at_end) once training has ended; `updated`: this
+  // run() made at least one update.
+  bool fires(const Entry& e, bool at_end, bool updated) const;
+  // For value triggers and early stopping: the LogReport's log, or a dpl::Error naming `who`.
+  const TrainingLog& value_log(const std::string& who) const;
 
   StandardUpdater& updater_;
   std::int64_t length_;
   LengthUnit unit_;
   std::shared_ptr<comm::Communicator> comm_;
   std::string out_;
+  std::string stop_key_;
+  Goal stop_goal_;
+  std::int64_t patience_;
   Observation observation_;
   std::vector<Entry> extensions_;  // sorted by priority, then order of extend()
   std::vector<std::pair<std::string, Generator*>> generators_;

@@ -12,7 +12,8 @@
 namespace dpl::train::extensions {
 
 /// Evaluates the model on a data set (train::evaluate, collective over the trainer's
-/// communicator) and observes "<prefix>loss" and "<prefix>accuracy". Default trigger: every epoch.
+/// communicator) and observes "<prefix>loss" and "<prefix>accuracy". Default trigger: every epoch, and at the end of a run whose last update did
+/// not evaluate (so a run shorter than an epoch is still evaluated once).
 class Evaluator : public Extension {
  public:
   /// Requires batch_size >= 1; dataset outlives the extension (it is held by value: cheap views).
@@ -21,6 +22,7 @@ class Evaluator : public Extension {
   /// the same batches every epoch (an ImageBatchSource over an unshuffled validation shard).
   /// Requires a non-null source and batches >= 1 (dpl::Error otherwise).
   Evaluator(std::shared_ptr<data::BatchSource> source, std::int64_t batches, std::string prefix = "validation/main/");
+  Trigger default_trigger() const override { return Trigger::epochs(1).and_at_end(); }
   std::string name() const override { return "Evaluator"; }
   int priority() const override { return kPriorityWriter; }
   void operator()(Trainer& trainer) override;

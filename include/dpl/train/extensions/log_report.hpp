@@ -10,7 +10,12 @@
 namespace dpl::train::extensions {
 
 /// Chainer's LogReport: at each trigger the means of the observations become an entry of the log
-/// written to <out>/log on rank 0. Default trigger: every epoch.
+/// written to <out>/log on rank 0. With several ranks, each value is the mean over all ranks of
+/// each rank's mean (ChainerMN reports global values): "main/loss" is the loss of the whole
+/// job's batches, not rank 0's. Collective: every rank keeps the same log (the one checkpoints
+/// restore), and the ranks must observe the same keys (dpl::Error on every rank naming the ranks
+/// that differ). Default trigger: every epoch, and at the end of a run whose last update ended
+/// no entry (so a run shorter than an epoch still logs).
 class LogReport : public Extension {
  public:
   /// filename within the trainer's out folder.
@@ -22,9 +27,10 @@ class LogReport : public Extension {
   /// Starts rank 0's log, so its elapsed_time counts from the start of training.
   void initialize(Trainer& trainer) override { log(trainer); }
   void operator()(Trainer& trainer) override;
-  /// Rank 0's log (nullptr on the other ranks and before the first trigger or resume).
+  Trigger default_trigger() const override { return Trigger::epochs(1).and_at_end(); }
+  /// This rank's log (nullptr before initialize(), the first trigger or resume).
   TrainingLog* log() { return log_.get(); }
-  /// Rank 0's log, created on first use on rank 0.
+  /// This rank's log, created on first use (writing its file on rank 0 only).
   TrainingLog* log(Trainer& trainer);
 
  private:

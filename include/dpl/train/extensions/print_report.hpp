@@ -18,6 +18,8 @@ class PrintReport : public Extension {
   /// Requires out to outlive the extension; a LogReport extension in the trainer when it runs.
   explicit PrintReport(std::vector<std::string> entries = ReportTable::default_entries(),
                        std::ostream& out = std::cout);
+  /// Every epoch, and at the end of a run whose last update did not fire it (as LogReport's).
+  Trigger default_trigger() const override { return Trigger::epochs(1).and_at_end(); }
   std::string name() const override { return "PrintReport"; }
   void operator()(Trainer& trainer) override;
   void resumed(Trainer& trainer) override;
