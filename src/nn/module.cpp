@@ -1,6 +1,7 @@
 #include "dpl/nn/module.hpp"
 
 #include <atomic>
+#include <functional>
 #include <typeinfo>
 #include <unordered_set>
 
@@ -87,6 +88,33 @@ std::vector<std::pair<std::string, Variable>> Module::listed_once(Kind kind) con
   for (auto& entry : all)
     if (seen.insert(entry.second.id()).second) out.push_back(std::move(entry));
   return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  std::unordered_set<const Module*> seen{this};
+  // Depth first, in registration order: each module's children right after it.
+  std::function<void(Module&, const std::string&)> visit = [&](Module& m, const std::string& prefix) {
+    for (const auto& [name, child] : m.children_) {
+      if (!seen.insert(child.get()).second) continue;
+      out.emplace_back(prefix + name, child.get());
+      visit(*child, prefix + name + ".");
+    }
+  };
+  visit(*this, "");
+  return out;
+}
+
+Module& Module::apply(const std::function<void(Module&)>& fn) {
+  std::unordered_set<const Module*> seen;
+  std::function<void(Module&)> visit = [&](Module& m) {
+    for (const auto& [name, child] : m.children_)
+      if (seen.insert(child.get()).second) visit(*child);
+    fn(m);
+  };
+  seen.insert(this);
+  visit(*this);
+  return *this;
 }
 
 std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {

@@ -62,6 +62,13 @@ class Flatten : public Module {
   Variable forward(const Variable& x) override;
 };
 
+/// Returns its input unchanged (PyTorch's nn.Identity): a placeholder where a model's shape asks
+/// for a layer that a variant leaves out, e.g. a downsampling path that is not needed.
+class Identity : public Module {
+ public:
+  Variable forward(const Variable& x) override { return x; }
+};
+
 namespace sequential_detail {
 template <typename M>
 struct IsModulePtr : std::false_type {};

@@ -1,6 +1,7 @@
 #pragma once
 // Module: a layer or model with named parameters and sub-modules.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,22 @@ class Module {
   std::vector<std::pair<std::string, Variable>> named_buffers() const;
   /// Direct sub-modules in registration order.
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+  /// This module (named "") and every sub-module under its dotted name ("encoder", "encoder.0",
+  /// ...), depth first in registration order, as PyTorch's named_modules(): a sub-module
+  /// registered under several names is listed once, under the first. The pointers are this
+  /// module's own and live as long as it does.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  /// The parameters registered on this module itself (not its sub-modules), by their own names,
+  /// in registration order: what a per-layer rule (an initialiser, a parameter group) looks at
+  /// while visiting named_modules() or apply().
+  std::vector<std::pair<std::string, Variable>> own_parameters() const { return params_; }
+  /// Calls fn on every sub-module and then on this module, as PyTorch's Module.apply (children
+  /// first, depth first, each module once): the place for initialisation, e.g.
+  ///     model.apply([](nn::Module& m) {
+  ///       if (auto* conv = dynamic_cast<nn::Conv2d*>(&m)) nn::init::kaiming_normal_(conv->weight());
+  ///     });
+  /// Returns this module.
+  Module& apply(const std::function<void(Module&)>& fn);
 
   /// Training mode on (default) or off; applies to sub-modules too.
   void train(bool on = true);

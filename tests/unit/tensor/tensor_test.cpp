@@ -9,6 +9,7 @@
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
+#include "support/sample_stats.hpp"
 
 namespace dpl {
 namespace {
@@ -17,18 +18,8 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-double mean_of(const std::vector<float>& v) {
-  double s = 0;
-  for (float x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
-
-double variance_of(const std::vector<float>& v) {
-  const double m = mean_of(v);
-  double s = 0;
-  for (float x : v) s += (x - m) * (x - m);
-  return s / static_cast<double>(v.size());
-}
+using test::mean_of;
+using test::variance_of;
 
 // --- creation ------------------------------------------------------------------------------------
 
