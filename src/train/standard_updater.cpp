@@ -66,8 +66,10 @@ void StandardUpdater::update(Observation& observation) {
   observation.observe("main/loss", loss.data());
   // Only under kSkip, so that other runs keep their log's columns; the verdict is known on the
   // host already (the check read its flag), so this costs no wait.
-  if (optimizer_.non_finite_policy() == optim::NonFinitePolicy::kSkip)
+  if (optimizer_.non_finite_policy() == optim::NonFinitePolicy::kSkip) {
     observation.observe("main/skipped_steps", optimizer_.last_step_skipped() ? 1.0 : 0.0);
+    if (optimizer_.last_step_skipped()) ++skipped_updates_;
+  }
   if (device_.is_cuda()) cuda::synchronize(device_.index);  // the iteration's time includes its GPU work
   const double seconds = now_seconds() - t0;
   update_seconds_ += seconds;

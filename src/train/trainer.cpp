@@ -23,7 +23,10 @@ Trainer::Trainer(StandardUpdater& updater, TrainerOptions options)
       out_(options.out()),
       stop_key_(options.stop_key()),
       stop_goal_(options.stop_goal()),
-      patience_(options.patience()) {
+      patience_(options.patience()),
+      max_skipped_share_(options.max_skipped_share()) {
+  DPL_CHECK(max_skipped_share_ >= 0.0 && max_skipped_share_ <= 1.0,
+            "Trainer: expected a max_skipped_share in [0, 1], got ", max_skipped_share_);
   DPL_CHECK(length_ >= 1, "Trainer: expected a training length >= 1, got ", length_);
   DPL_CHECK(stop_key_.empty() || patience_ >= 1, "Trainer: expected an early-stopping patience >= 1 (entries), got ",
             patience_);
@@ -166,6 +169,8 @@ void Trainer::run() {
     if (!e.trigger.best_key.empty()) value_log("Trigger::best('" + e.trigger.best_key + "') of " + e.extension->name());
   for (Entry& e : extensions_) e.last_fired = -1;
   for (const Entry& e : extensions_) e.extension->initialize(*this);
+  const std::int64_t updates_before = updater_.updates();
+  const std::int64_t skipped_before = updater_.skipped_updates();
   bool updated = false;
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);
@@ -180,6 +185,14 @@ void Trainer::run() {
   for (Entry& e : extensions_)
     if (fires(e, true, updated)) (*e.extension)(*this);
   for (const Entry& e : extensions_) e.extension->finalize(*this);
+  // Every rank skips the same steps (the check reads the allreduced gradients), so every rank
+  // ends alike.
+  const std::int64_t steps = updater_.updates() - updates_before;
+  const std::int64_t skipped = updater_.skipped_updates() - skipped_before;
+  DPL_CHECK(steps == 0 || static_cast<double>(skipped) <= max_skipped_share_ * static_cast<double>(steps),
+            "Trainer: ", skipped, " of the run's ", steps, " steps (", 100.0 * static_cast<double>(skipped) /
+            static_cast<double>(steps), "%) were skipped for non-finite gradients, more than the allowed share ",
+            max_skipped_share_, " (TrainerOptions::max_skipped_share): the run did not train");
 }
 
 namespace {

@@ -73,6 +73,9 @@ class StandardUpdater {
   /// Updates run by this object, and the seconds they took (evaluation and reports excluded).
   std::int64_t updates() const { return updates_; }
   double update_seconds() const { return update_seconds_; }
+  /// Of updates(), those whose step the optimizer skipped for non-finite gradients
+  /// (optim::NonFinitePolicy::kSkip).
+  std::int64_t skipped_updates() const { return skipped_updates_; }
   /// Of update_seconds(), the seconds spent waiting for batches (the "data" phase).
   double data_seconds() const { return data_seconds_; }
 
@@ -107,6 +110,7 @@ class StandardUpdater {
   Observation* observation_ = nullptr;                         // the current update's, for the step's loss function
   std::vector<std::pair<std::string, Tensor>> recorded_values_;  // what the recorded step observes
   std::int64_t updates_ = 0;
+  std::int64_t skipped_updates_ = 0;
   double update_seconds_ = 0.0;
   double data_seconds_ = 0.0;
 };

@@ -87,6 +87,17 @@ class TrainerOptions {
   const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
   /// The output folder given.
   const std::string& out() const { return out_; }
+  /// The largest share of a run()'s steps that may be skipped for non-finite gradients
+  /// (optim::NonFinitePolicy::kSkip) before the run counts as failed: run() then ends, after its
+  /// end extensions and finalize() (so logs and snapshots are written), with a dpl::Error giving
+  /// the count. Default 0.5: a run that skipped more than half its steps did not train. 1 never
+  /// fails. Requires share in [0, 1] (dpl::Error from the Trainer otherwise).
+  TrainerOptions& max_skipped_share(double share) {
+    max_skipped_share_ = share;
+    return *this;
+  }
+  /// The share set by max_skipped_share().
+  double max_skipped_share() const { return max_skipped_share_; }
   /// The key early stopping watches; empty when stop_early() was not called.
   const std::string& stop_key() const { return stop_key_; }
   /// Whether a lower or a higher stop_key() value is better.
@@ -102,6 +113,7 @@ class TrainerOptions {
   std::string stop_key_;
   Goal stop_goal_ = Goal::kMinimize;
   std::int64_t patience_ = 0;
+  double max_skipped_share_ = 0.5;
 };
 
 /// Chainer's Trainer: runs the updater until the training length is reached, and the extensions
@@ -136,7 +148,8 @@ class Trainer {
   /// Prepares the output folder if an extension writes there (see the class comment; throws
   /// dpl::Error naming the folder and the system's reason), runs every initialize(), then the
   /// loop until the length is reached: before_update hooks, update, triggered extensions; then
-  /// end() extensions and every finalize(). Returns at once when a resumed run had already
+  /// end() extensions and every finalize(). Then throws dpl::Error when more than
+  /// TrainerOptions::max_skipped_share() of this call's steps were skipped. Returns at once when a resumed run had already
   /// reached the length (after the end extensions and finalize).
   /// With a communicator of several ranks, first checks that every rank runs the same length
   /// (and, for a length in epochs, the same number of batches per epoch): ranks that would run
@@ -211,6 +224,7 @@ class Trainer {
   std::string stop_key_;
   Goal stop_goal_;
   std::int64_t patience_;
+  double max_skipped_share_;
   Observation observation_;
   std::vector<Entry> extensions_;  // sorted by priority, then order of extend()
   std::vector<std::pair<std::string, Generator*>> generators_;

@@ -1,5 +1,6 @@
 #include "dpl/train/extensions/evaluator.hpp"
 
+#include <cmath>
 #include <utility>
 
 #include "dpl/core/error.hpp"
@@ -24,6 +25,14 @@ void Evaluator::operator()(Trainer& trainer) {
   nn::Module& model = trainer.updater().optimizer().target();
   const EvalResult r = source_ ? evaluate(model, *source_, batches_, trainer.communicator().get())
                                : evaluate(model, dataset_, batch_size_, trainer.communicator().get());
+  // The value is the same on every rank, so every rank stops alike. A run that opted out of
+  // non-finite checks (NonFinitePolicy::kOff) is let through.
+  DPL_CHECK(std::isfinite(r.loss) ||
+                trainer.updater().optimizer().non_finite_policy() == optim::NonFinitePolicy::kOff,
+            "Evaluator: ", prefix_, "loss is ", r.loss, " over ", r.samples, " samples at iteration ",
+            trainer.updater().iterator().iteration(), ": the model's outputs are not finite (a run that "
+            "skips non-finite steps keeps finite weights: look at the data and at 16-bit overflow); "
+            "NonFinitePolicy::kOff lets it through");
   trainer.observation().observe(prefix_ + "loss", r.loss);
   trainer.observation().observe(prefix_ + "accuracy", r.accuracy);
 }

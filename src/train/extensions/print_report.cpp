@@ -16,7 +16,15 @@ void PrintReport::operator()(Trainer& trainer) {
   auto* log_ext = trainer.find<LogReport>();
   DPL_CHECK(log_ext != nullptr, "PrintReport: the trainer has no LogReport extension to print");
   const TrainingLog* log = log_ext->log(trainer);
-  if (!report_) report_ = std::make_unique<ReportTable>(out_, entries_);
+  if (!report_) {
+    // Steps skipped for non-finite gradients show in the default table (as the share of the
+    // period's steps), so a run that skips is seen to.
+    std::vector<std::string> entries = entries_;
+    if (entries == ReportTable::default_entries() &&
+        trainer.updater().optimizer().non_finite_policy() == optim::NonFinitePolicy::kSkip)
+      entries.insert(entries.end() - 1, "main/skipped_steps");
+    report_ = std::make_unique<ReportTable>(out_, entries);
+  }
   for (; printed_ < log->log().size(); ++printed_) report_->print(log->log()[printed_]);
 }
 
