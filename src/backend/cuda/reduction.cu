@@ -2,8 +2,8 @@
 // pair, for float32, bfloat16 and float16 (float accumulation, rounded once on store).
 //
 // With inner == 1 each output's n elements are adjacent, and a warp reduces them (coalesced
-// loads, a fixed shuffle tree); otherwise a thread owns an output and walks n, and the threads of
-// a warp read adjacent outputs' elements, which are adjacent in memory.
+// loads, a fixed shuffle tree); otherwise a block takes 32 adjacent outputs, whose elements are
+// adjacent in memory in every reduced row, and splits n among its rows of threads.
 #include <cmath>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -60,31 +60,56 @@ __global__ void reduce_rows_kernel(float alpha, const T* x, T* out, std::int64_t
   }
 }
 
-// One thread per output; any inner.
+// inner > 1: a block owns 32 adjacent outputs of one outer index (one coalesced 32-wide read per
+// reduced row); its 32 x kColumnsY threads walk down n and combine their partials in a fixed
+// order, so the result does not depend on timing.
+constexpr int kColumnsY = 16;
+
 template <ReduceKind kind, typename T>
-__global__ void reduce_strided_kernel(float alpha, const T* x, T* out, std::int64_t* indices, std::int64_t outer,
+__global__ void reduce_columns_kernel(float alpha, const T* x, T* out, std::int64_t* indices, std::int64_t outer,
                                       std::int64_t n, std::int64_t inner) {
-  const std::int64_t total = outer * inner;
-  for (std::int64_t k = global_thread(); k < total; k += grid_threads()) {
-    const std::int64_t o = k / inner, i = k - o * inner;
-    const T* xk = x + o * n * inner + i;
-    if constexpr (kind == ReduceKind::kSum) {
-      float acc = 0.f;
-      for (std::int64_t r = 0; r < n; ++r) acc += to_float(xk[r * inner]);
-      out[k] = from_float<T>(alpha * acc);
-    } else {
-      float best = to_float(xk[0]);
-      std::int64_t arg = 0;
-      for (std::int64_t r = 1; r < n; ++r) {
-        const float v = to_float(xk[r * inner]);
-        if (beats<kind>(v, r, best, arg, n)) {
-          best = v;
+  __shared__ float part[kColumnsY][33];
+  __shared__ std::int64_t part_arg[kColumnsY][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * 32 + tx;
+  for (std::int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    const T* xo = x + o * n * inner;
+    float acc = 0.f;
+    std::int64_t arg = n;  // max and min: the best so far is (acc, arg); n means none yet
+    if (i < inner) {
+      for (std::int64_t r = ty; r < n; r += kColumnsY) {
+        const float v = to_float(xo[r * inner + i]);
+        if constexpr (kind == ReduceKind::kSum) {
+          acc += v;
+        } else if (beats<kind>(v, r, acc, arg, n)) {
+          acc = v;
           arg = r;
         }
       }
-      out[k] = xk[arg * inner];
-      indices[k] = arg;
     }
+    part[ty][tx] = acc;
+    part_arg[ty][tx] = arg;
+    __syncthreads();
+    if (ty == 0 && i < inner) {
+      float total = part[0][tx];
+      std::int64_t best = part_arg[0][tx];
+      for (int y = 1; y < kColumnsY; ++y) {
+        if constexpr (kind == ReduceKind::kSum) {
+          total += part[y][tx];
+        } else if (beats<kind>(part[y][tx], part_arg[y][tx], total, best, n)) {
+          total = part[y][tx];
+          best = part_arg[y][tx];
+        }
+      }
+      const std::int64_t k = o * inner + i;
+      if constexpr (kind == ReduceKind::kSum) {
+        out[k] = from_float<T>(alpha * total);
+      } else {
+        out[k] = xo[best * inner + i];
+        indices[k] = best;
+      }
+    }
+    __syncthreads();  // part is reused for the next outer index
   }
 }
 
@@ -110,8 +135,9 @@ void launch_reduce_as(float alpha, const T* x, T* out, std::int64_t* indices, st
     reduce_rows_kernel<kind><<<grid_for(outer, kWarpsPerBlock, device), kThreads, 0, stream>>>(alpha, x, out, indices,
                                                                                                 outer, n);
   } else {
-    reduce_strided_kernel<kind><<<grid_for(outer * inner, kThreads, device), kThreads, 0, stream>>>(
-        alpha, x, out, indices, outer, n, inner);
+    const dim3 block(32, kColumnsY);
+    const dim3 grid(static_cast<unsigned>((inner + 31) / 32), static_cast<unsigned>(outer < 65535 ? outer : 65535));
+    reduce_columns_kernel<kind><<<grid, block, 0, stream>>>(alpha, x, out, indices, outer, n, inner);
   }
 }
 
