@@ -6,7 +6,7 @@
 
 namespace dpl::ops_detail {
 
-Shape broadcast_shapes(const char* op, std::initializer_list<const Shape*> shapes) {
+std::optional<Shape> try_broadcast_shapes(std::initializer_list<const Shape*> shapes) {
   std::size_t rank = 0;
   for (const Shape* s : shapes) rank = std::max(rank, s->size());
   Shape out(rank, 1);
@@ -14,17 +14,22 @@ Shape broadcast_shapes(const char* op, std::initializer_list<const Shape*> shape
     const Shape p = padded_shape(*s, rank);
     for (std::size_t d = 0; d < rank; ++d) {
       if (p[d] == out[d] || p[d] == 1) continue;
-      if (out[d] != 1) {
-        std::ostringstream all;
-        for (const Shape* t : shapes) all << (t == *shapes.begin() ? "" : " and ") << shape_str(*t);
-        DPL_FAIL(op, ": shapes ", all.str(), " do not broadcast: at dimension ",
-                 static_cast<std::int64_t>(d) - static_cast<std::int64_t>(rank), " extents ", out[d], " and ", p[d],
-                 " differ and neither is 1");
-      }
+      if (out[d] != 1) return std::nullopt;
       out[d] = p[d];
     }
   }
   return out;
+}
+
+Shape broadcast_shapes(const char* op, std::initializer_list<const Shape*> shapes) {
+  std::optional<Shape> out = try_broadcast_shapes(shapes);
+  if (!out) {
+    std::ostringstream all;
+    for (const Shape* t : shapes) all << (t == *shapes.begin() ? "" : " and ") << shape_str(*t);
+    DPL_FAIL(op, ": shapes ", all.str(),
+             " do not broadcast: aligned at their last dimension, each pair of extents must be equal or one of them 1");
+  }
+  return *out;
 }
 
 Shape padded_shape(const Shape& s, std::size_t rank) {

@@ -4,6 +4,7 @@
 // operand's shape.
 
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "autograd/ops/support.hpp"
@@ -11,7 +12,9 @@
 namespace dpl::ops_detail {
 
 /// PyTorch's broadcast of `shapes` (aligned at their last dimension; each extent equal to the
-/// result's or 1). Throws dpl::Error naming `op` and the shapes when they do not broadcast.
+/// result's or 1), or nullopt when they do not broadcast.
+std::optional<Shape> try_broadcast_shapes(std::initializer_list<const Shape*> shapes);
+/// try_broadcast_shapes, throwing dpl::Error naming `op` and the shapes when they do not broadcast.
 Shape broadcast_shapes(const char* op, std::initializer_list<const Shape*> shapes);
 /// s with leading 1s added up to `rank` dimensions (rank >= s.size()).
 Shape padded_shape(const Shape& s, std::size_t rank);

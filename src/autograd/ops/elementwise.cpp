@@ -21,8 +21,11 @@ Broadcast broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
   if (a.shape() == b.shape()) return Broadcast::kNone;
   if (b.dim() == 1 && a.dim() >= 1 && b.size(0) == a.size(-1)) return Broadcast::kRow;
   if (b.numel() == 1) return Broadcast::kScalar;
-  broadcast_shapes(op, {&a.shape(), &b.shape()});  // throws when they do not broadcast
-  return Broadcast::kShape;
+  if (try_broadcast_shapes({&a.shape(), &b.shape()})) return Broadcast::kShape;
+  DPL_FAIL(op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
+           " do not broadcast; expected shapes that do (aligned at the last dimension, each pair of extents equal or "
+           "one of them 1), a second operand of shape (",
+           a.dim() ? a.size(-1) : 1, ",) (bias-style, broadcast over rows) or one with a single element");
 }
 
 // Writes target = beta*target + alpha * reduce(g) where reduce sums g down to the broadcast shape.
