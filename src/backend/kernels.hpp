@@ -310,7 +310,7 @@ DPL_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t i, f
   return (z >> 32) >= threshold;
 }
 
-/// y = f(x) elementwise, any rank; `slope` is leaky ReLU's negative slope (ignored by the others).
+/// y = f(x) elementwise, any rank; `slope`: leaky ReLU's slope, pow's exponent, clamp's bound, else unused.
 DPL_DECLARE_KERNEL(activation, floating(), void(Activation f, float slope, const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * f'(x), any rank. `saved` is f's output y when backward_reads_output(f), its
 /// input x otherwise (the cheaper form of each derivative).
