@@ -31,9 +31,14 @@ enum class Broadcast {
   kNone,    // b has a's shape
   kRow,     // b has shape (C,) and a any shape (..., C): b is added to every row of the last dimension
   kScalar,  // b has one element
+  kShape,   // a and b have out's rank and each extent equal to out's or 1 (PyTorch's broadcasting);
+            // out has the broadcast shape (up to 8 dimensions once mergeable ones are merged)
 };
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+/// The binary elementwise ops. kPowGradBase and kPowGradExponent are pow's partial derivatives
+/// with PyTorch's conventions at the edges: b * a^(b-1), 0 where b == 0; and a^b * log(a), 0 where
+/// a == 0 and b >= 0.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPow, kPowGradBase, kPowGradExponent };
 
 struct SgdHyper {
   float lr;
@@ -271,10 +276,21 @@ enum class Activation {
   kSigmoid,    // 1 / (1 + exp(-x))
   kTanh,       // tanh(x)
   kGelu,       // x * Phi(x) with Phi the standard normal CDF (the exact erf form)
+  kExp,        // exp(x)
+  kLog,        // log(x)
+  kSqrt,       // sqrt(x)
+  kRsqrt,      // 1 / sqrt(x)
+  kAbs,        // |x| (derivative sign(x), 0 at 0)
+  kPow,        // x^slope (derivative slope * x^(slope-1), 0 when slope == 0)
+  kClampMin,   // max(x, slope); derivative 1 where x >= slope, else 0 (NaN stays NaN)
+  kClampMax,   // min(x, slope); derivative 1 where x <= slope, else 0 (NaN stays NaN)
 };
 
 /// True when `activation_backward` reads the activation's output y; false when it reads its input x.
-constexpr bool backward_reads_output(Activation a) { return a == Activation::kSigmoid || a == Activation::kTanh; }
+constexpr bool backward_reads_output(Activation a) {
+  return a == Activation::kSigmoid || a == Activation::kTanh || a == Activation::kExp || a == Activation::kSqrt ||
+         a == Activation::kRsqrt;
+}
 
 // Marks the helpers below callable from CUDA kernels too, where nvcc compiles this header.
 #if defined(__CUDACC__)
@@ -294,7 +310,7 @@ DPL_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t i, f
   return (z >> 32) >= threshold;
 }
 
-/// y = f(x) elementwise, any rank; `slope` is leaky ReLU's negative slope (ignored by the others).
+/// y = f(x) elementwise, any rank; `slope`: leaky ReLU's slope, pow's exponent, clamp's bound, else unused.
 DPL_DECLARE_KERNEL(activation, floating(), void(Activation f, float slope, const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * f'(x), any rank. `saved` is f's output y when backward_reads_output(f), its
 /// input x otherwise (the cheaper form of each derivative).
@@ -318,6 +334,66 @@ DPL_DECLARE_KERNEL(mse, floating(), void(const Tensor& x, const Tensor& target, 
 /// target (alpha -1).
 DPL_DECLARE_KERNEL(mse_backward, floating(),
                    void(const Tensor& x, const Tensor& target, const Tensor& gloss, float alpha, float beta, Tensor& g));
+
+// --- elementwise selection, reductions along a dimension, losses with a reduction ------------
+
+/// out = a where cond != 0, else b; cond (uint8, 0 or 1), a, b and out all of out's rank with
+/// extents equal to out's or 1 (broadcast), all contiguous; a, b and out of one float dtype.
+/// The dispatcher checks devices only; the op checks the dtypes.
+DPL_DECLARE_KERNEL(where, any(), void(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out));
+
+/// What reduce_dim computes along the reduced dimension.
+enum class ReduceKind { kSum, kMax, kMin };
+
+/// x (outer, n, inner), out (outer, inner): out = alpha * sum over n for kSum (float32
+/// accumulation), the largest (kMax) or smallest (kMin) value for the others, NaN winning over
+/// every number and the first index winning ties; `indices` (int64, (outer, inner), not seen by
+/// the dispatcher) receives that index for kMax and kMin and is not touched for kSum (may be
+/// null). Requires n >= 1 for kMax and kMin.
+DPL_DECLARE_KERNEL(reduce_dim, floating(),
+                   void(ReduceKind kind, float alpha, const Tensor& x, Tensor& out, Tensor* indices));
+/// The gradient of reduce_dim: gx (outer, n, inner) = beta*gx + alpha * gy[o, i] broadcast over n
+/// (kSum), or gy[o, i] at n == indices[o, i] and 0 elsewhere (kMax, kMin; indices as reduce_dim
+/// wrote them).
+DPL_DECLARE_KERNEL(reduce_dim_backward, floating(),
+                   void(ReduceKind kind, float alpha, const Tensor& gy, const Tensor* indices, float beta, Tensor& gx));
+
+/// The pointwise losses of pointwise_loss, each with PyTorch's definition.
+enum class PointwiseLoss {
+  kMse,            // (x - t)^2
+  kL1,             // |x - t|
+  kSmoothL1,       // 0.5 (x - t)^2 / param where |x - t| < param, else |x - t| - 0.5 param
+  kBce,            // -(t log x + (1 - t) log(1 - x)), each log clamped to >= -100; x in [0, 1]
+  kBceWithLogits,  // (1 - t) x + (1 + (w - 1) t) (log1p(exp(-|x|)) + max(-x, 0)), w the pos_weight
+};
+/// How a loss's per-element values become its result.
+enum class LossReduction { kNone, kMean, kSum };
+
+/// out = the per-element loss of x against target (same shape), reduced: out has x's shape for
+/// kNone, else one element (the sum, or the sum / numel; accumulated in double). pos_weight
+/// (kBceWithLogits only; null for 1 everywhere; not seen by the dispatcher, x's dtype and device)
+/// has 1 element or x's last extent and is broadcast over the rows of x's last dimension.
+DPL_DECLARE_KERNEL(pointwise_loss, floating(),
+                   void(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                        const Tensor* pos_weight, LossReduction reduction, Tensor& out));
+/// g = beta*g + alpha * gy * d loss / d x elementwise, with gy of x's shape or one element
+/// (broadcast). The gradient for the target of kMse, kL1 and kSmoothL1 is this with alpha negated.
+DPL_DECLARE_KERNEL(pointwise_loss_backward, floating(),
+                   void(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                        const Tensor* pos_weight, const Tensor& gy, float alpha, float beta, Tensor& g));
+/// Negative log-likelihood: logp (N, C, K) of a float dtype, labels (N, K) int32 or int64 on its
+/// device (the op checks the dtypes); out (N, K) = -logp[n, label, k] (0 where label ==
+/// ignore_index) for kNone, else one element: the sum, or the sum over the counted elements
+/// divided by their count (NaN when none counts, as PyTorch). total (float32, one element) =
+/// that count. A label outside [0, C) that is not ignore_index makes its element NaN.
+DPL_DECLARE_KERNEL(nll_loss, any(),
+                   void(const Tensor& logp, const Tensor& labels, std::int64_t ignore_index, LossReduction reduction,
+                        Tensor& out, Tensor& total));
+/// glogp (N, C, K) = beta*glogp + the gradient of nll_loss given gy (out's shape) and the total
+/// it wrote: -gy (divided by total for kMean) at [n, label, k] for counted elements, 0 elsewhere.
+DPL_DECLARE_KERNEL(nll_loss_backward, any(),
+                   void(const Tensor& labels, std::int64_t ignore_index, LossReduction reduction, const Tensor& gy,
+                        const Tensor& total, float beta, Tensor& glogp));
 
 // --- between devices ---------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 // Differentiable ops, one header per family under dpl/autograd/ops/. Each op runs on the inputs'
 // device and records itself for backward when an input requires a gradient. Shape or dtype
 // mismatches throw dpl::Error naming the op, the operand and the expected and received values;
-// nothing is broadcast silently.
+// operands are broadcast only where an op's doc says so (binary maps, where: PyTorch's rules).
 //
 // Float inputs may be float32, bfloat16 or float16, the same for every operand of an op; results
 // and gradients have the inputs' dtype, and 16-bit math is computed in float32 and rounded once

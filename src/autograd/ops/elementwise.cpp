@@ -1,5 +1,10 @@
-// Elementwise ops: add, sub and mul with their broadcasts, relu and the other activations,
-// dropout, and the scalar affine map. All work in memory order and keep their input's format.
+// Elementwise ops: add, sub, mul, div and pow with their broadcasts, relu and the other
+// activations and unary maps, clamp, where and masked_fill, dropout, and the scalar affine map.
+// The maps of one input work in memory order and keep their input's format; ops that broadcast
+// PyTorch-style compute contiguous.
+#include <optional>
+
+#include "autograd/ops/broadcast.hpp"
 #include "autograd/ops/support.hpp"
 
 namespace dpl {
@@ -16,9 +21,11 @@ Broadcast broadcast_of(const char* op, const Tensor& a, const Tensor& b) {
   if (a.shape() == b.shape()) return Broadcast::kNone;
   if (b.dim() == 1 && a.dim() >= 1 && b.size(0) == a.size(-1)) return Broadcast::kRow;
   if (b.numel() == 1) return Broadcast::kScalar;
+  if (try_broadcast_shapes({&a.shape(), &b.shape()})) return Broadcast::kShape;
   DPL_FAIL(op, ": shapes ", shape_str(a.shape()), " and ", shape_str(b.shape()),
-           " do not match; expected equal shapes, a second operand of shape (", a.dim() ? a.size(-1) : 1,
-           ",) (bias-style, broadcast over rows) or one with a single element");
+           " do not broadcast; expected shapes that do (aligned at the last dimension, each pair of extents equal or "
+           "one of them 1), a second operand of shape (",
+           a.dim() ? a.size(-1) : 1, ",) (bias-style, broadcast over rows) or one with a single element");
 }
 
 // Writes target = beta*target + alpha * reduce(g) where reduce sums g down to the broadcast shape.
@@ -32,6 +39,7 @@ void reduce_into(Broadcast bc, float alpha, const Tensor& g, GradTarget& target)
       backend::axpby(1.f, s.reshape(target.tensor->shape()), target.beta, *target.tensor);
       break;
     }
+    case Broadcast::kShape: reduce_to_target(g, alpha, target); break;
   }
 }
 
@@ -68,9 +76,89 @@ class BinaryNode final : public Node {
   void release() override { a = b = Tensor(); }
 };
 
+// --- any op under PyTorch's broadcasting (also div and pow of equal shapes) -------------------
+// Operands are contiguous and padded to the output's rank; each gradient is computed at the
+// output's shape and summed down to its operand's.
+class BroadcastBinaryNode final : public Node {
+ public:
+  BinaryOp op = BinaryOp::kAdd;
+  const char* op_name = "";
+  Broadcast bc = Broadcast::kShape;  // kNone when both operands have the output's shape
+  Tensor a, b, out;                  // what the op's gradients read (a and b for mul and pow; b and out for div)
+  const char* name() const override { return op_name; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = dense(gy).reshape(out_shape);
+    // d(a op b)/d(operand) at the output's shape, times g.
+    auto grad_times = [&](BinaryOp partial, const Tensor& x, const Tensor& y) {
+      Tensor d = empty_on(out_shape, g);
+      backend::binary(partial, bc, x, y, 0.f, d);
+      backend::binary(BinaryOp::kMul, Broadcast::kNone, d, g, 0.f, d);
+      return d;
+    };
+    switch (op) {
+      case BinaryOp::kAdd:
+      case BinaryOp::kSub:
+        if (t[0].needed()) reduce_to_target(g, 1.f, t[0]);
+        if (t[1].needed()) reduce_to_target(g, op == BinaryOp::kAdd ? 1.f : -1.f, t[1]);
+        break;
+      case BinaryOp::kMul:
+        if (t[0].needed()) reduce_to_target(product(g, b), 1.f, t[0]);
+        if (t[1].needed()) reduce_to_target(product(g, a), 1.f, t[1]);
+        break;
+      case BinaryOp::kDiv: {
+        // d/da = 1/b, d/db = -(a/b)/b = -out/b.
+        Tensor q = empty_on(out_shape, g);
+        backend::binary(BinaryOp::kDiv, bc, g, b, 0.f, q);
+        if (t[0].needed()) reduce_to_target(q, 1.f, t[0]);
+        if (t[1].needed()) {
+          backend::binary(BinaryOp::kMul, Broadcast::kNone, q, out, 0.f, q);
+          reduce_to_target(q, -1.f, t[1]);
+        }
+        break;
+      }
+      case BinaryOp::kPow:
+        if (t[0].needed()) reduce_to_target(grad_times(BinaryOp::kPowGradBase, a, b), 1.f, t[0]);
+        if (t[1].needed()) reduce_to_target(grad_times(BinaryOp::kPowGradExponent, a, b), 1.f, t[1]);
+        break;
+      default: DPL_FAIL(op_name, ": no gradient for this operation");
+    }
+  }
+  void release() override { a = b = out = Tensor(); }
+  Shape out_shape;
+
+ private:
+  // g * x at the output's shape, x broadcast.
+  Tensor product(const Tensor& g, const Tensor& x) const {
+    Tensor p = empty_on(out_shape, g);
+    backend::binary(BinaryOp::kMul, bc, g, x, 0.f, p);
+    return p;
+  }
+};
+
+Variable broadcast_binary(BinaryOp op, const char* name, const Variable& a, const Variable& b) {
+  const Shape shape = broadcast_shapes(name, {&a.shape(), &b.shape()});
+  const Tensor ta = dense(a.data()).reshape(padded_shape(a.shape(), shape.size()));
+  const Tensor tb = dense(b.data()).reshape(padded_shape(b.shape(), shape.size()));
+  const Broadcast bc = ta.shape() == shape && tb.shape() == shape ? Broadcast::kNone : Broadcast::kShape;
+  Tensor out = empty_on(shape, ta);
+  backend::binary(op, bc, ta, tb, 0.f, out);
+  if (!any_requires_grad({&a, &b})) return Variable(out);
+  auto node = std::make_shared<BroadcastBinaryNode>();
+  node->op = op;
+  node->op_name = name;
+  node->bc = bc;
+  node->out_shape = shape;
+  if (op == BinaryOp::kMul || op == BinaryOp::kPow) node->a = ta;
+  if (op == BinaryOp::kMul || op == BinaryOp::kPow || op == BinaryOp::kDiv) node->b = tb;
+  if (op == BinaryOp::kDiv) node->out = out;
+  node->set_inputs({a, b});
+  return Variable::make_result(out, node);
+}
+
 Variable binary(BinaryOp op, const char* name, const Variable& a, const Variable& b) {
   check_operands(name, {{a, "the first operand"}, {b, "the second operand"}});
   const Broadcast bc = broadcast_of(name, a.data(), b.data());
+  if (bc == Broadcast::kShape) return broadcast_binary(op, name, a, b);
   // Equal shapes compute in the first operand's format (the second is brought to it); a row
   // broadcast needs the last logical extent innermost, so it computes contiguous.
   const MemoryFormat format = bc == Broadcast::kRow ? MemoryFormat::kContiguous : a.data().memory_format();
@@ -163,11 +251,90 @@ class AffineNode final : public Node {
   }
 };
 
+// --- where / masked_fill ----------------------------------------------------------------------
+class WhereNode final : public Node {
+ public:
+  const char* op = "";
+  Tensor cond;  // padded to the output's rank
+  Shape a_shape, b_shape;
+  const char* name() const override { return op; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = dense(gy);
+    const Tensor zero = Tensor::zeros(Shape(g.shape().size(), 1), TensorOptions(g.dtype(), g.device()));
+    for (int k = 0; k < 2; ++k) {
+      if (!t[static_cast<std::size_t>(k)].needed()) continue;
+      Tensor part = empty_on(g.shape(), g);
+      backend::where(cond, k == 0 ? g : zero, k == 0 ? zero : g, part);
+      reduce_to_target(part, 1.f, t[static_cast<std::size_t>(k)]);
+    }
+  }
+  void release() override { cond = Tensor(); }
+};
+
+Variable where_impl(const char* op, const Tensor& cond, const Variable& a, const Variable& b) {
+  check_operands(op, {{a, "the first operand"}, {b, "the second operand"}});
+  DPL_CHECK(cond.defined(), op, ": expected a condition tensor of dtype uint8, got an undefined tensor");
+  DPL_CHECK(cond.dtype() == kUInt8, op, ": expected a condition (mask) of dtype uint8 (0 or 1), got ", cond.dtype());
+  check_same_device(op, a.data(), "the first operand", cond, "the condition");
+  const Shape shape = broadcast_shapes(op, {&cond.shape(), &a.shape(), &b.shape()});
+  const std::size_t rank = shape.size();
+  const Tensor tc = dense(cond).reshape(padded_shape(cond.shape(), rank));
+  const Tensor ta = dense(a.data()).reshape(padded_shape(a.shape(), rank));
+  const Tensor tb = dense(b.data()).reshape(padded_shape(b.shape(), rank));
+  Tensor out = empty_on(shape, ta);
+  backend::where(tc, ta, tb, out);
+  if (!any_requires_grad({&a, &b})) return Variable(out);
+  auto node = std::make_shared<WhereNode>();
+  node->op = op;
+  node->cond = tc;
+  node->set_inputs({a, b});
+  return Variable::make_result(out, node);
+}
+
 }  // namespace
 
 Variable add(const Variable& a, const Variable& b) { return binary(BinaryOp::kAdd, "add", a, b); }
 Variable sub(const Variable& a, const Variable& b) { return binary(BinaryOp::kSub, "sub", a, b); }
 Variable mul(const Variable& a, const Variable& b) { return binary(BinaryOp::kMul, "mul", a, b); }
+
+Variable div(const Variable& a, const Variable& b) {
+  check_operands("div", {{a, "the first operand"}, {b, "the second operand"}});
+  return broadcast_binary(BinaryOp::kDiv, "div", a, b);
+}
+
+Variable pow(const Variable& a, const Variable& exponent) {
+  check_operands("pow", {{a, "the base"}, {exponent, "the exponent"}});
+  return broadcast_binary(BinaryOp::kPow, "pow", a, exponent);
+}
+
+Variable pow(const Variable& x, float exponent) { return activation("pow", Activation::kPow, exponent, x); }
+Variable exp(const Variable& x) { return activation("exp", Activation::kExp, 0.f, x); }
+Variable log(const Variable& x) { return activation("log", Activation::kLog, 0.f, x); }
+Variable sqrt(const Variable& x) { return activation("sqrt", Activation::kSqrt, 0.f, x); }
+Variable rsqrt(const Variable& x) { return activation("rsqrt", Activation::kRsqrt, 0.f, x); }
+Variable abs(const Variable& x) { return activation("abs", Activation::kAbs, 0.f, x); }
+Variable neg(const Variable& x) { return affine(x, -1.f, 0.f); }
+
+Variable clamp(const Variable& x, std::optional<float> min, std::optional<float> max) {
+  const char* op = "clamp";
+  DPL_CHECK(min.has_value() || max.has_value(), op, ": expected at least one of min and max, got neither");
+  float_input(op, x);
+  if (!min.has_value()) return activation(op, Activation::kClampMax, *max, x);
+  const Variable lower = activation(op, Activation::kClampMin, *min, x);
+  return max.has_value() ? activation(op, Activation::kClampMax, *max, lower) : lower;
+}
+
+Variable where(const Tensor& cond, const Variable& a, const Variable& b) { return where_impl("where", cond, a, b); }
+
+Variable masked_fill(const Variable& x, const Tensor& mask, float value) {
+  const char* op = "masked_fill";
+  check_operands(op, {{x, "an input"}});
+  const Shape shape = broadcast_shapes(op, {&x.shape(), &mask.shape()});
+  DPL_CHECK(shape == x.shape(), op, ": expected a mask that broadcasts to the input's shape ", shape_str(x.shape()),
+            ", got ", shape_str(mask.shape()));
+  const Variable fill(Tensor::full({}, value, TensorOptions(x.data().dtype(), x.data().device())));
+  return where_impl(op, mask, fill, x);
+}
 
 Variable relu(const Variable& x) {
   const Tensor tx = float_input("relu", x);

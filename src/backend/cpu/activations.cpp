@@ -34,6 +34,19 @@ void activation_cpu(Activation f, float slope, const Tensor& x, Tensor& y) {
     case Activation::kGelu:
       for_each_index(n, [&](std::int64_t i) { py[i] = 0.5f * px[i] * (1.f + std::erf(px[i] * kInvSqrt2)); });
       break;
+    case Activation::kExp: for_each_index(n, [&](std::int64_t i) { py[i] = std::exp(px[i]); }); break;
+    case Activation::kLog: for_each_index(n, [&](std::int64_t i) { py[i] = std::log(px[i]); }); break;
+    case Activation::kSqrt: for_each_index(n, [&](std::int64_t i) { py[i] = std::sqrt(px[i]); }); break;
+    case Activation::kRsqrt: for_each_index(n, [&](std::int64_t i) { py[i] = 1.f / std::sqrt(px[i]); }); break;
+    case Activation::kAbs: for_each_index(n, [&](std::int64_t i) { py[i] = std::fabs(px[i]); }); break;
+    case Activation::kPow: for_each_index(n, [&](std::int64_t i) { py[i] = std::pow(px[i], slope); }); break;
+    // Written as comparisons, not fmax/fmin, so that NaN passes as in PyTorch.
+    case Activation::kClampMin:
+      for_each_index(n, [&](std::int64_t i) { py[i] = px[i] < slope ? slope : px[i]; });
+      break;
+    case Activation::kClampMax:
+      for_each_index(n, [&](std::int64_t i) { py[i] = px[i] > slope ? slope : px[i]; });
+      break;
   }
 }
 
@@ -57,6 +70,25 @@ void activation_backward_cpu(Activation f, float slope, const Tensor& saved, con
         const float pdf = kInvSqrt2Pi * std::exp(-0.5f * s[i] * s[i]);
         return g[i] * (cdf + s[i] * pdf);
       });
+      break;
+    case Activation::kExp: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * s[i]; }); break;
+    case Activation::kLog: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] / s[i]; }); break;
+    case Activation::kSqrt: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] / (2.f * s[i]); }); break;
+    case Activation::kRsqrt:
+      write_beta(n, beta, o, [&](std::int64_t i) { return -0.5f * g[i] * s[i] * s[i] * s[i]; });
+      break;
+    case Activation::kAbs:
+      write_beta(n, beta, o, [&](std::int64_t i) { return s[i] > 0.f ? g[i] : s[i] < 0.f ? -g[i] : 0.f; });
+      break;
+    case Activation::kPow:
+      write_beta(n, beta, o,
+                 [&](std::int64_t i) { return slope == 0.f ? 0.f : g[i] * slope * std::pow(s[i], slope - 1.f); });
+      break;
+    case Activation::kClampMin:
+      write_beta(n, beta, o, [&](std::int64_t i) { return s[i] >= slope ? g[i] : 0.f; });
+      break;
+    case Activation::kClampMax:
+      write_beta(n, beta, o, [&](std::int64_t i) { return s[i] <= slope ? g[i] : 0.f; });
       break;
   }
 }

@@ -1,6 +1,8 @@
 // Elementwise and reduction kernels on the CPU: flat OpenMP loops the compiler vectorises.
 #include <algorithm>
+#include <cmath>
 
+#include "backend/broadcast.hpp"
 #include "backend/cpu/cpu.hpp"
 
 namespace dpl::backend::cpu {
@@ -12,6 +14,9 @@ inline float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
   if constexpr (op == BinaryOp::kDiv) return a / b;
+  if constexpr (op == BinaryOp::kPow) return std::pow(a, b);
+  if constexpr (op == BinaryOp::kPowGradBase) return b == 0.f ? 0.f : b * std::pow(a, b - 1.f);
+  if constexpr (op == BinaryOp::kPowGradExponent) return a == 0.f && b >= 0.f ? 0.f : std::pow(a, b) * std::log(a);
   return a * b;
 }
 
@@ -31,6 +36,16 @@ void binary_typed(Broadcast bc, const Tensor& a, const Tensor& b, float beta, Te
       const float s = pb[0];
       if (acc) for_each_index(n, [&](std::int64_t i) { po[i] += apply<op>(pa[i], s); });
       else for_each_index(n, [&](std::int64_t i) { po[i] = apply<op>(pa[i], s); });
+      break;
+    }
+    case Broadcast::kShape: {
+      const BroadcastIndex ix = make_broadcast_index(out.shape(), {&a.shape(), &b.shape()});
+      for_each_index(out.numel(), [&](std::int64_t i) {
+        std::int64_t off[2];
+        ix.offsets(i, off);
+        const float v = apply<op>(pa[off[0]], pb[off[1]]);
+        po[i] = acc ? po[i] + v : v;
+      });
       break;
     }
     case Broadcast::kRow: {
@@ -59,7 +74,23 @@ void binary_cpu(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, flo
     case BinaryOp::kSub: binary_typed<BinaryOp::kSub>(bc, a, b, beta, out); break;
     case BinaryOp::kMul: binary_typed<BinaryOp::kMul>(bc, a, b, beta, out); break;
     case BinaryOp::kDiv: binary_typed<BinaryOp::kDiv>(bc, a, b, beta, out); break;
+    case BinaryOp::kPow: binary_typed<BinaryOp::kPow>(bc, a, b, beta, out); break;
+    case BinaryOp::kPowGradBase: binary_typed<BinaryOp::kPowGradBase>(bc, a, b, beta, out); break;
+    case BinaryOp::kPowGradExponent: binary_typed<BinaryOp::kPowGradExponent>(bc, a, b, beta, out); break;
   }
+}
+
+void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  const BroadcastIndex ix = make_broadcast_index(out.shape(), {&cond.shape(), &a.shape(), &b.shape()});
+  const auto* pc = cond.data<std::uint8_t>();
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.data<float>();
+  for_each_index(out.numel(), [&](std::int64_t i) {
+    std::int64_t off[3];
+    ix.offsets(i, off);
+    po[i] = pc[off[0]] != 0 ? pa[off[1]] : pb[off[2]];
+  });
 }
 
 void axpby_cpu(float alpha, const Tensor& x, float beta, Tensor& y) {
@@ -128,5 +159,6 @@ DPL_REGISTER_CPU_FLOAT_KERNEL(sum_all, sum_all_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(fill_scaled, fill_scaled_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu, relu_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu_backward, relu_backward_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(where, where_cpu);
 
 }  // namespace dpl::backend::cpu

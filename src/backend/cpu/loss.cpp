@@ -1,8 +1,10 @@
-// Softmax cross-entropy and accuracy on the CPU.
+// Softmax cross-entropy, accuracy, the pointwise losses and the negative log-likelihood on the CPU.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backend/cpu/cpu.hpp"
+#include "backend/loss_math.hpp"
 
 namespace dpl::backend::cpu {
 
@@ -68,8 +70,114 @@ void accuracy_cpu(const Tensor& logits, const Tensor& labels, Tensor& out) {
   out.data<float>()[0] = rows ? static_cast<float>(correct) / static_cast<float>(rows) : 0.f;
 }
 
+// --- pointwise losses ---------------------------------------------------------------------------
+
+// pos_weight as float32 values and the count they cycle over (1 or the last extent), or {} for 1.
+struct PosWeight {
+  Tensor values;
+  std::int64_t n = 0;
+  float at(std::int64_t i) const { return n == 0 ? 1.f : values.data<float>()[n == 1 ? 0 : i % n]; }
+};
+PosWeight pos_weight_of(const Tensor* w) {
+  if (w == nullptr) return {};
+  return {w->dtype() == kFloat32 ? *w : w->to(kFloat32), w->numel()};
+}
+
+void pointwise_loss_cpu(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                        const Tensor* pos_weight, LossReduction reduction, Tensor& out) {
+  const float* px = x.data<float>();
+  const float* pt = target.data<float>();
+  const PosWeight w = pos_weight_of(pos_weight);
+  const std::int64_t n = x.numel();
+  float* po = out.data<float>();
+  if (reduction == LossReduction::kNone) {
+    for_each_index(n, [&](std::int64_t i) { po[i] = pointwise_loss_value(kind, param, px[i], pt[i], w.at(i)); });
+    return;
+  }
+  double acc = 0.0;
+#pragma omp parallel for reduction(+ : acc) if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i)
+    acc += static_cast<double>(pointwise_loss_value(kind, param, px[i], pt[i], w.at(i)));
+  if (reduction == LossReduction::kMean) acc /= static_cast<double>(n);  // 0/0: NaN for an empty input, as PyTorch
+  po[0] = static_cast<float>(acc);
+}
+
+void pointwise_loss_backward_cpu(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                                 const Tensor* pos_weight, const Tensor& gy, float alpha, float beta, Tensor& g) {
+  const float* px = x.data<float>();
+  const float* pt = target.data<float>();
+  const float* pg = gy.data<float>();
+  const bool scalar = gy.numel() == 1;
+  const PosWeight w = pos_weight_of(pos_weight);
+  float* po = g.data<float>();
+  for_each_index(x.numel(), [&](std::int64_t i) {
+    const float v = alpha * pg[scalar ? 0 : i] * pointwise_loss_derivative(kind, param, px[i], pt[i], w.at(i));
+    po[i] = beta == 0.f ? v : po[i] + v;
+  });
+}
+
+// --- negative log-likelihood ----------------------------------------------------------------
+
+template <typename L>
+void nll_typed(const Tensor& logp, const L* labels, std::int64_t ignore, LossReduction reduction, Tensor& out,
+               Tensor& total) {
+  const std::int64_t rows = logp.size(0), classes = logp.size(1), inner = logp.size(2);
+  const float* p = logp.data<float>();
+  float* po = out.data<float>();
+  double sum = 0.0;
+  std::int64_t count = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t k = 0; k < inner; ++k) {
+      const auto label = static_cast<std::int64_t>(labels[r * inner + k]);
+      float v = 0.f;
+      if (label != ignore) {
+        v = label >= 0 && label < classes ? -p[(r * classes + label) * inner + k] : std::nanf("");
+        ++count;
+      }
+      if (reduction == LossReduction::kNone) po[r * inner + k] = v;
+      else sum += static_cast<double>(v);
+    }
+  }
+  total.data<float>()[0] = static_cast<float>(count);
+  if (reduction == LossReduction::kSum) po[0] = static_cast<float>(sum);
+  if (reduction == LossReduction::kMean) po[0] = static_cast<float>(sum / static_cast<double>(count));
+}
+
+void nll_loss_cpu(const Tensor& logp, const Tensor& labels, std::int64_t ignore_index, LossReduction reduction,
+                  Tensor& out, Tensor& total) {
+  if (labels.dtype() == kInt64) nll_typed(logp, labels.data<std::int64_t>(), ignore_index, reduction, out, total);
+  else nll_typed(logp, labels.data<std::int32_t>(), ignore_index, reduction, out, total);
+}
+
+template <typename L>
+void nll_backward_typed(const L* labels, std::int64_t ignore, LossReduction reduction, const Tensor& gy,
+                        const Tensor& total, float beta, Tensor& glogp) {
+  const std::int64_t classes = glogp.size(1), inner = glogp.size(2);
+  const float* pg = gy.data<float>();
+  const float scale = reduction == LossReduction::kMean ? 1.f / total.data<float>()[0] : 1.f;
+  float* po = glogp.data<float>();
+  for_each_index(glogp.numel(), [&](std::int64_t e) {
+    const std::int64_t k = e % inner, c = (e / inner) % classes, r = e / (inner * classes);
+    const auto label = static_cast<std::int64_t>(labels[r * inner + k]);
+    const float g = reduction == LossReduction::kNone ? pg[r * inner + k] : pg[0] * scale;
+    const float v = label != ignore && label == c ? -g : 0.f;
+    po[e] = beta == 0.f ? v : po[e] + v;
+  });
+}
+
+void nll_loss_backward_cpu(const Tensor& labels, std::int64_t ignore_index, LossReduction reduction, const Tensor& gy,
+                           const Tensor& total, float beta, Tensor& glogp) {
+  if (labels.dtype() == kInt64)
+    nll_backward_typed(labels.data<std::int64_t>(), ignore_index, reduction, gy, total, beta, glogp);
+  else nll_backward_typed(labels.data<std::int32_t>(), ignore_index, reduction, gy, total, beta, glogp);
+}
+
 }  // namespace
 
+DPL_REGISTER_CPU_FLOAT_KERNEL(pointwise_loss, pointwise_loss_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(pointwise_loss_backward, pointwise_loss_backward_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(nll_loss, nll_loss_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(nll_loss_backward, nll_loss_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent, softmax_xent_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent_backward, softmax_xent_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(accuracy, accuracy_cpu);

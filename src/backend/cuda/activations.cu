@@ -4,6 +4,8 @@
 // Pointwise kernels are grid-stride loops; the row kernels give each row of the last dimension
 // to one warp; the mean squared error ends in the one-launch reduction of device_utils.cuh, so its
 // value does not depend on timing.
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -27,6 +29,15 @@ __device__ __forceinline__ float activate(float x, float slope) {
   if constexpr (f == Activation::kLeakyRelu) return x > 0.f || isnan(x) ? x : slope * x;
   if constexpr (f == Activation::kSigmoid) return 1.f / (1.f + expf(-x));
   if constexpr (f == Activation::kTanh) return tanhf(x);
+  if constexpr (f == Activation::kExp) return expf(x);
+  if constexpr (f == Activation::kLog) return logf(x);
+  if constexpr (f == Activation::kSqrt) return sqrtf(x);
+  if constexpr (f == Activation::kRsqrt) return 1.f / sqrtf(x);  // as the CPU: rsqrtf is not correctly rounded
+  if constexpr (f == Activation::kAbs) return fabsf(x);
+  if constexpr (f == Activation::kPow) return powf(x, slope);
+  // Comparisons, not fmaxf/fminf, so that NaN passes as in PyTorch.
+  if constexpr (f == Activation::kClampMin) return x < slope ? slope : x;
+  if constexpr (f == Activation::kClampMax) return x > slope ? slope : x;
   return 0.5f * x * (1.f + erff(x * kInvSqrt2));
 }
 
@@ -36,6 +47,14 @@ __device__ __forceinline__ float derivative(float s, float slope) {
   if constexpr (f == Activation::kLeakyRelu) return s > 0.f ? 1.f : slope;
   if constexpr (f == Activation::kSigmoid) return s * (1.f - s);
   if constexpr (f == Activation::kTanh) return 1.f - s * s;
+  if constexpr (f == Activation::kExp) return s;
+  if constexpr (f == Activation::kLog) return 1.f / s;
+  if constexpr (f == Activation::kSqrt) return 1.f / (2.f * s);
+  if constexpr (f == Activation::kRsqrt) return -0.5f * s * s * s;
+  if constexpr (f == Activation::kAbs) return s > 0.f ? 1.f : s < 0.f ? -1.f : 0.f;
+  if constexpr (f == Activation::kPow) return slope == 0.f ? 0.f : slope * powf(s, slope - 1.f);
+  if constexpr (f == Activation::kClampMin) return s >= slope ? 1.f : 0.f;
+  if constexpr (f == Activation::kClampMax) return s <= slope ? 1.f : 0.f;
   return 0.5f * (1.f + erff(s * kInvSqrt2)) + s * kInvSqrt2Pi * expf(-0.5f * s * s);
 }
 
@@ -159,49 +178,45 @@ __global__ void mse_backward_kernel(const T* x, const T* t, const T* gloss, floa
 
 unsigned row_grid(std::int64_t rows, int device) { return grid_for(rows, kWarpsPerBlock, device); }
 
-template <Activation f, typename T>
-void launch_activation_as(float slope, const T* x, T* y, std::int64_t n, int device, cudaStream_t stream) {
-  activation_kernel<f><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(slope, x, y, n);
+// Calls launch(std::integral_constant<Activation, f>{}) for the run-time f: one instantiation of
+// each kernel per activation.
+template <typename Launch>
+void with_activation(Activation f, Launch&& launch) {
+  switch (f) {
+    case Activation::kLeakyRelu: launch(std::integral_constant<Activation, Activation::kLeakyRelu>{}); break;
+    case Activation::kSigmoid: launch(std::integral_constant<Activation, Activation::kSigmoid>{}); break;
+    case Activation::kTanh: launch(std::integral_constant<Activation, Activation::kTanh>{}); break;
+    case Activation::kGelu: launch(std::integral_constant<Activation, Activation::kGelu>{}); break;
+    case Activation::kExp: launch(std::integral_constant<Activation, Activation::kExp>{}); break;
+    case Activation::kLog: launch(std::integral_constant<Activation, Activation::kLog>{}); break;
+    case Activation::kSqrt: launch(std::integral_constant<Activation, Activation::kSqrt>{}); break;
+    case Activation::kRsqrt: launch(std::integral_constant<Activation, Activation::kRsqrt>{}); break;
+    case Activation::kAbs: launch(std::integral_constant<Activation, Activation::kAbs>{}); break;
+    case Activation::kPow: launch(std::integral_constant<Activation, Activation::kPow>{}); break;
+    case Activation::kClampMin: launch(std::integral_constant<Activation, Activation::kClampMin>{}); break;
+    case Activation::kClampMax: launch(std::integral_constant<Activation, Activation::kClampMax>{}); break;
+  }
 }
 
 template <typename T>
 void launch_activation(Activation f, float slope, const T* x, T* y, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
-  switch (f) {
-    case Activation::kLeakyRelu: launch_activation_as<Activation::kLeakyRelu>(slope, x, y, n, device, stream); break;
-    case Activation::kSigmoid: launch_activation_as<Activation::kSigmoid>(slope, x, y, n, device, stream); break;
-    case Activation::kTanh: launch_activation_as<Activation::kTanh>(slope, x, y, n, device, stream); break;
-    case Activation::kGelu: launch_activation_as<Activation::kGelu>(slope, x, y, n, device, stream); break;
-  }
+  with_activation(f, [&](auto c) {
+    activation_kernel<decltype(c)::value><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(slope, x, y, n);
+  });
   DPL_CUDA_CHECK(cudaGetLastError());
-}
-
-template <Activation f, typename T>
-void launch_activation_backward_as(float slope, const T* s, const T* gy, bool acc, T* gx, std::int64_t n, int device,
-                                   cudaStream_t stream) {
-  const unsigned grid = grid_for(n, kThreads, device);
-  if (acc) activation_backward_kernel<f, true><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
-  else activation_backward_kernel<f, false><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
 }
 
 template <typename T>
 void launch_activation_backward(Activation f, float slope, const T* s, const T* gy, bool acc, T* gx, std::int64_t n,
                                 int device, cudaStream_t stream) {
   if (n == 0) return;
-  switch (f) {
-    case Activation::kLeakyRelu:
-      launch_activation_backward_as<Activation::kLeakyRelu>(slope, s, gy, acc, gx, n, device, stream);
-      break;
-    case Activation::kSigmoid:
-      launch_activation_backward_as<Activation::kSigmoid>(slope, s, gy, acc, gx, n, device, stream);
-      break;
-    case Activation::kTanh:
-      launch_activation_backward_as<Activation::kTanh>(slope, s, gy, acc, gx, n, device, stream);
-      break;
-    case Activation::kGelu:
-      launch_activation_backward_as<Activation::kGelu>(slope, s, gy, acc, gx, n, device, stream);
-      break;
-  }
+  const unsigned grid = grid_for(n, kThreads, device);
+  with_activation(f, [&](auto c) {
+    constexpr Activation a = decltype(c)::value;
+    if (acc) activation_backward_kernel<a, true><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
+    else activation_backward_kernel<a, false><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
+  });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,7 +1,10 @@
-// Elementwise maps and reductions: binary ops with broadcasting, axpby, fill_scaled, relu and
-// its backward, column sums (bias gradients) and the sum of all elements.
+// Elementwise maps and reductions: binary ops with broadcasting, where, axpby, fill_scaled, relu
+// and its backward, column sums (bias gradients) and the sum of all elements.
 //
 // Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
+#include <type_traits>
+
+#include "backend/broadcast.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -21,7 +24,31 @@ __device__ __forceinline__ float apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
   if constexpr (op == BinaryOp::kDiv) return a / b;
+  if constexpr (op == BinaryOp::kPow) return powf(a, b);
+  if constexpr (op == BinaryOp::kPowGradBase) return b == 0.f ? 0.f : b * powf(a, b - 1.f);
+  if constexpr (op == BinaryOp::kPowGradExponent) return a == 0.f && b >= 0.f ? 0.f : powf(a, b) * logf(a);
   return a * b;
+}
+
+// PyTorch's broadcasting: each output element finds its operands through the index.
+template <BinaryOp op, bool acc, typename T>
+__global__ void binary_shape_kernel(BroadcastIndex ix, const T* a, const T* b, T* out, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    std::int64_t off[2];
+    ix.offsets(i, off);
+    const float v = apply<op>(to_float(a[off[0]]), to_float(b[off[1]]));
+    out[i] = from_float<T>(acc ? to_float(out[i]) + v : v);
+  }
+}
+
+template <typename T>
+__global__ void where_kernel(BroadcastIndex ix, const std::uint8_t* cond, const T* a, const T* b, T* out,
+                             std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    std::int64_t off[3];
+    ix.offsets(i, off);
+    out[i] = cond[off[0]] != 0 ? a[off[1]] : b[off[2]];
+  }
 }
 
 // out may alias a (linear adds its bias in place).
@@ -187,7 +214,35 @@ void launch_binary_op(Broadcast bc, bool acc, bool vec, const T* a, const T* b, 
     case Broadcast::kScalar:
       launch_binary_bc<op, Broadcast::kScalar>(acc, vec, a, b, out, n, cols, device, stream);
       break;
+    case Broadcast::kShape: DPL_FAIL("binary: the broadcast of shapes takes launch_binary_shape");
   }
+}
+
+// Calls launch(std::integral_constant<BinaryOp, op>{}) for the run-time op.
+template <typename Launch>
+void with_binary_op(BinaryOp op, Launch&& launch) {
+  switch (op) {
+    case BinaryOp::kAdd: launch(std::integral_constant<BinaryOp, BinaryOp::kAdd>{}); break;
+    case BinaryOp::kSub: launch(std::integral_constant<BinaryOp, BinaryOp::kSub>{}); break;
+    case BinaryOp::kMul: launch(std::integral_constant<BinaryOp, BinaryOp::kMul>{}); break;
+    case BinaryOp::kDiv: launch(std::integral_constant<BinaryOp, BinaryOp::kDiv>{}); break;
+    case BinaryOp::kPow: launch(std::integral_constant<BinaryOp, BinaryOp::kPow>{}); break;
+    case BinaryOp::kPowGradBase: launch(std::integral_constant<BinaryOp, BinaryOp::kPowGradBase>{}); break;
+    case BinaryOp::kPowGradExponent: launch(std::integral_constant<BinaryOp, BinaryOp::kPowGradExponent>{}); break;
+  }
+}
+
+template <typename T>
+void launch_binary_shape(BinaryOp op, bool acc, const BroadcastIndex& ix, const T* a, const T* b, T* out,
+                         std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  with_binary_op(op, [&](auto c) {
+    constexpr BinaryOp o = decltype(c)::value;
+    if (acc) binary_shape_kernel<o, true><<<grid, kThreads, 0, stream>>>(ix, a, b, out, n);
+    else binary_shape_kernel<o, false><<<grid, kThreads, 0, stream>>>(ix, a, b, out, n);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
@@ -197,12 +252,17 @@ void launch_binary(BinaryOp op, Broadcast bc, bool acc, const T* a, const T* b, 
   bool vec = n % 4 == 0 && aligned16(a) && aligned16(out);
   if (bc == Broadcast::kNone) vec = vec && aligned16(b);
   if (bc == Broadcast::kRow) vec = vec && cols % 4 == 0 && aligned16(b);
-  switch (op) {
-    case BinaryOp::kAdd: launch_binary_op<BinaryOp::kAdd>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
-    case BinaryOp::kSub: launch_binary_op<BinaryOp::kSub>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
-    case BinaryOp::kMul: launch_binary_op<BinaryOp::kMul>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
-    case BinaryOp::kDiv: launch_binary_op<BinaryOp::kDiv>(bc, acc, vec, a, b, out, n, cols, device, stream); break;
-  }
+  with_binary_op(op, [&](auto c) {
+    launch_binary_op<decltype(c)::value>(bc, acc, vec, a, b, out, n, cols, device, stream);
+  });
+}
+
+template <typename T>
+void launch_where(const BroadcastIndex& ix, const std::uint8_t* cond, const T* a, const T* b, T* out, std::int64_t n,
+                  int device, cudaStream_t stream) {
+  if (n == 0) return;
+  where_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(ix, cond, a, b, out, n);
+  DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
@@ -299,8 +359,22 @@ using cuda_detail::on_device_typed;
 void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& o) {
   on_device_typed(a, "binary", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
+    if (bc == Broadcast::kShape) {
+      cuda_detail::launch_binary_shape(op, beta != 0.f, make_broadcast_index(o.shape(), {&a.shape(), &b.shape()}),
+                                       in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(o), o.numel(), d.device(), d.stream());
+      return;
+    }
     cuda_detail::launch_binary(op, bc, beta != 0.f, in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(o), a.numel(),
                                bc == Broadcast::kRow ? b.numel() : 1, d.device(), d.stream());
+  });
+}
+
+void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& o) {
+  on_device_typed(a, "where", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_where(make_broadcast_index(o.shape(), {&cond.shape(), &a.shape(), &b.shape()}),
+                              static_cast<const std::uint8_t*>(cond.raw_data()), in_ptr<T>(a), in_ptr<T>(b),
+                              out_ptr<T>(o), o.numel(), d.device(), d.stream());
   });
 }
 
@@ -352,6 +426,7 @@ void relu_backward_cuda(const Tensor& y, const Tensor& gy, float beta, Tensor& g
 }  // namespace
 
 DPL_REGISTER_KERNEL(binary, kCuda, binary_cuda);
+DPL_REGISTER_KERNEL(where, kCuda, where_cuda);
 DPL_REGISTER_KERNEL(axpby, kCuda, axpby_cuda);
 DPL_REGISTER_KERNEL(sum_rows, kCuda, sum_rows_cuda);
 DPL_REGISTER_KERNEL(sum_all, kCuda, sum_all_cuda);

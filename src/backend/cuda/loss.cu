@@ -1,16 +1,19 @@
-// Softmax cross-entropy (forward and backward) and accuracy, for float32, bfloat16 and float16
-// logits (computed in float).
+// Softmax cross-entropy (forward and backward), accuracy, the pointwise losses and the negative
+// log-likelihood, for float32, bfloat16 and float16 (computed in float).
 //
 // Forward and accuracy give each row to one warp (rows are short: class counts), and end in the
 // one-launch reduction of device_utils.cuh, so the mean loss and the accuracy are written on the
 // device by the same launch, in an order that does not depend on timing.
 #include <math_constants.h>
+
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/kernels.hpp"
+#include "backend/loss_math.hpp"
 
 namespace dpl::backend {
 
@@ -107,6 +110,99 @@ __global__ void accuracy_kernel(const T* logits, const std::int32_t* labels, T* 
   }
 }
 
+// --- pointwise losses and the negative log-likelihood ------------------------------------------
+
+// pos_weight of flat element i: pw cycles over pw_n values (0: none, weight 1).
+template <typename T>
+__device__ __forceinline__ float pos_weight_at(const T* pw, std::int64_t pw_n, std::int64_t i) {
+  return pw_n == 0 ? 1.f : to_float(pw[pw_n == 1 ? 0 : i % pw_n]);
+}
+
+template <typename T>
+__global__ void pointwise_loss_map_kernel(PointwiseLoss kind, float param, const T* x, const T* t, const T* pw,
+                                          std::int64_t pw_n, T* out, std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    out[i] = from_float<T>(
+        pointwise_loss_value(kind, param, to_float(x[i]), to_float(t[i]), pos_weight_at(pw, pw_n, i)));
+}
+
+template <typename T>
+__global__ void pointwise_loss_reduce_kernel(PointwiseLoss kind, float param, const T* x, const T* t, const T* pw,
+                                             std::int64_t pw_n, bool mean, T* out, std::int64_t n, double* partials,
+                                             unsigned* counter) {
+  double acc = 0.0;
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+    acc += static_cast<double>(
+        pointwise_loss_value(kind, param, to_float(x[i]), to_float(t[i]), pos_weight_at(pw, pw_n, i)));
+  const double block = block_sum(acc);
+  double total = 0.0;
+  if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0)
+    out[0] = from_float<T>(static_cast<float>(mean ? total / static_cast<double>(n) : total));
+}
+
+template <bool acc, typename T>
+__global__ void pointwise_loss_backward_kernel(PointwiseLoss kind, float param, const T* x, const T* t, const T* pw,
+                                               std::int64_t pw_n, const T* gy, bool scalar, float alpha, T* g,
+                                               std::int64_t n) {
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float d = pointwise_loss_derivative(kind, param, to_float(x[i]), to_float(t[i]), pos_weight_at(pw, pw_n, i));
+    const float v = alpha * to_float(gy[scalar ? 0 : i]) * d;
+    g[i] = from_float<T>(acc ? to_float(g[i]) + v : v);
+  }
+}
+
+// -logp[r, label, k] of element e = r * inner + k; 0 when ignored, NaN for a label outside [0, C).
+template <typename T, typename L>
+__device__ __forceinline__ float nll_at(const T* logp, const L* labels, std::int64_t ignore, std::int64_t classes,
+                                        std::int64_t inner, std::int64_t e) {
+  const auto label = static_cast<std::int64_t>(labels[e]);
+  if (label == ignore) return 0.f;
+  if (label < 0 || label >= classes) return CUDART_NAN_F;
+  const std::int64_t r = e / inner, k = e - r * inner;
+  return -to_float(logp[(r * classes + label) * inner + k]);
+}
+
+template <typename T, typename L>
+__global__ void nll_map_kernel(const T* logp, const L* labels, std::int64_t ignore, std::int64_t classes,
+                               std::int64_t inner, T* out, std::int64_t n) {
+  for (std::int64_t e = global_thread(); e < n; e += grid_threads())
+    out[e] = from_float<T>(nll_at(logp, labels, ignore, classes, inner, e));
+}
+
+// count: total[0] = the number of elements not ignored. Otherwise out[0] = the sum of their
+// losses, divided by total[0] when `mean` (total written by the count launch before it).
+template <bool count, typename T, typename L>
+__global__ void nll_reduce_kernel(const T* logp, const L* labels, std::int64_t ignore, std::int64_t classes,
+                                  std::int64_t inner, bool mean, T* out, float* total, std::int64_t n,
+                                  double* partials, unsigned* counter) {
+  double acc = 0.0;
+  for (std::int64_t e = global_thread(); e < n; e += grid_threads()) {
+    if constexpr (count) acc += static_cast<std::int64_t>(labels[e]) != ignore ? 1.0 : 0.0;
+    else acc += static_cast<double>(nll_at(logp, labels, ignore, classes, inner, e));
+  }
+  const double block = block_sum(acc);
+  double sum = 0.0;
+  if (last_block_total(block, partials, counter, &sum) && threadIdx.x == 0) {
+    if constexpr (count) total[0] = static_cast<float>(sum);
+    else out[0] = from_float<T>(static_cast<float>(mean ? sum / static_cast<double>(total[0]) : sum));
+  }
+}
+
+template <bool acc, typename T, typename L>
+__global__ void nll_backward_kernel(const L* labels, std::int64_t ignore, LossReduction reduction, const T* gy,
+                                    const float* total, T* g, std::int64_t classes, std::int64_t inner,
+                                    std::int64_t n) {
+  const float scale = reduction == LossReduction::kMean ? 1.f / total[0] : 1.f;
+  for (std::int64_t e = global_thread(); e < n; e += grid_threads()) {
+    const std::int64_t k = e % inner, c = (e / inner) % classes, r = e / (inner * classes);
+    const std::int64_t m = r * inner + k;
+    const auto label = static_cast<std::int64_t>(labels[m]);
+    const float gm = reduction == LossReduction::kNone ? to_float(gy[m]) : to_float(gy[0]) * scale;
+    const float v = label != ignore && label == c ? -gm : 0.f;
+    g[e] = from_float<T>(acc ? to_float(g[e]) + v : v);
+  }
+}
+
 // ============================================================================================
 // launchers
 // ============================================================================================
@@ -144,6 +240,73 @@ void launch_accuracy(const T* logits, const std::int32_t* labels, T* out, std::i
                      const CudaDevice::ReduceScratch& s, int device, cudaStream_t stream) {
   accuracy_kernel<<<row_grid(rows, device), kThreads, 0, stream>>>(logits, labels, out, rows, cols, s.partials,
                                                                    s.counter);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_pointwise_loss(PointwiseLoss kind, float param, const T* x, const T* t, const T* pw, std::int64_t pw_n,
+                           LossReduction reduction, T* out, std::int64_t n, const CudaDevice::ReduceScratch& s,
+                           int device, cudaStream_t stream) {
+  if (reduction == LossReduction::kNone) {
+    if (n == 0) return;
+    pointwise_loss_map_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(kind, param, x, t, pw, pw_n,
+                                                                                      out, n);
+  } else {
+    const unsigned grid = std::min<unsigned>(grid_for(n, kThreads, device), CudaDevice::kMaxReduceBlocks);
+    pointwise_loss_reduce_kernel<<<grid, kThreads, 0, stream>>>(kind, param, x, t, pw, pw_n,
+                                                                reduction == LossReduction::kMean, out, n, s.partials,
+                                                                s.counter);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_pointwise_loss_backward(PointwiseLoss kind, float param, const T* x, const T* t, const T* pw,
+                                    std::int64_t pw_n, const T* gy, bool scalar, float alpha, bool acc, T* g,
+                                    std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (acc)
+    pointwise_loss_backward_kernel<true><<<grid, kThreads, 0, stream>>>(kind, param, x, t, pw, pw_n, gy, scalar, alpha,
+                                                                        g, n);
+  else
+    pointwise_loss_backward_kernel<false><<<grid, kThreads, 0, stream>>>(kind, param, x, t, pw, pw_n, gy, scalar,
+                                                                         alpha, g, n);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, typename L>
+void launch_nll(const T* logp, const L* labels, std::int64_t ignore, LossReduction reduction, T* out, float* total,
+                std::int64_t classes, std::int64_t inner, std::int64_t n, const CudaDevice::ReduceScratch& s,
+                int device, cudaStream_t stream) {
+  const unsigned grid = std::min<unsigned>(grid_for(n, kThreads, device), CudaDevice::kMaxReduceBlocks);
+  nll_reduce_kernel<true><<<grid, kThreads, 0, stream>>>(logp, labels, ignore, classes, inner, false, out, total, n,
+                                                         s.partials, s.counter);
+  DPL_CUDA_CHECK(cudaGetLastError());
+  if (reduction == LossReduction::kNone) {
+    if (n > 0)
+      nll_map_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(logp, labels, ignore, classes, inner, out,
+                                                                            n);
+  } else {
+    nll_reduce_kernel<false><<<grid, kThreads, 0, stream>>>(logp, labels, ignore, classes, inner,
+                                                            reduction == LossReduction::kMean, out, total, n,
+                                                            s.partials, s.counter);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T, typename L>
+void launch_nll_backward(const L* labels, std::int64_t ignore, LossReduction reduction, const T* gy,
+                         const float* total, bool acc, T* g, std::int64_t classes, std::int64_t inner, std::int64_t n,
+                         int device, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (acc)
+    nll_backward_kernel<true><<<grid, kThreads, 0, stream>>>(labels, ignore, reduction, gy, total, g, classes, inner,
+                                                             n);
+  else
+    nll_backward_kernel<false><<<grid, kThreads, 0, stream>>>(labels, ignore, reduction, gy, total, g, classes, inner,
+                                                              n);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -187,7 +350,66 @@ void accuracy_cuda(const Tensor& logits, const Tensor& labels, Tensor& out) {
   });
 }
 
+void pointwise_loss_cuda(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                         const Tensor* pos_weight, LossReduction reduction, Tensor& out) {
+  on_device_typed(x, "pointwise_loss", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const T* pw = pos_weight == nullptr ? nullptr : in_ptr<T>(*pos_weight);
+    cuda_detail::launch_pointwise_loss(kind, param, in_ptr<T>(x), in_ptr<T>(target), pw,
+                                       pos_weight == nullptr ? 0 : pos_weight->numel(), reduction, out_ptr<T>(out),
+                                       x.numel(), d.scratch(), d.device(), d.stream());
+  });
+}
+
+void pointwise_loss_backward_cuda(PointwiseLoss kind, float param, const Tensor& x, const Tensor& target,
+                                  const Tensor* pos_weight, const Tensor& gy, float alpha, float beta, Tensor& g) {
+  on_device_typed(x, "pointwise_loss_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const T* pw = pos_weight == nullptr ? nullptr : in_ptr<T>(*pos_weight);
+    cuda_detail::launch_pointwise_loss_backward(kind, param, in_ptr<T>(x), in_ptr<T>(target), pw,
+                                                pos_weight == nullptr ? 0 : pos_weight->numel(), in_ptr<T>(gy),
+                                                gy.numel() == 1, alpha, beta != 0.f, out_ptr<T>(g), x.numel(),
+                                                d.device(), d.stream());
+  });
+}
+
+// Calls f(labels as L*) with L the labels' integer type (int32 or int64).
+template <typename F>
+void with_labels(const Tensor& labels, F&& f) {
+  if (labels.dtype() == kInt64) f(static_cast<const std::int64_t*>(labels.raw_data()));
+  else f(static_cast<const std::int32_t*>(labels.raw_data()));
+}
+
+void nll_loss_cuda(const Tensor& logp, const Tensor& labels, std::int64_t ignore_index, LossReduction reduction,
+                   Tensor& out, Tensor& total) {
+  on_device_typed(logp, "nll_loss", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    with_labels(labels, [&](const auto* l) {
+      cuda_detail::launch_nll(in_ptr<T>(logp), l, ignore_index, reduction, out_ptr<T>(out),
+                              static_cast<float*>(total.raw_data()), logp.size(1), logp.size(2), labels.numel(),
+                              d.scratch(), d.device(), d.stream());
+    });
+  });
+}
+
+void nll_loss_backward_cuda(const Tensor& labels, std::int64_t ignore_index, LossReduction reduction, const Tensor& gy,
+                            const Tensor& total, float beta, Tensor& glogp) {
+  on_device_typed(glogp, "nll_loss_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    with_labels(labels, [&](const auto* l) {
+      cuda_detail::launch_nll_backward(l, ignore_index, reduction, in_ptr<T>(gy),
+                                       static_cast<const float*>(total.raw_data()), beta != 0.f, out_ptr<T>(glogp),
+                                       glogp.size(1), glogp.size(2), glogp.numel(), d.device(), d.stream());
+    });
+  });
+}
+
 }  // namespace
+
+DPL_REGISTER_KERNEL(pointwise_loss, kCuda, pointwise_loss_cuda);
+DPL_REGISTER_KERNEL(pointwise_loss_backward, kCuda, pointwise_loss_backward_cuda);
+DPL_REGISTER_KERNEL(nll_loss, kCuda, nll_loss_cuda);
+DPL_REGISTER_KERNEL(nll_loss_backward, kCuda, nll_loss_backward_cuda);
 
 DPL_REGISTER_KERNEL(softmax_xent, kCuda, softmax_xent_cuda);
 DPL_REGISTER_KERNEL(softmax_xent_backward, kCuda, softmax_xent_backward_cuda);

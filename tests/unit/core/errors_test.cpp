@@ -41,8 +41,9 @@ TEST(BadInput, ElementwiseShapeMismatch) {
   DPL_EXPECT_ERROR(sub(var({2, 3}), var({3, 2})), AllOf(HasSubstr("sub"), HasSubstr("(2, 3)"), HasSubstr("(3, 2)")));
   DPL_EXPECT_ERROR(mul(var({2, 3}), var({2})),
                    AllOf(HasSubstr("mul"), HasSubstr("(2, 3)"), HasSubstr("(2,)"), HasSubstr("(3,)")));
-  // Broadcasting is one-sided: the first operand is never expanded.
-  DPL_EXPECT_ERROR(add(var({3}), var({2, 3})), AllOf(HasSubstr("add"), HasSubstr("(3,)"), HasSubstr("(2, 3)")));
+  // Broadcasting is PyTorch's: the first operand is expanded too, and only extents of 1 stretch.
+  EXPECT_EQ(add(var({3}), var({2, 3})).shape(), (Shape{2, 3}));
+  DPL_EXPECT_ERROR(add(var({2, 1}), var({3, 3})), AllOf(HasSubstr("add"), HasSubstr("(2, 1)"), HasSubstr("(3, 3)")));
 }
 
 TEST(BadInput, DtypeMismatch) {

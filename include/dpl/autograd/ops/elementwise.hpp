@@ -3,16 +3,52 @@
 // scalar affine map with its operators.
 // Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
 
+#include <optional>
+
 #include "dpl/autograd/variable.hpp"
 #include "dpl/core/random.hpp"
 
 namespace dpl {
 
 /// Elementwise a+b, a-b, a*b, any rank. b has a's shape, or is bias-like: 1-D with a's last
-/// extent (broadcast over every other dimension), or has one element (broadcast everywhere).
+/// extent (broadcast over every other dimension), or has one element (broadcast everywhere; the
+/// result has a's shape); otherwise the shapes broadcast as in PyTorch (aligned at the last
+/// dimension, each extent equal or 1; the result has the broadcast shape and is contiguous).
+/// Shapes that do not broadcast throw dpl::Error naming both.
 Variable add(const Variable& a, const Variable& b);
 Variable sub(const Variable& a, const Variable& b);
 Variable mul(const Variable& a, const Variable& b);
+/// Elementwise a / b with PyTorch's broadcasting of any compatible shapes (x / 0 gives Inf or NaN
+/// as IEEE says). The result has the broadcast shape and is contiguous; both operands get
+/// gradients (summed over the dimensions they were broadcast along).
+Variable div(const Variable& a, const Variable& b);
+/// Elementwise a^exponent with PyTorch's broadcasting (as div). Gradients as PyTorch's: for a,
+/// exponent * a^(exponent-1), 0 where exponent == 0; for the exponent, a^exponent * log(a), 0
+/// where a == 0 and exponent >= 0. A negative base with a non-integer exponent gives NaN.
+Variable pow(const Variable& a, const Variable& exponent);
+/// x^exponent elementwise, any rank; gradient exponent * x^(exponent-1) (0 for exponent 0).
+Variable pow(const Variable& x, float exponent);
+/// exp(x), log(x), sqrt(x), 1/sqrt(x), |x| elementwise, any rank, keeping x's memory format.
+/// Outside the domain (log or sqrt of a negative number) the result is NaN, as in PyTorch; the
+/// gradient of abs at 0 is 0.
+Variable exp(const Variable& x);
+Variable log(const Variable& x);
+Variable sqrt(const Variable& x);
+Variable rsqrt(const Variable& x);
+Variable abs(const Variable& x);
+/// -x, any rank (the same as the unary operator-).
+Variable neg(const Variable& x);
+/// x limited to [min, max] elementwise (either bound may be left out, not both; min > max gives
+/// max everywhere, as PyTorch); NaN stays NaN. The gradient passes where min <= x <= max and is 0
+/// outside, as PyTorch's. With both bounds it runs as two passes (max(x, min), then min(., max)).
+Variable clamp(const Variable& x, std::optional<float> min, std::optional<float> max);
+/// a where cond is non-zero, else b, elementwise; cond is a uint8 tensor of 0s and 1s (no
+/// gradient) on the operands' device. cond, a and b broadcast as in PyTorch; the result has the
+/// broadcast shape and is contiguous, and a and b get their gradients where they were chosen.
+Variable where(const Tensor& cond, const Variable& a, const Variable& b);
+/// x with `value` wherever mask is non-zero; mask is a uint8 tensor of 0s and 1s that broadcasts
+/// to x's shape (PyTorch's masked_fill, whose mask is bool). The gradient of x is 0 where filled.
+Variable masked_fill(const Variable& x, const Tensor& mask, float value);
 /// max(x, 0), any rank.
 Variable relu(const Variable& x);
 
@@ -20,6 +56,8 @@ Variable relu(const Variable& x);
 inline Variable operator+(const Variable& a, const Variable& b) { return add(a, b); }
 inline Variable operator-(const Variable& a, const Variable& b) { return sub(a, b); }
 inline Variable operator*(const Variable& a, const Variable& b) { return mul(a, b); }
+/// div as an operator, with the same requirements.
+inline Variable operator/(const Variable& a, const Variable& b) { return div(a, b); }
 
 /// x if x > 0 else slope * x, elementwise, any rank; NaN stays NaN. Float input.
 Variable leaky_relu(const Variable& x, float slope = 0.01f);

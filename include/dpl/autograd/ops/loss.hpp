@@ -1,10 +1,18 @@
 #pragma once
-// Losses and metrics: softmax cross-entropy, accuracy, mean squared error.
+// Losses and metrics: softmax cross-entropy, accuracy, negative log-likelihood, binary
+// cross-entropy (on probabilities and on logits), mean squared, L1 and smooth L1 errors.
 // Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
+
+#include <cstdint>
 
 #include "dpl/autograd/variable.hpp"
 
 namespace dpl {
+
+/// How a loss turns its per-element values into its result, as PyTorch's `reduction`: kNone
+/// keeps them (the result has the per-element shape), kMean averages them (shape ()), kSum adds
+/// them (shape ()). Sums accumulate in double.
+enum class Reduction { kNone, kMean, kSum };
 
 /// Mean over the batch of the cross-entropy between softmax(logits) and the target distribution
 /// (1 - label_smoothing) * onehot(label) + label_smoothing / C (PyTorch's label smoothing; 0 gives
@@ -15,8 +23,34 @@ namespace dpl {
 Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing = 0.f);
 /// Fraction of rows whose arg-max is the label (no gradient). Result has shape ().
 Tensor accuracy(const Variable& logits, const Tensor& labels);
-/// Mean of (x - target)^2 over all elements; result has shape (). x and target have one shape,
-/// float dtype and device; both get gradients when they require them.
-Variable mse_loss(const Variable& x, const Variable& target);
+/// (x - target)^2 elementwise, reduced as `reduction` says (the mean over all elements by
+/// default). x and target have one shape, float dtype and device; both get gradients when they
+/// require them. kMean and kSum need a non-empty input.
+Variable mse_loss(const Variable& x, const Variable& target, Reduction reduction = Reduction::kMean);
+/// |x - target| elementwise, reduced; requirements as mse_loss. The gradient at x == target is 0.
+Variable l1_loss(const Variable& x, const Variable& target, Reduction reduction = Reduction::kMean);
+/// PyTorch's smooth L1 (Huber scaled by 1/beta): 0.5 (x - t)^2 / beta where |x - t| < beta, else
+/// |x - t| - 0.5 beta, reduced; requirements as mse_loss, and beta >= 0 (0 gives l1_loss).
+Variable smooth_l1_loss(const Variable& x, const Variable& target, Reduction reduction = Reduction::kMean,
+                        float beta = 1.f);
+/// Negative log-likelihood of the labels under log-probabilities (e.g. log_softmax's output):
+/// log_probs (N, C) or (N, C, d1, ...), labels (N,) or (N, d1, ...) of dtype int32 or int64 on
+/// log_probs' device. Each element's loss is -log_probs[n, label, ...]; an element whose label is
+/// ignore_index counts 0 and is left out of the mean (all left out: the mean is NaN, as
+/// PyTorch). kNone gives the labels' shape. Host labels outside [0, C) other than ignore_index
+/// throw dpl::Error; on a GPU they are not read back and make their element NaN. No class weights.
+Variable nll_loss(const Variable& log_probs, const Tensor& labels, std::int64_t ignore_index = -100,
+                  Reduction reduction = Reduction::kMean);
+/// Binary cross-entropy of probabilities x in [0, 1] against targets in [0, 1] (a Tensor of x's
+/// shape, dtype and device; no gradient), as PyTorch's: -(t log x + (1 - t) log(1 - x)) with each
+/// log clamped to >= -100, reduced. Its gradient is (x - t) / max(x (1 - x), 1e-12).
+Variable binary_cross_entropy(const Variable& x, const Tensor& target, Reduction reduction = Reduction::kMean);
+/// Binary cross-entropy of sigmoid(logits) against targets, in the numerically stable form
+/// (1 - t) x + (1 + (w - 1) t) (log(1 + exp(-|x|)) + max(-x, 0)) with w = pos_weight, reduced.
+/// target as binary_cross_entropy's. pos_weight, when defined, is 1-D with one element or x's
+/// last extent (one weight per class, broadcast over the other dimensions), of x's dtype and
+/// device; undefined means 1.
+Variable binary_cross_entropy_with_logits(const Variable& logits, const Tensor& target,
+                                          Reduction reduction = Reduction::kMean, const Tensor& pos_weight = Tensor());
 
 }  // namespace dpl

@@ -1,7 +1,10 @@
-// CPU-vs-CUDA agreement of the reductions (op_agreement.hpp): sum, mean, softmax, log_softmax.
+// CPU-vs-CUDA agreement of the reductions (op_agreement.hpp): sum, mean, softmax, log_softmax;
+// and in float32, bfloat16 and float16 (dtype_agreement.hpp): sum and mean along dimensions,
+// max and min with their gradients, argmax and argmin (equal indices).
 //
 // Tolerances: rtol 1e-5 / atol 1e-5 for elementwise ops and reductions, atol 1e-4 where a
 // matrix product with inner extent up to 16 is involved.
+#include "dtype_agreement.hpp"
 #include "op_agreement.hpp"
 
 namespace dpl::test {
@@ -21,6 +24,36 @@ TEST_F(AutogradTest, SoftmaxAndLogSoftmax) {
   const Tensor logits = rand({4, 3, 17});
   EXPECT_EQ(argmax(Variable(on_gpu(logits))).to(Device::cpu()).to_vector<std::int64_t>(),
             argmax(Variable(logits)).to_vector<std::int64_t>());
+}
+
+using ReductionDtypes = DtypeAgreementTest;
+
+TEST_F(ReductionDtypes, SumAndMeanAlongDimensions) {
+  const Shape s{3, 4, 5, 70};
+  for (bool keep : {false, true}) {
+    check_dtypes("sum inner", {s}, [&](const auto& x) { return sum(x[0], {-1}, keep); });
+    check_dtypes("sum middle", {s}, [&](const auto& x) { return sum(x[0], {1}, keep); });
+    check_dtypes("mean outer", {s}, [&](const auto& x) { return mean(x[0], {0}, keep); });
+    check_dtypes("sum two runs", {s}, [&](const auto& x) { return sum(x[0], {0, 2}, keep); });
+    check_dtypes("mean adjacent", {s}, [&](const auto& x) { return mean(x[0], {1, 2}, keep); });
+  }
+}
+
+TEST_F(ReductionDtypes, MaxMinAndTheirIndices) {
+  const Shape s{3, 4, 70};
+  for (std::int64_t d : {0, 1, 2}) {
+    const std::string dim = " over dimension " + std::to_string(d);
+    check_dtypes("max" + dim, {s}, [&](const auto& x) { return max(x[0], d).values; });
+    check_dtypes("min" + dim, {s}, [&](const auto& x) { return min(x[0], d, true).values; });
+    for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+      // Rounded to 16 bits, values tie: both devices must pick the first.
+      const Tensor x = rand(s).to(dt);
+      expect_equal<std::int64_t>(argmax(Variable(x.to(gpu())), d).to(Device::cpu()), argmax(Variable(x), d),
+                                 "argmax" + dim + " in " + dtype_name(dt));
+      expect_equal<std::int64_t>(argmin(Variable(x.to(gpu())), d).to(Device::cpu()), argmin(Variable(x), d),
+                                 "argmin" + dim + " in " + dtype_name(dt));
+    }
+  }
 }
 
 }  // namespace

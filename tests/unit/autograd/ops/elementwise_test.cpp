@@ -1,6 +1,7 @@
-// Elementwise ops (add, sub, mul and their broadcasts, relu and the other activations, dropout,
-// scalar arithmetic): forward values, gradients against finite differences, and channels-last
-// operands (tests/support/memory_formats.hpp).
+// Elementwise ops (add, sub, mul, div and pow and their broadcasts, relu and the other
+// activations, exp, log, sqrt, rsqrt, abs, clamp, where, masked_fill, dropout, scalar arithmetic):
+// forward values, gradients against finite differences, bad operands, and channels-last operands
+// (tests/support/memory_formats.hpp). PyTorch's values are in elementwise_golden_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,22 +12,25 @@
 #include <vector>
 
 #include "dpl/dpl.hpp"
+#include "support/expect_error.hpp"
 #include "support/gradcheck.hpp"
 #include "support/memory_formats.hpp"
 
 namespace dpl {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::FloatNear;
-using ::testing::Pointwise;
 using test::away_from_zero;
-using test::gradcheck;
 using test::expect_same_values;
 using test::FormatRun;
+using test::gradcheck;
 using test::is_nhwc;
 using test::run_both;
 using test::values;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+using ::testing::Pointwise;
 
 using Vars = std::vector<Variable>;
 
@@ -206,6 +210,128 @@ TEST(MemoryFormat, DropoutGradientFollowsTheForwardMask) {
   }
   EXPECT_GT(kept, 0);
   EXPECT_LT(kept, static_cast<int>(o.size()));
+}
+
+TEST(OpsForward, UnaryMathAndClamp) {
+  const Variable x(Tensor::from_vector<float>({-2.f, -0.5f, 0.f, 1.f, 4.f}, {5}));
+  EXPECT_THAT(values(abs(x).data()), ElementsAre(2.f, 0.5f, 0.f, 1.f, 4.f));
+  EXPECT_THAT(values(neg(x).data()), ElementsAre(2.f, 0.5f, -0.f, -1.f, -4.f));
+  EXPECT_THAT(values(clamp(x, -1.f, 2.f).data()), ElementsAre(-1.f, -0.5f, 0.f, 1.f, 2.f));
+  EXPECT_THAT(values(clamp(x, 0.f, std::nullopt).data()), ElementsAre(0.f, 0.f, 0.f, 1.f, 4.f));
+  EXPECT_THAT(values(clamp(x, std::nullopt, 0.f).data()), ElementsAre(-2.f, -0.5f, 0.f, 0.f, 0.f));
+  EXPECT_THAT(values(clamp(x, 3.f, 1.f).data()), ElementsAre(1.f, 1.f, 1.f, 1.f, 1.f));  // min > max: max, as PyTorch
+  const Variable p(Tensor::from_vector<float>({0.25f, 1.f, 4.f}, {3}));
+  EXPECT_THAT(values(sqrt(p).data()), Pointwise(FloatNear(1e-6f), {0.5f, 1.f, 2.f}));
+  EXPECT_THAT(values(rsqrt(p).data()), Pointwise(FloatNear(1e-6f), {2.f, 1.f, 0.5f}));
+  EXPECT_THAT(values(log(exp(p)).data()), Pointwise(FloatNear(1e-6f), {0.25f, 1.f, 4.f}));
+  EXPECT_THAT(values(pow(p, 2.f).data()), Pointwise(FloatNear(1e-6f), {0.0625f, 1.f, 16.f}));
+  // Outside the domain: NaN (log and sqrt of a negative number); log(0) = -inf.
+  const Variable neg_one(Tensor::from_vector<float>({-1.f, 0.f}, {2}));
+  EXPECT_TRUE(std::isnan(values(log(neg_one).data())[0]));
+  EXPECT_EQ(values(log(neg_one).data())[1], -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(values(sqrt(neg_one).data())[0]));
+  // clamp lets NaN through.
+  const Variable nan(Tensor::from_vector<float>({std::nanf("")}, {1}));
+  EXPECT_TRUE(std::isnan(values(clamp(nan, 0.f, 1.f).data())[0]));
+}
+
+TEST(OpsForward, DivAndPowBroadcastLikePyTorch) {
+  const Variable a(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  const Variable col(Tensor::from_vector<float>({1, 2}, {2, 1}));
+  const Variable b(Tensor::from_vector<float>({2}, {1}));
+  EXPECT_THAT(values((a / col).data()), ElementsAre(1.f, 2.f, 3.f, 2.f, 2.5f, 3.f));
+  EXPECT_THAT(values(div(a, b).data()), ElementsAre(0.5f, 1.f, 1.5f, 2.f, 2.5f, 3.f));
+  const Variable r = pow(col, Variable(Tensor::from_vector<float>({0, 1, 2}, {3})));
+  EXPECT_EQ(r.shape(), (Shape{2, 3}));
+  EXPECT_THAT(values(r.data()), ElementsAre(1.f, 1.f, 1.f, 1.f, 2.f, 4.f));
+  // (4, 1) and (1, 5) give (4, 5): both operands are broadcast.
+  const Variable outer = mul(Variable(Tensor::ones({4, 1})), Variable(Tensor::ones({1, 5})));
+  EXPECT_EQ(outer.shape(), (Shape{4, 5}));
+  // A negative base to an integer power is real, as in PyTorch.
+  EXPECT_FLOAT_EQ(pow(Variable(Tensor::full({1}, -2.0)), Variable(Tensor::full({1}, 3.0))).item(), -8.f);
+}
+
+TEST(OpsForward, WhereAndMaskedFill) {
+  const Tensor cond = Tensor::from_vector<std::uint8_t>({1, 0, 1}, {3});
+  const Variable a(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}));
+  const Variable b(Tensor::full({}, -1.0));
+  EXPECT_THAT(values(where(cond, a, b).data()), ElementsAre(1.f, -1.f, 3.f, 4.f, -1.f, 6.f));
+  const Tensor rows = Tensor::from_vector<std::uint8_t>({0, 1}, {2, 1});
+  EXPECT_THAT(values(masked_fill(a, rows, 9.f).data()), ElementsAre(1.f, 2.f, 3.f, 9.f, 9.f, 9.f));
+}
+
+TEST(OpsGradient, UnaryMath) {
+  Generator gen(41);
+  const Tensor x = away_from_zero({3, 4}, gen, 0.2f, 1.5f);
+  const Tensor positive = Tensor::uniform({3, 4}, 0.3f, 2.f, gen);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return exp(v[0]); }, {x}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return abs(v[0]); }, {x}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return neg(v[0]); }, {x}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return log(v[0]); }, {positive}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return sqrt(v[0]); }, {positive}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return rsqrt(v[0]); }, {positive}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return pow(v[0], 2.5f); }, {positive}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return pow(v[0], 3.f); }, {x}));
+  // The bounds sit between the inputs' magnitudes, further than the step from any input.
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return clamp(v[0], -0.15f, 0.15f); }, {x}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return clamp(v[0], 0.15f, std::nullopt); }, {x}));
+}
+
+TEST(OpsGradient, ClampGradientIsZeroOutside) {
+  Variable x(Tensor::from_vector<float>({-2.f, -1.f, 0.f, 1.f, 2.f}, {5}), true);
+  sum(clamp(x, -1.f, 1.f)).backward();
+  EXPECT_THAT(values(x.grad()), ElementsAre(0.f, 1.f, 1.f, 1.f, 0.f));  // the bounds themselves pass, as PyTorch
+  Variable z(Tensor::from_vector<float>({0.f, 2.f}, {2}), true);
+  sum(abs(z) + pow(z, 0.f)).backward();
+  EXPECT_THAT(values(z.grad()), ElementsAre(0.f, 1.f));  // abs'(0) = 0, d(z^0)/dz = 0
+}
+
+TEST(OpsGradient, DivAndPowWithBroadcasting) {
+  Generator gen(43);
+  const Tensor pos_a = Tensor::uniform({2, 3, 4}, 0.5f, 2.f, gen);
+  const Tensor pos_b = Tensor::uniform({3, 1}, 0.5f, 2.f, gen);
+  const Tensor exps = Tensor::uniform({3, 1}, -1.5f, 1.5f, gen);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return div(v[0], v[1]); }, {randn({2, 3, 4}, gen), pos_b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return div(v[0], v[1]); }, {randn({3, 4}, gen), pos_a}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return pow(v[0], v[1]); }, {pos_a, exps}));
+  EXPECT_TRUE(
+      gradcheck([](const Vars& v) { return pow(v[0], v[1]); }, {pos_b, Tensor::uniform({2, 3, 4}, -1.f, 1.f, gen)}));
+  for (const auto& op : {add, sub, mul})
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return op(v[0], v[1]); }, {randn({4, 1, 3}, gen), randn({5, 1}, gen)}));
+}
+
+TEST(OpsGradient, PowAtZeroBaseFollowsPyTorch) {
+  // d(a^b)/db = a^b log(a) is 0 at a == 0 for b >= 0 (not NaN); d/da is 0 where b == 0.
+  Variable a(Tensor::from_vector<float>({0.f, 0.f, 2.f}, {3}), true);
+  Variable b(Tensor::from_vector<float>({2.f, 0.f, 0.f}, {3}), true);
+  sum(pow(a, b)).backward();
+  EXPECT_THAT(values(b.grad()), ElementsAre(0.f, 0.f, FloatNear(std::log(2.f), 1e-6f)));
+  EXPECT_THAT(values(a.grad()), ElementsAre(0.f, 0.f, 0.f));
+}
+
+TEST(OpsGradient, WhereAndMaskedFill) {
+  Generator gen(47);
+  const Tensor cond = Tensor::from_vector<std::uint8_t>({1, 0, 0, 1, 1, 0}, {3, 1, 2});
+  EXPECT_TRUE(
+      gradcheck([&](const Vars& v) { return where(cond, v[0], v[1]); }, {randn({3, 4, 2}, gen), randn({4, 1}, gen)}));
+  const Tensor mask = Tensor::from_vector<std::uint8_t>({0, 1, 1, 0}, {4});
+  EXPECT_TRUE(gradcheck([&](const Vars& v) { return masked_fill(v[0], mask, 3.f); }, {randn({2, 3, 4}, gen)}));
+}
+
+TEST(OpsErrors, ElementwiseRefusesBadOperands) {
+  const Variable a(Tensor::zeros({2, 3})), b(Tensor::zeros({4}));
+  DPL_EXPECT_ERROR(div(a, b), AllOf(HasSubstr("div"), HasSubstr("(2, 3)"), HasSubstr("(4,)"), HasSubstr("broadcast")));
+  DPL_EXPECT_ERROR(pow(a, Variable(Tensor::zeros({3}, kBFloat16))), AllOf(HasSubstr("pow"), HasSubstr("one dtype")));
+  DPL_EXPECT_ERROR(clamp(a, std::nullopt, std::nullopt), AllOf(HasSubstr("clamp"), HasSubstr("min and max")));
+  DPL_EXPECT_ERROR(log(Variable(Tensor::zeros({2}, kInt32))), AllOf(HasSubstr("log"), HasSubstr("int32")));
+  const Tensor float_mask = Tensor::zeros({3});
+  DPL_EXPECT_ERROR(where(float_mask, a, a), AllOf(HasSubstr("where"), HasSubstr("uint8"), HasSubstr("float32")));
+  DPL_EXPECT_ERROR(where(Tensor(), a, a), AllOf(HasSubstr("where"), HasSubstr("undefined")));
+  const Tensor wide = Tensor::zeros({4, 3}, kUInt8);
+  DPL_EXPECT_ERROR(masked_fill(a, wide, 1.f),
+                   AllOf(HasSubstr("masked_fill"), HasSubstr("(2, 3)"), HasSubstr("(4, 3)")));
+  DPL_EXPECT_ERROR(masked_fill(a, Tensor::zeros({3}, kUInt8), 1.f) + Variable(Tensor::zeros({5})),
+                   AllOf(HasSubstr("add"), HasSubstr("(5,)")));
 }
 
 }  // namespace

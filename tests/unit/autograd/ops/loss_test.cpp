@@ -1,5 +1,7 @@
-// Losses (softmax cross-entropy with label smoothing, mean squared error) and accuracy: forward
-// values by hand, the closed form of the cross-entropy's gradient, and finite differences.
+// Losses (softmax cross-entropy with label smoothing, negative log-likelihood, binary
+// cross-entropy on probabilities and logits, mean squared, L1 and smooth L1 errors, each reduction)
+// and accuracy: forward values by hand, the closed form of the cross-entropy's gradient, finite
+// differences and bad operands. PyTorch's values are in elementwise_golden_test.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,17 +10,22 @@
 #include <vector>
 
 #include "dpl/dpl.hpp"
+#include "support/expect_error.hpp"
 #include "support/gradcheck.hpp"
 
 namespace dpl {
 namespace {
 
+using test::gradcheck;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::FloatNear;
+using ::testing::HasSubstr;
 using ::testing::Pointwise;
-using test::gradcheck;
 
 using Vars = std::vector<Variable>;
+
+std::vector<float> values(const Tensor& t) { return t.contiguous().to(kFloat32).to_vector<float>(); }
 
 Tensor randn(const Shape& shape, Generator& gen, float stddev = 1.f) { return Tensor::normal(shape, 0.f, stddev, gen); }
 
@@ -100,6 +107,89 @@ TEST(OpsGradient, MseLoss) {
   Generator gen(35);
   for (const Shape& s : {Shape{5}, Shape{3, 4}, Shape{2, 2, 3}})
     EXPECT_TRUE(gradcheck([](const Vars& v) { return mse_loss(v[0], v[1]); }, {randn(s, gen), randn(s, gen)}));
+}
+
+TEST(OpsForward, NllLossReductionsAndIgnoreIndex) {
+  const Variable logp(Tensor::from_vector<float>({-1, -2, -3, -4, -5, -6}, {3, 2}));
+  const Tensor labels = Tensor::from_vector<std::int64_t>({1, -100, 0}, {3});
+  EXPECT_THAT(values(nll_loss(logp, labels, -100, Reduction::kNone).data()), ElementsAre(2.f, 0.f, 5.f));
+  EXPECT_FLOAT_EQ(nll_loss(logp, labels, -100, Reduction::kSum).item(), 7.f);
+  EXPECT_FLOAT_EQ(nll_loss(logp, labels).item(), 3.5f);  // the ignored row is left out of the mean
+  const Tensor int32_labels = Tensor::from_vector<std::int32_t>({1, 1, 0}, {3});
+  EXPECT_FLOAT_EQ(nll_loss(logp, int32_labels).item(), (2.f + 4.f + 5.f) / 3.f);
+  // Every label ignored: the mean is 0/0, as PyTorch.
+  EXPECT_TRUE(std::isnan(nll_loss(logp, Tensor::full({3}, -100.0, kInt64)).item()));
+  // (N, C, d): the class dimension is the second.
+  const Variable logp3(Tensor::from_vector<float>({-1, -2, -3, -4}, {1, 2, 2}));
+  const Tensor labels3 = Tensor::from_vector<std::int64_t>({1, 0}, {1, 2});
+  EXPECT_THAT(values(nll_loss(logp3, labels3, -100, Reduction::kNone).data()), ElementsAre(3.f, 2.f));
+}
+
+TEST(OpsForward, PointwiseLossesAndReductions) {
+  const Variable x(Tensor::from_vector<float>({0.f, 1.f, 3.f}, {3}));
+  const Variable t(Tensor::from_vector<float>({0.5f, 1.f, 1.f}, {3}));
+  EXPECT_THAT(values(l1_loss(x, t, Reduction::kNone).data()), ElementsAre(0.5f, 0.f, 2.f));
+  EXPECT_FLOAT_EQ(l1_loss(x, t).item(), 2.5f / 3.f);
+  EXPECT_THAT(values(smooth_l1_loss(x, t, Reduction::kNone, 1.f).data()), ElementsAre(0.125f, 0.f, 1.5f));
+  EXPECT_FLOAT_EQ(smooth_l1_loss(x, t, Reduction::kSum, 0.f).item(), 2.5f);  // beta 0: l1
+  EXPECT_THAT(values(mse_loss(x, t, Reduction::kNone).data()), ElementsAre(0.25f, 0.f, 4.f));
+  EXPECT_FLOAT_EQ(mse_loss(x, t, Reduction::kSum).item(), 4.25f);
+  // BCE clamps its logs at -100: a certain wrong answer costs 100, not infinity.
+  const Variable p(Tensor::from_vector<float>({0.f, 1.f, 0.5f}, {3}));
+  const Tensor y = Tensor::from_vector<float>({1.f, 1.f, 0.f}, {3});
+  EXPECT_THAT(values(binary_cross_entropy(p, y, Reduction::kNone).data()),
+              Pointwise(FloatNear(1e-5f), {100.f, 0.f, std::log(2.f)}));
+  // With logits, extreme values stay finite and pos_weight scales the positive term.
+  const Variable z(Tensor::from_vector<float>({-100.f, 100.f, 0.f}, {3}));
+  EXPECT_THAT(values(binary_cross_entropy_with_logits(z, y, Reduction::kNone).data()),
+              Pointwise(FloatNear(1e-4f), {100.f, 0.f, std::log(2.f)}));
+  const Tensor w = Tensor::from_vector<float>({3.f}, {1});
+  EXPECT_NEAR(binary_cross_entropy_with_logits(z, y, Reduction::kSum, w).item(), 300.f + std::log(2.f), 1e-3);
+}
+
+TEST(OpsGradient, NllAndPointwiseLosses) {
+  Generator gen(61);
+  const Tensor labels = Tensor::from_vector<std::int64_t>({2, -100, 0, 1}, {4});
+  const Tensor labels3 = Tensor::from_vector<std::int32_t>({0, 2, 1, 1, 0, 2}, {2, 3});
+  const Tensor probs = Tensor::uniform({3, 4}, 0.1f, 0.9f, gen);
+  const Tensor targets = Tensor::uniform({3, 4}, 0.f, 1.f, gen);
+  const Tensor pw = Tensor::uniform({4}, 0.5f, 3.f, gen);
+  for (Reduction r : {Reduction::kNone, Reduction::kMean, Reduction::kSum}) {
+    SCOPED_TRACE(static_cast<int>(r));
+    EXPECT_TRUE(
+        gradcheck([&](const Vars& v) { return nll_loss(log_softmax(v[0]), labels, -100, r); }, {randn({4, 3}, gen)}));
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return nll_loss(v[0], labels3, -100, r); }, {randn({2, 3, 3}, gen)}));
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return binary_cross_entropy(v[0], targets, r); }, {probs}));
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return binary_cross_entropy_with_logits(v[0], targets, r, pw); },
+                          {randn({3, 4}, gen)}));
+    // x - t kept away from the kinks of |.| (0) and of smooth L1 (+-beta).
+    const Tensor t = randn({3, 4}, gen);
+    const Tensor x = (Variable(t) + Variable(test::away_from_zero({3, 4}, gen, 0.1f, 0.4f))).data();
+    const Tensor x_far = (Variable(t) + Variable(test::away_from_zero({3, 4}, gen, 0.6f, 1.5f))).data();
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return l1_loss(v[0], v[1], r); }, {x, t}));
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return smooth_l1_loss(v[0], v[1], r, 0.5f); }, {x, t}));
+    EXPECT_TRUE(gradcheck([&](const Vars& v) { return smooth_l1_loss(v[0], v[1], r, 0.5f); }, {x_far, t}));
+    EXPECT_TRUE(
+        gradcheck([&](const Vars& v) { return mse_loss(v[0], v[1], r); }, {randn({3, 4}, gen), randn({3, 4}, gen)}));
+  }
+}
+
+TEST(OpsErrors, LossesRefuseBadOperands) {
+  const Variable logp(Tensor::zeros({3, 4}));
+  DPL_EXPECT_ERROR(nll_loss(logp, Tensor::zeros({3})), AllOf(HasSubstr("nll_loss"), HasSubstr("int32 or int64")));
+  DPL_EXPECT_ERROR(nll_loss(logp, Tensor::zeros({4}, kInt64)), AllOf(HasSubstr("nll_loss"), HasSubstr("(3,)")));
+  DPL_EXPECT_ERROR(nll_loss(logp, Tensor::from_vector<std::int64_t>({0, 4, 1}, {3})),
+                   AllOf(HasSubstr("nll_loss"), HasSubstr("[0, 4)"), HasSubstr("got 4")));
+  DPL_EXPECT_ERROR(nll_loss(Variable(Tensor::zeros({4})), Tensor::zeros({4}, kInt64)),
+                   AllOf(HasSubstr("nll_loss"), HasSubstr("(N, C)")));
+  const Variable x(Tensor::zeros({2, 3}));
+  DPL_EXPECT_ERROR(l1_loss(x, Variable(Tensor::zeros({3, 2}))), AllOf(HasSubstr("l1_loss"), HasSubstr("(3, 2)")));
+  DPL_EXPECT_ERROR(smooth_l1_loss(x, x, Reduction::kMean, -1.f), AllOf(HasSubstr("smooth_l1_loss"), HasSubstr("beta")));
+  DPL_EXPECT_ERROR(binary_cross_entropy(x, Tensor()), AllOf(HasSubstr("binary_cross_entropy"), HasSubstr("undefined")));
+  DPL_EXPECT_ERROR(binary_cross_entropy_with_logits(x, Tensor::zeros({2, 3}), Reduction::kMean, Tensor::ones({2})),
+                   AllOf(HasSubstr("pos_weight"), HasSubstr("(3,)"), HasSubstr("(2,)")));
+  DPL_EXPECT_ERROR(mse_loss(Variable(Tensor::zeros({0})), Variable(Tensor::zeros({0})), Reduction::kSum),
+                   AllOf(HasSubstr("mse_loss"), HasSubstr("non-empty")));
 }
 
 }  // namespace
