@@ -5,6 +5,7 @@
 #include "dpl/nn/activations.hpp"
 #include "dpl/nn/arena.hpp"
 #include "dpl/nn/conv.hpp"
+#include "dpl/nn/embedding.hpp"
 #include "dpl/nn/layers.hpp"
 #include "dpl/nn/module.hpp"
 #include "dpl/nn/normalization.hpp"
