@@ -22,16 +22,34 @@ class MatMulNode final : public Node {
   void release() override { a = b = Tensor(); }
 };
 
+// a and b as the batched GEMM reads them: each either dense or the dense transpose of its
+// operand (ta, tb), so that op(a) op(b) is the product.
 class BmmNode final : public Node {
  public:
   Tensor a, b;
+  bool ta = false, tb = false;
   const char* name() const override { return "bmm"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::gemm_batched(false, true, 1.f, gy, b, t[0].beta, *t[0].tensor);  // ga = gy b^T
-    if (t[1].needed()) backend::gemm_batched(true, false, 1.f, a, gy, t[1].beta, *t[1].tensor);  // gb = a^T gy
+    if (t[0].needed()) backend::gemm_batched(false, !tb, 1.f, gy, b, t[0].beta, *t[0].tensor);  // ga = gy op(b)^T
+    if (t[1].needed()) backend::gemm_batched(!ta, false, 1.f, a, gy, t[1].beta, *t[1].tensor);  // gb = op(a)^T gy
   }
   void release() override { a = b = Tensor(); }
 };
+
+// x (B, R, C) as a batched GEMM operand: x itself when contiguous; when x is the transposed view
+// of a contiguous (B, C, R) tensor (as k.transpose(1, 2) in attention), that tensor, with
+// `transposed` set, so that the GEMM reads it in place; else a contiguous copy.
+Tensor gemm_operand(const Tensor& x, bool& transposed) {
+  transposed = false;
+  if (x.is_contiguous()) return x;
+  const Strides& st = x.strides();
+  const Shape& s = x.shape();
+  if (st[2] == s[1] && st[1] == 1 && (s[0] == 1 || st[0] == s[1] * s[2])) {
+    transposed = true;
+    return Tensor(x.storage(), x.offset(), {s[0], s[2], s[1]}, {s[1] * s[2], s[1], 1}, x.dtype());
+  }
+  return dense(x);
+}
 
 class LinearNode final : public Node {
  public:
@@ -99,14 +117,12 @@ Variable matmul(const Variable& a, const Variable& b) {
   DPL_CHECK(ra >= 1 && rb >= 1, op, ": expected operands of at least one dimension, got shapes ", shape_str(a.shape()),
             " and ", shape_str(b.shape()));
   if (ra == 2 && rb == 2) return matmul_2d(a, b);
-  if (ra == 1 && rb == 1) {
-    check_inner(op, a, b, a.data().size(0), b.data().size(0));
-    return reshape(matmul_2d(unsqueeze(a, 0), unsqueeze(b, 1)), {});
-  }
+  const std::int64_t k = a.data().size(-1);
+  check_inner(op, a, b, k, b.data().size(rb == 1 ? 0 : -2));
+  if (ra == 1 && rb == 1) return reshape(matmul_2d(unsqueeze(a, 0), unsqueeze(b, 1)), {});
   if (ra == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
   if (rb == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
-  const std::int64_t k = a.data().size(-1), m = b.data().size(-1);
-  check_inner(op, a, b, k, b.data().size(-2));
+  const std::int64_t m = b.data().size(-1);
   if (rb == 2) {
     // A batch times one matrix is one GEMM over the folded batch, as in PyTorch.
     Shape out_shape = a.shape();
@@ -126,13 +142,16 @@ Variable bmm(const Variable& a, const Variable& b) {
   DPL_CHECK(a.data().size(0) == b.data().size(0), op, ": batch extents differ: ", shape_str(a.shape()), " x ",
             shape_str(b.shape()));
   check_inner(op, a, b, a.data().size(2), b.data().size(1));
-  const Tensor ta = dense(a.data()), tb = dense(b.data());
-  Tensor out = empty_on({ta.size(0), ta.size(1), tb.size(2)}, ta);
-  backend::gemm_batched(false, false, 1.f, ta, tb, 0.f, out);
+  bool trans_a = false, trans_b = false;
+  const Tensor ta = gemm_operand(a.data(), trans_a), tb = gemm_operand(b.data(), trans_b);
+  Tensor out = empty_on({a.data().size(0), a.data().size(1), b.data().size(2)}, ta);
+  backend::gemm_batched(trans_a, trans_b, 1.f, ta, tb, 0.f, out);
   if (!any_requires_grad({&a, &b})) return Variable(out);
   auto node = std::make_shared<BmmNode>();
   node->a = ta;
   node->b = tb;
+  node->ta = trans_a;
+  node->tb = trans_b;
   node->set_inputs({a, b});
   return Variable::make_result(out, node);
 }

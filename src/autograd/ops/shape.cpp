@@ -510,7 +510,8 @@ std::vector<Variable> split(const Variable& x, std::int64_t split_size, std::int
   DPL_CHECK(split_size >= 1, "split: expected a split size >= 1, got ", split_size);
   const std::int64_t extent = x.data().size(wrap_dim("split", dim, x.data().dim()));
   std::vector<std::int64_t> sizes;
-  for (std::int64_t start = 0; start < extent; start += split_size) sizes.push_back(std::min(split_size, extent - start));
+  for (std::int64_t start = 0; start < extent; start += split_size)
+    sizes.push_back(std::min(split_size, extent - start));
   if (sizes.empty()) sizes.push_back(0);  // PyTorch gives one empty piece of an empty dimension
   return split(x, sizes, dim);
 }
@@ -541,17 +542,17 @@ Variable pad(const Variable& x, const std::vector<std::int64_t>& pads, double va
               shape_str(t.shape()), " leave a negative extent");
     sides.push_back({d, pads[i], pads[i + 1]});
   }
-  // The kept part of dimension d of extent n: from `crop` (a negative `before`) for `keep` elements.
+  // How many elements of an input extent n survive the pads: negative ones crop.
   const auto kept = [](std::int64_t n, std::int64_t before, std::int64_t after) {
-    const std::int64_t keep = std::max<std::int64_t>(n + std::min<std::int64_t>(before, 0) + std::min<std::int64_t>(after, 0), 0);
-    return std::pair<std::int64_t, std::int64_t>{std::max<std::int64_t>(-before, 0), keep};
+    const std::int64_t zero = 0;
+    return std::max(n + std::min(before, zero) + std::min(after, zero), zero);
   };
   PadRegions r;
   r.src = [sides, kept](const Tensor& in) {
     Tensor v = in;
     for (const auto& [d, before, after] : sides) {
-      const auto [crop, keep] = kept(in.size(d), before, after);
-      v = sliced(v, d, std::min(crop, in.size(d)), keep, 1);
+      const std::int64_t start = std::min(std::max<std::int64_t>(-before, 0), in.size(d));
+      v = sliced(v, d, start, kept(in.size(d), before, after), 1);
     }
     return v;
   };
@@ -559,8 +560,8 @@ Variable pad(const Variable& x, const std::vector<std::int64_t>& pads, double va
   r.dst = [sides, kept, in_shape](const Tensor& out) {
     Tensor v = out;
     for (const auto& [d, before, after] : sides) {
-      const auto [crop, keep] = kept(in_shape[static_cast<std::size_t>(d)], before, after);
-      v = sliced(v, d, std::min(std::max<std::int64_t>(before, 0), out.size(d)), keep, 1);
+      const std::int64_t start = std::min(std::max<std::int64_t>(before, 0), out.size(d));
+      v = sliced(v, d, start, kept(in_shape[static_cast<std::size_t>(d)], before, after), 1);
     }
     return v;
   };

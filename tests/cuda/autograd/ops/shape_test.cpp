@@ -23,7 +23,8 @@ namespace {
 TEST_F(AutogradTest, ViewsOnTheDevice) {
   check("view", {{4, 6}}, [](const auto& x) { return view(x[0], {2, 12}); });
   check("transpose", {{3, 5, 4}}, [](const auto& x) { return transpose(x[0], 0, 2); });
-  check("permute then reshape (a copy)", {{2, 3, 4}}, [](const auto& x) { return reshape(permute(x[0], {2, 0, 1}), {4, 6}); });
+  check("permute then reshape (a copy)", {{2, 3, 4}},
+        [](const auto& x) { return reshape(permute(x[0], {2, 0, 1}), {4, 6}); });
   check("squeeze, unsqueeze", {{3, 1, 4}}, [](const auto& x) { return unsqueeze(squeeze(x[0]), 0); });
   check("narrow", {{5, 6}}, [](const auto& x) { return narrow(x[0], 1, 2, 3); });
   check("slice with a step", {{9, 4}}, [](const auto& x) { return slice(x[0], 0, 1, 8, 3); });
@@ -64,6 +65,10 @@ TEST_F(AutogradTest, BatchedMatmulOnTheDevice) {
   check("matmul broadcast", {{2, 1, 3, 7}, {4, 7, 5}}, [](const auto& x) { return matmul(x[0], x[1]); }, 1e-5f, 1e-4f);
   check("matmul vector", {{7}, {3, 7, 2}}, [](const auto& x) { return matmul(x[0], x[1]); }, 1e-5f, 1e-4f);
   check("bmm", {{3, 4, 7}, {3, 7, 5}}, [](const auto& x) { return bmm(x[0], x[1]); }, 1e-5f, 1e-4f);
+  check("bmm of transposed views", {{3, 7, 4}, {3, 5, 7}},
+        [](const auto& x) { return bmm(transpose(x[0], 1, 2), transpose(x[1], 1, 2)); }, 1e-5f, 1e-4f);
+  check("attention scores", {{2, 3, 6, 8}, {2, 3, 5, 8}},
+        [](const auto& x) { return matmul(x[0], transpose(x[1], -2, -1)); }, 1e-5f, 1e-4f);
   check("linear of a transposed 3-D input", {{7, 2, 3}, {5, 7}},
         [](const auto& x) { return linear(permute(x[0], {1, 2, 0}), x[1]); }, 1e-5f, 1e-4f);
 }

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,8 @@ TEST(OpsForward, MatmulOfEveryRankAgainstLoopsOfTheTwoDimensionalProduct) {
   ASSERT_EQ(y.shape(), (Shape{2, 5, 3, 2}));
   for (std::int64_t i = 0; i < 2; ++i)
     for (std::int64_t j = 0; j < 5; ++j) {
-      const Variable want = matmul(Variable(a.narrow(0, i, 1).reshape({3, 4})), Variable(b.narrow(0, j, 1).reshape({4, 2})));
+      const Variable want =
+          matmul(Variable(a.narrow(0, i, 1).reshape({3, 4})), Variable(b.narrow(0, j, 1).reshape({4, 2})));
       const Tensor got = y.data().narrow(0, i, 1).narrow(1, j, 1).contiguous().reshape({3, 2});
       EXPECT_THAT(got.to_vector<float>(), Pointwise(FloatNear(1e-6f), want.data().to_vector<float>()));
     }
@@ -93,9 +95,34 @@ TEST(OpsGradient, MatmulOfEveryRankAndBmm) {
   EXPECT_TRUE(gradcheck(product, {randn({2, 3, 4}, gen), randn({4}, gen)}));
   EXPECT_TRUE(gradcheck(product, {randn({4}, gen), randn({4}, gen)}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(v[0], v[1]); }, {randn({3, 2, 4}, gen), randn({3, 4, 2}, gen)}));
+  // Transposed operands go to the GEMM as they lie in memory (its transpose flags), not copied.
   EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(v[0], transpose(v[0], 1, 2)); }, {randn({2, 3, 4}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(transpose(v[0], 1, 2), transpose(v[1], 1, 2)); },
+                        {randn({3, 4, 2}, gen), randn({3, 5, 4}, gen)}));
+  // Attention's scores, q k^T over (batch, heads) with k transposed as a view.
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return matmul(v[0], transpose(v[1], -2, -1)); },
+                        {randn({2, 2, 3, 4}, gen), randn({2, 2, 5, 4}, gen)}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return linear(v[0], v[1], v[2]); },
                         {randn({2, 3, 4}, gen), randn({5, 4}, gen), randn({5}, gen)}));
+}
+
+TEST(OpsForward, BatchedMatmulInSixteenBitTypesRoundsTheFloat32Product) {
+  Generator gen(42);
+  // Multiples of 1/8 in [-1, 1] with an inner extent of 4: every product and sum is exact in
+  // float32, so the 16-bit result is the float32 one rounded once.
+  const auto eighths = [&](const Shape& s) {
+    Tensor t = Tensor::uniform(s, -8.f, 8.f, gen);
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = std::round(p[i]) / 8.f;
+    return t;
+  };
+  const Tensor a = eighths({2, 1, 3, 4}), b = eighths({3, 4, 2});
+  const Tensor want = matmul(Variable(a), Variable(b)).data();
+  for (DType dt : {kBFloat16, kFloat16}) {
+    const Tensor got = matmul(Variable(a.to(dt)), Variable(b.to(dt))).data();
+    EXPECT_EQ(got.dtype(), dt);
+    EXPECT_EQ(got.to(kFloat32).to_vector<float>(), want.to(dt).to(kFloat32).to_vector<float>()) << dtype_name(dt);
+  }
 }
 
 TEST(OpsErrors, MatmulAndBmmRefuseOperandsThatDoNotFit) {

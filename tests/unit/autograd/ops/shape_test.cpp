@@ -178,7 +178,8 @@ TEST(ShapeGradient, SplitChunkCatStackAndPad) {
       {randn({3, 4}, gen)}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return cat({v[0], v[1], v[0]}, -1); },
                         {randn({2, 3}, gen), randn({2, 2}, gen)}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return stack({v[0], v[1]}, 2); }, {randn({2, 3}, gen), randn({2, 3}, gen)}));
+  EXPECT_TRUE(
+      gradcheck([](const Vars& v) { return stack({v[0], v[1]}, 2); }, {randn({2, 3}, gen), randn({2, 3}, gen)}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return pad(v[0], {1, 0, 2, 1}, 0.25); }, {randn({2, 3, 2}, gen)}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return pad(v[0], {-1, 1, 0, -2}); }, {randn({2, 4, 3}, gen)}));
 }
