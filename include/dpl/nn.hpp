@@ -6,6 +6,7 @@
 #include "dpl/nn/arena.hpp"
 #include "dpl/nn/containers.hpp"
 #include "dpl/nn/conv.hpp"
+#include "dpl/nn/embedding.hpp"
 #include "dpl/nn/init.hpp"
 #include "dpl/nn/layers.hpp"
 #include "dpl/nn/module.hpp"

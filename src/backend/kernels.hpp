@@ -104,10 +104,40 @@ DPL_DECLARE_KERNEL(read_back_start, float32(), std::shared_ptr<PendingRead>(cons
 /// stays NaN). Same shape; both contiguous, or both channels-last (converted in memory order).
 DPL_DECLARE_KERNEL(cast, floating_each(), void(const Tensor& src, Tensor& dst));
 
+// Indexing along one dimension (index_select, gather, embedding). Index tensors are int64 or
+// int32, contiguous; the dispatcher checks only the device, these kernels the dtypes: the float
+// tensors of a call share one float dtype. Host indices are range-checked by the callers (the
+// ops); on the GPU an index out of range gives NaN in the forward kernels and is skipped by the
+// backward kernels, instead of reading or writing outside the tensor. The backward kernels add
+// with float32 atomics on the GPU (a 16-bit gradient accumulates in a float32 copy that is
+// rounded once), so the order of the additions, and so the last bit of a float32 sum over
+// repeated indices, may change from run to run; on the CPU they add in index order.
+
+/// out (..., m, ...) = x (..., n, ...) with dimension `dim` picked by index (m,): out[.., j, ..] =
+/// x[.., index[j], ..]. x and out contiguous, of one float dtype.
+DPL_DECLARE_KERNEL(index_select, any(), void(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out));
+/// gx = beta*gx + the gradient of index_select: gx[.., index[j], ..] += g[.., j, ..] for every j
+/// whose index is not `skip` (-1: none skipped; an embedding's padding row otherwise).
+DPL_DECLARE_KERNEL(index_add, any(),
+                   void(const Tensor& index, std::int64_t dim, std::int64_t skip, const Tensor& g, float beta,
+                        Tensor& gx));
+/// out (index's shape) = x along `dim` at index: out[i0, .., id, ..] = x[i0, .., index[i0, .., id, ..], ..]
+/// (PyTorch's gather). index has x's rank (at most 8) and extents no larger than x's but at `dim`.
+DPL_DECLARE_KERNEL(gather, any(), void(const Tensor& x, std::int64_t dim, const Tensor& index, Tensor& out));
+/// gx = beta*gx + the gradient of gather: gx at gather's source position of every element of g
+/// (index's shape) += that element (PyTorch's scatter_add).
+DPL_DECLARE_KERNEL(scatter_add, any(),
+                   void(const Tensor& index, std::int64_t dim, const Tensor& g, float beta, Tensor& gx));
+
 // --- math --------------------------------------------------------------------------------------
 
 /// c = alpha * op(a) op(b) + beta * c for row-major 2-D matrices (16-bit: float32 accumulation).
 DPL_DECLARE_KERNEL(gemm, floating(),
+                   void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+                        Tensor& c));
+/// c[i] = alpha * op(a[i]) op(b[i]) + beta * c[i] for a batch of row-major matrices: a, b, c
+/// contiguous 3-D (batch, rows, cols) with one batch extent (16-bit: float32 accumulation).
+DPL_DECLARE_KERNEL(gemm_batched, floating(),
                    void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
                         Tensor& c));
 /// out = beta*out + (a op b), any rank, with b broadcast as `bc` says; out may alias a.

@@ -35,7 +35,7 @@ class Linear : public Module {
   /// Linear(LinearOptions(in_features, out_features).bias(bias), gen).
   Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true,
          Generator& gen = default_generator());
-  /// Requires x of shape (N, in_features); returns (N, out_features).
+  /// Requires x of shape (..., in_features); returns (..., out_features).
   Variable forward(const Variable& x) override;
   const Variable& weight() const { return weight_; }
   /// Undefined when the layer was built without a bias.

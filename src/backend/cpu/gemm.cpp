@@ -11,11 +11,12 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 
-void gemm_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
-              Tensor& c) {
-  const ConstMap A(a.data<float>(), a.size(0), a.size(1));
-  const ConstMap B(b.data<float>(), b.size(0), b.size(1));
-  Map C(c.data<float>(), c.size(0), c.size(1));
+// C (m, n) = alpha op(A) op(B) + beta C for row-major A (a_rows, a_cols) and B (b_rows, b_cols).
+void gemm_matrices(bool trans_a, bool trans_b, float alpha, const float* a, std::int64_t a_rows, std::int64_t a_cols,
+                   const float* b, std::int64_t b_rows, std::int64_t b_cols, float beta, float* c) {
+  const ConstMap A(a, a_rows, a_cols);
+  const ConstMap B(b, b_rows, b_cols);
+  Map C(c, trans_a ? a_cols : a_rows, trans_b ? b_rows : b_cols);
   // Eigen folds the transposes and alpha into one GEMM call; beta 1 accumulates in place.
   auto product = [&](auto&& lhs, auto&& rhs) {
     if (beta == 0.f) {
@@ -31,8 +32,28 @@ void gemm_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Te
   else product(A.transpose(), B.transpose());
 }
 
+void gemm_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+              Tensor& c) {
+  gemm_matrices(trans_a, trans_b, alpha, a.data<float>(), a.size(0), a.size(1), b.data<float>(), b.size(0), b.size(1),
+                beta, c.data<float>());
+}
+
+// One Eigen product per matrix of the batch: each is threaded by Eigen itself where large enough.
+void gemm_batched_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
+                      Tensor& c) {
+  const std::int64_t batch = c.size(0);
+  const std::int64_t a_step = a.size(1) * a.size(2), b_step = b.size(1) * b.size(2), c_step = c.size(1) * c.size(2);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* pc = c.data<float>();
+  for (std::int64_t i = 0; i < batch; ++i)
+    gemm_matrices(trans_a, trans_b, alpha, pa + i * a_step, a.size(1), a.size(2), pb + i * b_step, b.size(1),
+                  b.size(2), beta, pc + i * c_step);
+}
+
 }  // namespace
 
 DPL_REGISTER_CPU_FLOAT_KERNEL(gemm, gemm_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(gemm_batched, gemm_batched_cpu);
 
 }  // namespace dpl::backend::cpu

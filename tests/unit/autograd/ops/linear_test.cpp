@@ -1,8 +1,11 @@
-// matmul and linear: forward values by hand, gradients against finite differences
-// (tests/support/gradcheck.hpp), and a small network of them end to end.
+// matmul, bmm and linear: forward values by hand, gradients against finite differences
+// (tests/support/gradcheck.hpp) for every rank matmul takes, bad inputs, and a small network of
+// them end to end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include "dpl/dpl.hpp"
@@ -53,6 +56,91 @@ TEST(OpsGradient, LinearWithBias) {
 TEST(OpsGradient, LinearWithoutBias) {
   Generator gen(12);
   EXPECT_TRUE(gradcheck([](const Vars& v) { return linear(v[0], v[1]); }, {randn({5, 3}, gen), randn({4, 3}, gen)}));
+}
+
+TEST(OpsForward, MatmulOfEveryRankAgainstLoopsOfTheTwoDimensionalProduct) {
+  Generator gen(40);
+  const Tensor a = randn({2, 1, 3, 4}, gen), b = randn({5, 4, 2}, gen);
+  const Variable y = matmul(Variable(a), Variable(b));
+  ASSERT_EQ(y.shape(), (Shape{2, 5, 3, 2}));
+  for (std::int64_t i = 0; i < 2; ++i)
+    for (std::int64_t j = 0; j < 5; ++j) {
+      const Variable want =
+          matmul(Variable(a.narrow(0, i, 1).reshape({3, 4})), Variable(b.narrow(0, j, 1).reshape({4, 2})));
+      const Tensor got = y.data().narrow(0, i, 1).narrow(1, j, 1).contiguous().reshape({3, 2});
+      EXPECT_THAT(got.to_vector<float>(), Pointwise(FloatNear(1e-6f), want.data().to_vector<float>()));
+    }
+  const Variable v(Tensor::from_vector<float>({1, 2, 3}, {3}));
+  const Variable m(Tensor::from_vector<float>({1, 0, 0, 1, 1, 1}, {3, 2}));
+  const Variable dot = matmul(v, v);
+  EXPECT_EQ(dot.shape(), Shape{});
+  EXPECT_EQ(dot.data().item(), 14.f);
+  EXPECT_THAT(matmul(v, m).data().to_vector<float>(), ElementsAre(4, 5));
+  EXPECT_EQ(matmul(v, m).shape(), (Shape{2}));
+  EXPECT_THAT(matmul(transpose(m, 0, 1), v).data().to_vector<float>(), ElementsAre(4, 5));
+  EXPECT_EQ(matmul(Variable(Tensor::zeros({4, 2, 3})), v).shape(), (Shape{4, 2}));
+  EXPECT_EQ(matmul(v, Variable(Tensor::zeros({4, 3, 5}))).shape(), (Shape{4, 5}));
+  EXPECT_EQ(matmul(Variable(Tensor::zeros({4, 2, 3})), m).shape(), (Shape{4, 2, 2}));
+  EXPECT_EQ(bmm(Variable(Tensor::zeros({4, 2, 3})), Variable(Tensor::zeros({4, 3, 5}))).shape(), (Shape{4, 2, 5}));
+  EXPECT_EQ(linear(Variable(Tensor::zeros({2, 3, 2})), Variable(Tensor::zeros({5, 2}))).shape(), (Shape{2, 3, 5}));
+}
+
+TEST(OpsGradient, MatmulOfEveryRankAndBmm) {
+  Generator gen(41);
+  const auto product = [](const Vars& v) { return matmul(v[0], v[1]); };
+  EXPECT_TRUE(gradcheck(product, {randn({2, 1, 3, 4}, gen), randn({3, 4, 2}, gen)}));  // broadcast batches
+  EXPECT_TRUE(gradcheck(product, {randn({2, 3, 4}, gen), randn({4, 5}, gen)}));        // folded batch
+  EXPECT_TRUE(gradcheck(product, {randn({3, 4}, gen), randn({2, 4, 2}, gen)}));        // broadcast first operand
+  EXPECT_TRUE(gradcheck(product, {randn({4}, gen), randn({2, 4, 3}, gen)}));
+  EXPECT_TRUE(gradcheck(product, {randn({2, 3, 4}, gen), randn({4}, gen)}));
+  EXPECT_TRUE(gradcheck(product, {randn({4}, gen), randn({4}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(v[0], v[1]); }, {randn({3, 2, 4}, gen), randn({3, 4, 2}, gen)}));
+  // Transposed operands go to the GEMM as they lie in memory (its transpose flags), not copied.
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(v[0], transpose(v[0], 1, 2)); }, {randn({2, 3, 4}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return bmm(transpose(v[0], 1, 2), transpose(v[1], 1, 2)); },
+                        {randn({3, 4, 2}, gen), randn({3, 5, 4}, gen)}));
+  // Attention's scores, q k^T over (batch, heads) with k transposed as a view.
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return matmul(v[0], transpose(v[1], -2, -1)); },
+                        {randn({2, 2, 3, 4}, gen), randn({2, 2, 5, 4}, gen)}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return linear(v[0], v[1], v[2]); },
+                        {randn({2, 3, 4}, gen), randn({5, 4}, gen), randn({5}, gen)}));
+}
+
+TEST(OpsForward, BatchedMatmulInSixteenBitTypesRoundsTheFloat32Product) {
+  Generator gen(42);
+  // Multiples of 1/8 in [-1, 1] with an inner extent of 4: every product and sum is exact in
+  // float32, so the 16-bit result is the float32 one rounded once.
+  const auto eighths = [&](const Shape& s) {
+    Tensor t = Tensor::uniform(s, -8.f, 8.f, gen);
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = std::round(p[i]) / 8.f;
+    return t;
+  };
+  const Tensor a = eighths({2, 1, 3, 4}), b = eighths({3, 4, 2});
+  const Tensor want = matmul(Variable(a), Variable(b)).data();
+  for (DType dt : {kBFloat16, kFloat16}) {
+    const Tensor got = matmul(Variable(a.to(dt)), Variable(b.to(dt))).data();
+    EXPECT_EQ(got.dtype(), dt);
+    EXPECT_EQ(got.to(kFloat32).to_vector<float>(), want.to(dt).to(kFloat32).to_vector<float>()) << dtype_name(dt);
+  }
+}
+
+TEST(OpsErrors, MatmulAndBmmRefuseOperandsThatDoNotFit) {
+  const auto expect_error = [](auto&& op, const std::string& part) {
+    try {
+      op();
+      ADD_FAILURE() << "expected dpl::Error holding \"" << part << "\"";
+    } catch (const Error& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(part));
+    }
+  };
+  const Variable a(Tensor::zeros({2, 3, 4})), b(Tensor::zeros({3, 5, 2}));
+  expect_error([&] { matmul(a, b); }, "inner extents differ: (2, 3, 4) x (3, 5, 2)");
+  expect_error([&] { matmul(a, Variable(Tensor::zeros({3, 4, 2}))); }, "do not broadcast (extents 2 and 3)");
+  expect_error([&] { matmul(Variable(Tensor::zeros({3})), Variable(Tensor::zeros({4}))); }, "inner extents differ");
+  expect_error([&] { bmm(a, Variable(Tensor::zeros({3, 4, 2}))); }, "batch extents differ");
+  expect_error([&] { bmm(a, Variable(Tensor::zeros({4, 2}))); }, "with 3 dimensions");
+  expect_error([&] { linear(a, Variable(Tensor::zeros({5, 3}))); }, "expected an input of shape (..., 3)");
 }
 
 TEST(OpsGradient, SmallNetworkEndToEnd) {
