@@ -3,4 +3,5 @@
 #include "dpl/optim/clipping.hpp"
 #include "dpl/optim/mixed_precision.hpp"
 #include "dpl/optim/optimizer.hpp"
+#include "dpl/optim/rules.hpp"
 #include "dpl/optim/schedule.hpp"

@@ -183,6 +183,97 @@ DPL_DECLARE_KERNEL(adam_update, float32(),
                    void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h,
                         const UpdateSource& source));
 
+/// PyTorch's AdamW (decoupled weight decay): param *= 1 - lr*weight_decay; m += (1-beta1)(g-m);
+/// v = beta2*v + (1-beta2)*g^2; param -= step_size * m / (sqrt(v)/bias_correction2_sqrt + eps),
+/// with step_size = lr/(1-beta1^t) and bias_correction2_sqrt = sqrt(1-beta2^t).
+struct AdamWHyper {
+  float lr;
+  float step_size;
+  float bias_correction2_sqrt;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+};
+DPL_DECLARE_KERNEL(adamw_update, float32(),
+                   void(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWHyper& h,
+                        const UpdateSource& source));
+/// PyTorch's RMSprop: g = grad + weight_decay*param; square_avg = alpha*square_avg + (1-alpha)g^2;
+/// centered (centered != 0): grad_avg = alpha*grad_avg + (1-alpha)g and
+/// avg = sqrt(square_avg - grad_avg^2) + eps, else avg = sqrt(square_avg) + eps; with momentum > 0:
+/// buf = momentum*buf + g/avg, param -= lr*buf, else param -= lr*g/avg. buf is read only with
+/// momentum > 0 and grad_avg only when centered; otherwise they may be empty.
+struct RmspropHyper {
+  float lr;
+  float alpha;
+  float eps;
+  float weight_decay;
+  float momentum;
+  float centered;  // 0 or 1
+};
+DPL_DECLARE_KERNEL(rmsprop_update, float32(),
+                   void(Tensor& param, const Tensor& grad, Tensor& square_avg, Tensor& buf, Tensor& grad_avg,
+                        const RmspropHyper& h, const UpdateSource& source));
+/// PyTorch's Adagrad: g = grad + weight_decay*param; sum += g^2; param -= clr*g/(sqrt(sum)+eps),
+/// with clr = lr/(1 + (t-1)*lr_decay).
+struct AdagradHyper {
+  float clr;
+  float weight_decay;
+  float eps;
+};
+DPL_DECLARE_KERNEL(adagrad_update, float32(),
+                   void(Tensor& param, const Tensor& grad, Tensor& sum, const AdagradHyper& h,
+                        const UpdateSource& source));
+
+/// The per-tensor (segment) kernels below walk the arena in chunks described by an int32 table
+/// of shape (chunks, kSegmentTableColumns), one row per chunk of at most kSegmentChunk elements
+/// of one segment (an arena entry), in arena order: the chunk's first element divided by 16
+/// (entries start on 16-element boundaries), its length, its segment, the segment's first chunk
+/// row, the segment's number of chunks, and the segment's flags (kSegmentExcluded). `partials`
+/// (float32, chunks x 2) receives two sums of squares per chunk, which the update kernel adds
+/// up per segment: no host round trip, so both can be recorded in a CUDA graph.
+inline constexpr std::int64_t kSegmentChunk = 16384;
+inline constexpr std::int64_t kSegmentTableColumns = 6;
+/// A segment flag: the tensor takes no trust ratio (LARS: local lr 1 and no weight decay).
+inline constexpr std::int32_t kSegmentExcluded = 1;
+/// LAMB (You et al. 2019) with Adam's bias correction and decoupled weight decay.
+struct LambHyper {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  float bias_correction1;  // 1 - beta1^t
+  float bias_correction2;  // 1 - beta2^t
+};
+/// LAMB's first pass: m += (1-beta1)(g-m); v += (1-beta2)(g^2-v); per chunk, partials =
+/// (sum of param^2, sum of u^2) with u = (m/bc1) / (sqrt(v/bc2) + eps) + weight_decay*param.
+DPL_DECLARE_KERNEL(lamb_moments, float32().int32_at(4),
+                   void(const Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const Tensor& segments,
+                        Tensor& partials, const LambHyper& h, const UpdateSource& source));
+/// LAMB's second pass: per segment, trust = ||param|| / ||u|| (1 when either is 0), and
+/// param -= lr * trust * u, u recomputed from m and v as the first pass made them.
+DPL_DECLARE_KERNEL(lamb_apply, float32().int32_at(3),
+                   void(Tensor& param, const Tensor& m, const Tensor& v, const Tensor& segments,
+                        const Tensor& partials, const LambHyper& h, const UpdateSource& source));
+/// LARS (You et al. 2017) with momentum.
+struct LarsHyper {
+  float lr;
+  float momentum;
+  float weight_decay;
+  float trust_coefficient;
+};
+/// LARS's first pass: per chunk, partials = (sum of param^2, sum of grad^2). Read-only otherwise.
+DPL_DECLARE_KERNEL(segment_norms, float32().int32_at(2),
+                   void(const Tensor& param, const Tensor& grad, const Tensor& segments, Tensor& partials));
+/// LARS's second pass: per segment, local = trust_coefficient*||param|| / (||grad|| +
+/// weight_decay*||param||) (1 when either norm is 0); velocity = momentum*velocity + lr*local*(grad
+/// + weight_decay*param); param -= velocity. A kSegmentExcluded segment takes local 1 and no
+/// weight decay.
+DPL_DECLARE_KERNEL(lars_update, float32().int32_at(3),
+                   void(Tensor& param, const Tensor& grad, Tensor& velocity, const Tensor& segments,
+                        const Tensor& partials, const LarsHyper& h, const UpdateSource& source));
+
 /// Mixed precision's one pass over a 16-bit gradient arena: master = grad * inv_scale in float32
 /// (grad of any float dtype, master float32 with as many elements, both contiguous), and
 /// found_inf[0] = 1 (float32, one element) when any element of master came out Inf or NaN;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dpl/optim/rules.hpp"
 #include "optim/rule_stage.hpp"
 
 namespace dpl::optim {
@@ -83,19 +84,60 @@ void MomentumSGD::load_own_scalars(const std::map<std::string, double>& scalars)
   check_same_setting("MomentumSGD::load_state", scalars, "momentum", momentum_);
 }
 
-void Adam::add_own_scalars(std::map<std::string, double>& out) const {
+void MomentOptimizer::add_own_scalars(std::map<std::string, double>& out) const {
   out["moment_steps"] = static_cast<double>(moment_steps_);
   out["beta1"] = beta1_;
   out["beta2"] = beta2_;
   out["eps"] = eps_;
 }
 
-void Adam::load_own_scalars(const std::map<std::string, double>& scalars) {
-  const char* who = "Adam::load_state";
-  check_same_setting(who, scalars, "beta1", beta1_);
-  check_same_setting(who, scalars, "beta2", beta2_);
-  check_same_setting(who, scalars, "eps", eps_);
-  moment_steps_ = whole_scalar(who, scalars, "moment_steps");
+void MomentOptimizer::load_own_scalars(const std::map<std::string, double>& scalars) {
+  const std::string who = std::string(who_) + "::load_state";
+  check_same_setting(who.c_str(), scalars, "beta1", beta1_);
+  check_same_setting(who.c_str(), scalars, "beta2", beta2_);
+  check_same_setting(who.c_str(), scalars, "eps", eps_);
+  moment_steps_ = whole_scalar(who.c_str(), scalars, "moment_steps");
+}
+
+void RMSprop::add_own_scalars(std::map<std::string, double>& out) const {
+  out["alpha"] = options_.alpha();
+  out["eps"] = options_.eps();
+  out["momentum"] = options_.momentum();
+  out["centered"] = options_.centered() ? 1.0 : 0.0;
+}
+
+void RMSprop::load_own_scalars(const std::map<std::string, double>& scalars) {
+  const char* who = "RMSprop::load_state";
+  check_same_setting(who, scalars, "alpha", options_.alpha());
+  check_same_setting(who, scalars, "eps", options_.eps());
+  check_same_setting(who, scalars, "momentum", options_.momentum());
+  check_same_setting(who, scalars, "centered", options_.centered() ? 1.f : 0.f);
+}
+
+void Adagrad::add_own_scalars(std::map<std::string, double>& out) const {
+  out["sum_steps"] = static_cast<double>(sum_steps_);
+  out["lr_decay"] = options_.lr_decay();
+  out["eps"] = options_.eps();
+  out["initial_accumulator_value"] = options_.initial_accumulator_value();
+}
+
+void Adagrad::load_own_scalars(const std::map<std::string, double>& scalars) {
+  const char* who = "Adagrad::load_state";
+  check_same_setting(who, scalars, "lr_decay", options_.lr_decay());
+  check_same_setting(who, scalars, "eps", options_.eps());
+  check_same_setting(who, scalars, "initial_accumulator_value", options_.initial_accumulator_value());
+  sum_steps_ = whole_scalar(who, scalars, "sum_steps");
+}
+
+void LARS::add_own_scalars(std::map<std::string, double>& out) const {
+  out["momentum"] = options_.momentum();
+  out["trust_coefficient"] = options_.trust_coefficient();
+}
+
+void LARS::load_own_scalars(const std::map<std::string, double>& scalars) {
+  const char* who = "LARS::load_state";
+  check_same_setting(who, scalars, "momentum", options_.momentum());
+  check_same_setting(who, scalars, "trust_coefficient", options_.trust_coefficient());
 }
 
 }  // namespace dpl::optim

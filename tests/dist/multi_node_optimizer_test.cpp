@@ -28,6 +28,11 @@ Problem make_problem(std::uint64_t seed) {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind) {
   if (kind == "sgd") return std::make_unique<optim::SGD>(0.1f);
+  // The per-tensor rules read every tensor's norms from the averaged arena, so they too must step
+  // as one process does.
+  if (kind == "adamw") return std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-3f));
+  if (kind == "lamb") return std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f));
+  if (kind == "lars") return std::make_unique<optim::LARS>(optim::LARSOptions(0.1f).trust_coefficient(0.02f));
   return std::make_unique<optim::MomentumSGD>(0.1f, 0.9f);
 }
 
@@ -71,7 +76,7 @@ TEST_P(DataParallelEquivalence, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Communicators, DataParallelEquivalence,
                          ::testing::Combine(::testing::ValuesIn(dpl::test::host_communicator_names()),
-                                            ::testing::Values("sgd", "momentum")));
+                                            ::testing::Values("sgd", "momentum", "adamw", "lamb", "lars")));
 
 TEST(MultiNodeOptimizer, SetupBroadcastsRankZeroWeights) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");

@@ -323,62 +323,93 @@ class MomentumSGD : public Optimizer {
   Tensor velocity_;
 };
 
-/// Adam's settings, in libtorch's style:
-/// `optim::Adam(optim::AdamOptions().lr(1e-3f).betas(0.9f, 0.999f).eps(1e-8f).weight_decay(0.f))`.
-/// lr is Chainer's alpha.
-struct AdamOptions {
-  explicit AdamOptions(float lr = 1e-3f) : lr_(lr) {}
-  AdamOptions& lr(float value) { lr_ = value; return *this; }
+/// The settings Adam, AdamW and LAMB share (lr, betas, eps, weight_decay), each setter returning
+/// the derived options so that calls chain; the defaults are each rule's.
+template <typename Derived>
+struct MomentOptions {
+  Derived& lr(float value) { lr_ = value; return self(); }
   float lr() const { return lr_; }
-  AdamOptions& betas(float beta1, float beta2) {
+  Derived& betas(float beta1, float beta2) {
     beta1_ = beta1;
     beta2_ = beta2;
-    return *this;
+    return self();
   }
   std::pair<float, float> betas() const { return {beta1_, beta2_}; }
-  AdamOptions& eps(float value) { eps_ = value; return *this; }
+  Derived& eps(float value) { eps_ = value; return self(); }
   float eps() const { return eps_; }
-  AdamOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
+  Derived& weight_decay(float value) { weight_decay_ = value; return self(); }
   float weight_decay() const { return weight_decay_; }
 
+ protected:
+  MomentOptions(float lr, float eps, float weight_decay) : lr_(lr), eps_(eps), weight_decay_(weight_decay) {}
+
  private:
+  Derived& self() { return static_cast<Derived&>(*this); }
   float lr_;
-  float beta1_ = 0.9f, beta2_ = 0.999f, eps_ = 1e-8f;
-  float weight_decay_ = 0.f;
+  float beta1_ = 0.9f, beta2_ = 0.999f;
+  float eps_;
+  float weight_decay_;
+};
+
+/// Adam's settings, in libtorch's style:
+/// `optim::Adam(optim::AdamOptions().lr(1e-3f).betas(0.9f, 0.999f).eps(1e-8f).weight_decay(0.f))`.
+/// lr is Chainer's alpha; defaults lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.
+struct AdamOptions : MomentOptions<AdamOptions> {
+  explicit AdamOptions(float lr = 1e-3f) : MomentOptions(lr, 1e-8f, 0.f) {}
+};
+
+/// What Adam, AdamW and LAMB share: the learning rate, the moment arenas "m" and "v", beta1,
+/// beta2 and eps (fixed settings of the run, checked by load_state), and the count of steps
+/// folded into the moments, which the bias correction reads ("moment_steps", restarting from zero
+/// with the state).
+class MomentOptimizer : public Optimizer {
+ public:
+  float lr() const final { return lr_; }
+  /// Requires a finite lr >= 0 (dpl::Error otherwise).
+  void set_lr(float lr) final;
+  float beta1() const { return beta1_; }
+  float beta2() const { return beta2_; }
+  float eps() const { return eps_; }
+
+ protected:
+  /// Requires a finite lr >= 0, beta1 and beta2 in [0, 1) and eps > 0 (dpl::Error naming `who`
+  /// otherwise).
+  MomentOptimizer(const char* who, float lr, float beta1, float beta2, float eps);
+  std::vector<std::pair<std::string, Tensor>> own_state() const override { return {{"m", m_}, {"v", v_}}; }
+  void add_own_scalars(std::map<std::string, double>& scalars) const override;
+  void init_state(const nn::ParameterArena& arena) override;
+  void on_step_taken() override { ++moment_steps_; }
+  void on_step_withdrawn() override { --moment_steps_; }
+  void load_own_scalars(const std::map<std::string, double>& scalars) override;
+  /// 1 - beta^t for the step about to be taken (on_step_taken() counts it afterwards), in double.
+  double bias_correction(float beta) const;
+
+  Tensor m_, v_;
+
+ private:
+  const char* who_;
+  float lr_, beta1_, beta2_, eps_;
+  // The bias correction must count the steps folded into m_ and v_, which restart from zero when
+  // the state does; t() keeps counting every update.
+  std::int64_t moment_steps_ = 0;
 };
 
 /// Chainer's Adam (defaults alpha 1e-3, beta1 0.9, beta2 0.999, eps 1e-8):
 /// m += (1-beta1)(g-m); v += (1-beta2)(g^2-v);
 /// p -= alpha * sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + eps),
 /// where t counts the steps since m and v were last zeroed (setup() or a repacked model).
-class Adam : public Optimizer {
+/// weight_decay is L2 added to the gradient (g = grad + weight_decay * p); AdamW
+/// (dpl/optim/rules.hpp) decouples it.
+class Adam : public MomentOptimizer {
  public:
   /// Requires a finite alpha >= 0, beta1 and beta2 in [0, 1) and eps > 0 (dpl::Error otherwise).
   explicit Adam(float alpha = 1e-3f, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f);
   /// As above, and a finite weight_decay >= 0.
   explicit Adam(const AdamOptions& options);
-  float lr() const override { return alpha_; }
-  void set_lr(float alpha) override;
-  float beta1() const { return beta1_; }
-  float beta2() const { return beta2_; }
-  float eps() const { return eps_; }
 
  protected:
-  std::vector<std::pair<std::string, Tensor>> own_state() const override { return {{"m", m_}, {"v", v_}}; }
-  void add_own_scalars(std::map<std::string, double>& scalars) const override;
-  void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
   std::vector<float> replay_values() const override;
-  void on_step_taken() override { ++moment_steps_; }
-  void on_step_withdrawn() override { --moment_steps_; }
-  void load_own_scalars(const std::map<std::string, double>& scalars) override;
-
- private:
-  float alpha_, beta1_, beta2_, eps_;
-  Tensor m_, v_;
-  // The bias correction must count the steps folded into m_ and v_, which restart from zero when
-  // the state does; t_ keeps counting every update.
-  std::int64_t moment_steps_ = 0;
 };
 
 }  // namespace dpl::optim

@@ -275,6 +275,21 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"SGD", [] { return with_decay(std::make_unique<optim::SGD>(0.1f)); }},
                       Case{"MomentumSGD", [] { return with_decay(std::make_unique<optim::MomentumSGD>(0.1f, 0.9f)); }},
                       Case{"Adam", [] { return with_decay(std::make_unique<optim::Adam>(1e-2f)); }},
+                      Case{"AdamW", [] { return with_decay(std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-2f))); }},
+                      Case{"RMSpropCentered",
+                           [] {
+                             return with_decay(std::make_unique<optim::RMSprop>(
+                                 optim::RMSpropOptions(1e-2f).momentum(0.5f).centered(true)));
+                           }},
+                      Case{"Adagrad",
+                           [] {
+                             return with_decay(
+                                 std::make_unique<optim::Adagrad>(optim::AdagradOptions(5e-2f).lr_decay(0.1f)));
+                           }},
+                      Case{"LAMB", [] { return with_decay(std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f))); }},
+                      Case{"LARS", [] { return with_decay(std::make_unique<optim::LARS>(optim::LARSOptions(0.1f))); }},
+                      Case{"MixedPrecisionBFloat16LAMB",
+                           [] { return optim::mixed_precision(std::make_unique<optim::LAMB>(), kBFloat16); }},
                       Case{"MixedPrecisionFloat32Adam",
                            [] { return optim::mixed_precision(std::make_unique<optim::Adam>(1e-2f), kFloat32); }},
                       Case{"MixedPrecisionBFloat16Momentum",

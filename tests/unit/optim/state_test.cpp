@@ -39,6 +39,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind) {
   if (kind == "sgd") opt = std::make_unique<optim::SGD>(0.1f);
   if (kind == "momentum") opt = std::make_unique<optim::MomentumSGD>(0.05f, 0.9f);
   if (kind == "adam") opt = std::make_unique<optim::Adam>(0.01f);
+  if (kind == "adamw") opt = std::make_unique<optim::AdamW>(optim::AdamWOptions(0.01f));
+  if (kind == "rmsprop")
+    opt = std::make_unique<optim::RMSprop>(optim::RMSpropOptions(0.01f).momentum(0.5f).centered(true));
+  if (kind == "adagrad")
+    opt = std::make_unique<optim::Adagrad>(optim::AdagradOptions(0.05f).lr_decay(0.1f).initial_accumulator_value(0.1f));
+  if (kind == "lamb") opt = std::make_unique<optim::LAMB>(optim::LAMBOptions(0.01f));
+  if (kind == "lars") opt = std::make_unique<optim::LARS>(optim::LARSOptions(0.1f).exclude_one_dimensional());
   opt->set_weight_decay(1e-3f);
   return opt;
 }
@@ -105,7 +112,8 @@ TEST_P(ResumeBitIdentical, RestoredRunMatchesTheUninterruptedOne) {
   EXPECT_EQ(opt_c->state_scalars(), opt_a->state_scalars());
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, ResumeBitIdentical, ::testing::Values("sgd", "momentum", "adam"));
+INSTANTIATE_TEST_SUITE_P(Optimizers, ResumeBitIdentical, ::testing::Values("sgd", "momentum", "adam", "adamw", "rmsprop",
+                                                                             "adagrad", "lamb", "lars"));
 
 TEST(OptimizerState, ScalarsOfEachOptimizer) {
   using ::testing::UnorderedElementsAre;

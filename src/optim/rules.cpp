@@ -1,0 +1,168 @@
+// AdamW, RMSprop, Adagrad, LAMB and LARS (dpl/optim/rules.hpp); their checkpoint scalars are in
+// state.cpp with the other rules'.
+#include "dpl/optim/rules.hpp"
+
+#include <cmath>
+
+#include "optim/segments.hpp"
+#include "optim/update_rule.hpp"
+
+namespace dpl::optim {
+
+using detail::check_lr;
+using detail::source_of;
+using detail::zeros_like;
+
+namespace {
+void check_rate(const char* who, const char* what, float value) {
+  DPL_CHECK(std::isfinite(value) && value >= 0.f, who, ": expected a finite ", what, " >= 0, got ", value);
+}
+}  // namespace
+
+// --- AdamW ---------------------------------------------------------------------------------------
+
+AdamW::AdamW(const AdamWOptions& o) : MomentOptimizer("AdamW", o.lr(), o.betas().first, o.betas().second, o.eps()) {
+  set_weight_decay(o.weight_decay());
+}
+std::vector<float> AdamW::replay_values() const {
+  // PyTorch's scalars: step_size = lr / bias_correction1, and the square root of bias_correction2.
+  const double fix1 = bias_correction(beta1()), fix2 = bias_correction(beta2());
+  return {lr(), static_cast<float>(lr() / fix1), static_cast<float>(std::sqrt(fix2)), beta1(), beta2(), eps(),
+          weight_decay()};
+}
+void AdamW::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
+  Tensor p = arena.params();
+  backend::adamw_update(p, arena.grads(), m_, v_, {h[0], h[1], h[2], h[3], h[4], h[5], h[6]},
+                        source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+}
+
+// --- RMSprop -------------------------------------------------------------------------------------
+
+RMSprop::RMSprop(const RMSpropOptions& o) : options_(o) {
+  check_lr("RMSprop", o.lr());
+  DPL_CHECK(o.alpha() >= 0.f && o.alpha() <= 1.f, "RMSprop: expected alpha in [0, 1], got ", o.alpha());
+  DPL_CHECK(o.eps() > 0.f, "RMSprop: expected eps > 0, got ", o.eps());
+  DPL_CHECK(o.momentum() >= 0.f && o.momentum() < 1.f, "RMSprop: expected momentum in [0, 1), got ", o.momentum());
+  set_weight_decay(o.weight_decay());
+}
+void RMSprop::set_lr(float lr) {
+  check_lr("RMSprop", lr);
+  options_.lr(lr);
+}
+std::vector<std::pair<std::string, Tensor>> RMSprop::own_state() const {
+  std::vector<std::pair<std::string, Tensor>> out = {{"square_avg", square_avg_}};
+  if (options_.momentum() > 0.f) out.emplace_back("momentum_buffer", momentum_buffer_);
+  if (options_.centered()) out.emplace_back("grad_avg", grad_avg_);
+  return out;
+}
+void RMSprop::init_state(const nn::ParameterArena& arena) {
+  const Tensor& p = arena.params();
+  // A state the settings do not use stays empty: the kernel never reads it.
+  const Tensor none = Tensor::zeros({0}, TensorOptions(p.dtype(), p.device()));
+  square_avg_ = zeros_like(p);
+  momentum_buffer_ = options_.momentum() > 0.f ? zeros_like(p) : none;
+  grad_avg_ = options_.centered() ? zeros_like(p) : none;
+}
+std::vector<float> RMSprop::replay_values() const {
+  return {options_.lr(), options_.alpha(), options_.eps(), weight_decay(), options_.momentum(),
+          options_.centered() ? 1.f : 0.f};
+}
+void RMSprop::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
+  Tensor p = arena.params();
+  backend::rmsprop_update(p, arena.grads(), square_avg_, momentum_buffer_, grad_avg_,
+                          {h[0], h[1], h[2], h[3], h[4], h[5]},
+                          source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+}
+
+// --- Adagrad -------------------------------------------------------------------------------------
+
+Adagrad::Adagrad(const AdagradOptions& o) : options_(o) {
+  check_lr("Adagrad", o.lr());
+  check_rate("Adagrad", "lr_decay", o.lr_decay());
+  check_rate("Adagrad", "initial_accumulator_value", o.initial_accumulator_value());
+  DPL_CHECK(o.eps() > 0.f, "Adagrad: expected eps > 0, got ", o.eps());
+  set_weight_decay(o.weight_decay());
+}
+void Adagrad::set_lr(float lr) {
+  check_lr("Adagrad", lr);
+  options_.lr(lr);
+}
+void Adagrad::init_state(const nn::ParameterArena& arena) {
+  sum_ = zeros_like(arena.params());
+  // Only the parameters' slots start at the initial value: the padding between them stays zero,
+  // as in every arena.
+  if (options_.initial_accumulator_value() != 0.f)
+    for (const nn::ArenaEntry& e : arena.entries()) sum_.narrow(0, e.offset, e.numel).fill_(options_.initial_accumulator_value());
+  sum_steps_ = 0;
+}
+std::vector<float> Adagrad::replay_values() const {
+  const double clr = options_.lr() / (1.0 + static_cast<double>(sum_steps_) * options_.lr_decay());
+  return {static_cast<float>(clr), weight_decay(), options_.eps()};
+}
+void Adagrad::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
+  Tensor p = arena.params();
+  backend::adagrad_update(p, arena.grads(), sum_, {h[0], h[1], h[2]},
+                          source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+}
+
+// --- LAMB ----------------------------------------------------------------------------------------
+
+LAMB::LAMB(const LAMBOptions& o) : MomentOptimizer("LAMB", o.lr(), o.betas().first, o.betas().second, o.eps()) {
+  set_weight_decay(o.weight_decay());
+}
+void LAMB::init_state(const nn::ParameterArena& arena) {
+  MomentOptimizer::init_state(arena);
+  detail::SegmentTable table = detail::segment_table(arena);
+  segments_ = table.rows;
+  partials_ = table.partials;
+}
+std::vector<float> LAMB::replay_values() const {
+  return {lr(), beta1(), beta2(), eps(), weight_decay(), static_cast<float>(bias_correction(beta1())),
+          static_cast<float>(bias_correction(beta2()))};
+}
+void LAMB::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
+  const backend::LambHyper hyper{h[0], h[1], h[2], h[3], h[4], h[5], h[6]};
+  const backend::UpdateSource source = source_of(replay_mode(), replay_values_on_device(), replay_skip_flag());
+  Tensor p = arena.params();
+  backend::lamb_moments(p, arena.grads(), m_, v_, segments_, partials_, hyper, source);
+  backend::lamb_apply(p, m_, v_, segments_, partials_, hyper, source);
+}
+
+// --- LARS ----------------------------------------------------------------------------------------
+
+LARS::LARS(const LARSOptions& o) : options_(o) {
+  check_lr("LARS", o.lr());
+  DPL_CHECK(o.momentum() >= 0.f && o.momentum() < 1.f, "LARS: expected momentum in [0, 1), got ", o.momentum());
+  DPL_CHECK(std::isfinite(o.trust_coefficient()) && o.trust_coefficient() > 0.f,
+            "LARS: expected a finite trust_coefficient > 0, got ", o.trust_coefficient());
+  set_weight_decay(o.weight_decay());
+}
+void LARS::set_lr(float lr) {
+  check_lr("LARS", lr);
+  options_.lr(lr);
+}
+void LARS::init_state(const nn::ParameterArena& arena) {
+  velocity_ = zeros_like(arena.params());
+  const ParameterPredicate& exclude = options_.exclude();
+  detail::SegmentTable table = detail::segment_table(arena, [&exclude](const nn::ArenaEntry& e) {
+    return exclude && exclude(e.name, e.shape) ? backend::kSegmentExcluded : 0;
+  });
+  segments_ = table.rows;
+  partials_ = table.partials;
+}
+std::vector<float> LARS::replay_values() const {
+  return {options_.lr(), options_.momentum(), weight_decay(), options_.trust_coefficient()};
+}
+void LARS::step(nn::ParameterArena& arena) {
+  const std::vector<float> h = replay_values();
+  Tensor p = arena.params();
+  backend::segment_norms(p, arena.grads(), segments_, partials_);
+  backend::lars_update(p, arena.grads(), velocity_, segments_, partials_, {h[0], h[1], h[2], h[3]},
+                       source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+}
+
+}  // namespace dpl::optim
