@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The op and optimizer measurements of docs/performance.md on a GPU machine, in one round:
+#   configure (CUDA on) -> build the GPU tests and the two benchmarks -> the GPU tests -> bench_ops
+#   beside torch_ops_peer.py, bench_optimizer_step (AdamW) beside torch_optimizer_peer.py (fused
+#   and foreach), alternating dpl and PyTorch -> the tables, printed last.
+#
+# Usage:        scripts/gpu_ops.sh [extra CMake configure arguments, e.g. -DDNNL_ROOT=...]
+# Environment:  OUT (logs; default ./gpu-ops-results), BUILD_DIR (default <repo>/build-gpu),
+#               CUDA_ARCH (default 90), DTYPE (bench_ops's dtype, default bfloat16),
+#               TESTS (0 skips the GPU tests), REPS (rounds of each benchmark, default 2).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-./gpu-ops-results}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+BUILD="${BUILD_DIR:-$ROOT/build-gpu}"
+DTYPE="${DTYPE:-bfloat16}"
+REPS="${REPS:-2}"
+JOBS="$(nproc 2>/dev/null || echo 8)"
+
+step() {  # step NAME COMMAND...: output to $OUT/NAME.log, a line saying how it went
+  local name="$1"
+  shift
+  if "$@" >"$OUT/$name.log" 2>&1; then echo "ok      $name"; else echo "FAILED  $name (exit $?; $OUT/$name.log)"; fi
+}
+
+step configure cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPL_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" "$@"
+step build cmake --build "$BUILD" -j "$JOBS" --target dpl_cuda_tests bench_ops bench_optimizer_step -- -k 0
+if [ "${TESTS:-1}" != 0 ]; then
+  step gpu-tests "$BUILD/tests/cuda/dpl_cuda_tests"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/gpu-tests.log" | sort | uniq -c | head -40
+fi
+for r in $(seq 1 "$REPS"); do
+  step "ops-dpl-$r" "$BUILD/benchmarks/bench_ops" --device cuda --dtype "$DTYPE"
+  step "ops-torch-$r" python3 "$ROOT/benchmarks/torch_ops_peer.py" --device cuda --dtype "$DTYPE"
+  step "adamw-dpl-$r" "$BUILD/benchmarks/bench_optimizer_step" --device cuda --optimizer adamw -a resnet50
+  step "adamw-torch-$r" python3 "$ROOT/benchmarks/torch_optimizer_peer.py" --arch resnet50
+done
+echo
+echo "ops, round $REPS (dpl / PyTorch eager, $DTYPE):"
+python3 "$ROOT/benchmarks/ops_table.py" "$OUT/ops-dpl-$REPS.log" "$OUT/ops-torch-$REPS.log"
+echo
+echo "AdamW step over ResNet-50's parameters:"
+grep -h "what=optimizer_step" "$OUT"/adamw-*.log
