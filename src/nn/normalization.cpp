@@ -51,3 +51,22 @@ void BatchNorm2d::count_batch() {
 }
 
 }  // namespace dpl::nn
+
+namespace dpl::nn {
+
+LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
+  const Shape& shape = options.normalized_shape();
+  DPL_CHECK(!shape.empty(), "LayerNorm: expected a non-empty normalized_shape, got ()");
+  for (std::int64_t e : shape)
+    DPL_CHECK(e >= 1, "LayerNorm: expected a normalized_shape of extents >= 1, got ", shape_str(shape));
+  DPL_CHECK(options.eps() > 0.0, "LayerNorm: expected eps > 0, got ", options.eps());
+  if (!options.elementwise_affine()) return;
+  weight_ = register_parameter("weight", Tensor::ones(shape));
+  if (options.bias()) bias_ = register_parameter("bias", Tensor::zeros(shape));
+}
+
+Variable LayerNorm::forward(const Variable& x) {
+  return layer_norm(x, options_.normalized_shape(), weight_, bias_, options_.eps());
+}
+
+}  // namespace dpl::nn

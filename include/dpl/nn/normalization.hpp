@@ -1,7 +1,16 @@
 #pragma once
-// Normalisation layers.
+// Normalisation layers: BatchNorm2d over the batch, LayerNorm over each sample's last dimensions.
+//
+// Under optim::MixedPrecision every parameter of a model is cast to the compute dtype (one arena,
+// one dtype), the affine weights and biases of these layers too; their ops take 16-bit weight and
+// bias beside a 16-bit input and widen them to float32 for the arithmetic, so a layer behaves the
+// same as a float32 one apart from the parameters' rounding. Running statistics are buffers and
+// stay float32.
 
 #include <cstdint>
+#include <utility>
+
+#include "dpl/core/shape.hpp"
 
 #include "dpl/nn/module.hpp"
 #include "dpl/nn/options.hpp"
@@ -63,6 +72,45 @@ class BatchNorm2d : public Module {
   BatchNorm2dOptions options_;
   Variable weight_, bias_;
   Variable running_mean_, running_var_, num_batches_tracked_;
+};
+
+/// Settings of a LayerNorm layer, as libtorch's LayerNormOptions:
+/// `LayerNormOptions({768}).eps(1e-6).elementwise_affine(false)`. The layer checks the values.
+struct LayerNormOptions {
+  /// The options for normalized_shape, every other setting at its default.
+  /* implicit */ LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  /// The normalised trailing extents of the input (non-empty, every extent >= 1).
+  DPL_ARG(Shape, normalized_shape);
+  /// Added to the variance before its square root; must be > 0 (default 1e-5).
+  DPL_ARG(double, eps) = 1e-5;
+  /// Whether the layer has the learned per-element weight (and bias, see below) (default true).
+  DPL_ARG(bool, elementwise_affine) = true;
+  /// Whether the layer has the bias when elementwise_affine (default true; PyTorch's bias=False).
+  DPL_ARG(bool, bias) = true;
+};
+
+/// Layer normalisation (PyTorch's nn.LayerNorm, see dpl::layer_norm): each slice of the input
+/// over its last dimensions, which must equal normalized_shape, is normalised by its own mean and
+/// biased variance, then scaled and shifted element by element. Parameters, when
+/// elementwise_affine: weight (normalized_shape) = 1 and, with bias, bias (normalized_shape) = 0,
+/// in that order; no buffers. Training and evaluation compute the same.
+class LayerNorm : public Module {
+ public:
+  /// Requires a non-empty normalized_shape of extents >= 1 and eps > 0; throws dpl::Error
+  /// otherwise.
+  explicit LayerNorm(const LayerNormOptions& options);
+  /// Requires x of a float dtype whose last dimensions are normalized_shape; returns a contiguous
+  /// tensor of x's shape and dtype.
+  Variable forward(const Variable& x) override;
+  /// The affine parameters (each undefined when the layer has none).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The settings the layer was built with.
+  const LayerNormOptions& options() const { return options_; }
+
+ private:
+  LayerNormOptions options_;
+  Variable weight_, bias_;
 };
 
 }  // namespace dpl::nn
