@@ -69,4 +69,21 @@ Variable LayerNorm::forward(const Variable& x) {
   return layer_norm(x, options_.normalized_shape(), weight_, bias_, options_.eps());
 }
 
+GroupNorm::GroupNorm(const GroupNormOptions& options) : options_(options) {
+  const std::int64_t groups = options.num_groups(), channels = options.num_channels();
+  DPL_CHECK(channels >= 1, "GroupNorm: expected num_channels >= 1, got ", channels);
+  DPL_CHECK(groups >= 1 && channels % groups == 0, "GroupNorm: expected num_groups >= 1 dividing num_channels ",
+            channels, ", got ", groups);
+  DPL_CHECK(options.eps() > 0.0, "GroupNorm: expected eps > 0, got ", options.eps());
+  if (!options.affine()) return;
+  weight_ = register_parameter("weight", Tensor::ones({channels}));
+  bias_ = register_parameter("bias", Tensor::zeros({channels}));
+}
+
+Variable GroupNorm::forward(const Variable& x) {
+  DPL_CHECK(x.defined() && x.shape().size() >= 2 && x.shape()[1] == options_.num_channels(), "GroupNorm: expected an input (N, ",
+            options_.num_channels(), ", *), got ", x.defined() ? shape_str(x.shape()) : "an undefined Variable");
+  return group_norm(x, options_.num_groups(), weight_, bias_, options_.eps());
+}
+
 }  // namespace dpl::nn

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes normalization_golden.txt and the *_state_dict.safetensors files beside it: small fixed
-layer-norm problems and PyTorch's answers, and PyTorch modules' state_dicts with an input and the
+layer-norm and group-norm problems and PyTorch's answers, and PyTorch modules' state_dicts with an input and the
 module's output for it.
 
 Inputs are fixed pseudo-random multiples of 1/64 (exact in float32); results are PyTorch's, in
@@ -37,28 +37,37 @@ def line(name, t):
     return name + " " + dims + " " + " ".join(repr(float(v)) for v in t.reshape(-1).tolist())
 
 
-def grad_lines(out, y, gy, tensors):
+def op_case(out, seed, header, shape, param_shape, affine, bias, f):
+    """x of shape, weight and bias of param_shape (each None when absent), y = f(x, w, b), and the
+    gradients of sum(y * gy)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = fixed(shape, gen).requires_grad_()
+    w = fixed(param_shape, gen).requires_grad_() if affine else None
+    b = fixed(param_shape, gen).requires_grad_() if affine and bias else None
+    gy = fixed(shape, gen)
+    y = f(x, w, b)
     (y * gy).sum().backward()
+    out.append(header)
+    out.append(line("x", x.detach()))
+    for name, t in (("w", w), ("b", b)):
+        if t is not None:
+            out.append(line(name, t.detach()))
     out.append(line("gy", gy))
     out.append(line("y", y.detach()))
-    for name, t in tensors:
+    for name, t in (("gx", x), ("gw", w), ("gb", b)):
         if t is not None:
             out.append(line(name, t.grad))
 
 
 def layer_norm(out, seed, name, shape, normalized_shape, eps, affine=True, bias=True):
-    gen = torch.Generator().manual_seed(seed)
-    x = fixed(shape, gen).requires_grad_()
-    w = fixed(normalized_shape, gen).requires_grad_() if affine else None
-    b = fixed(normalized_shape, gen).requires_grad_() if affine and bias else None
-    gy = fixed(shape, gen)
-    y = F.layer_norm(x, normalized_shape, w, b, eps)
-    out.append("case %s normalized_shape %s eps %r" % (name, " ".join(str(d) for d in normalized_shape), eps))
-    out.append(line("x", x.detach()))
-    for tname, t in (("w", w), ("b", b)):
-        if t is not None:
-            out.append(line(tname, t.detach()))
-    grad_lines(out, y, gy, (("gx", x), ("gw", w), ("gb", b)))
+    header = "case %s normalized_shape %s eps %r" % (name, " ".join(str(d) for d in normalized_shape), eps)
+    op_case(out, seed, header, shape, normalized_shape, affine, bias,
+            lambda x, w, b: F.layer_norm(x, normalized_shape, w, b, eps))
+
+
+def group_norm(out, seed, name, shape, groups, eps, affine=True):
+    header = "case %s groups %d eps %r" % (name, groups, eps)
+    op_case(out, seed, header, shape, (shape[1],), affine, affine, lambda x, w, b: F.group_norm(x, groups, w, b, eps))
 
 
 SAFETENSORS_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
@@ -107,6 +116,11 @@ def main():
     layer_norm(out, 3, "layer_norm_no_affine", (3, 8), (8,), 1e-3, affine=False)
     layer_norm(out, 4, "layer_norm_no_bias", (5, 7), (7,), 1e-5, bias=False)
     module_case(out, 6, "layer_norm_module", torch.nn.LayerNorm((4, 5)), (3, 4, 5), {})
+    group_norm(out, 7, "group_norm_4d", (2, 6, 3, 2), 3, 1e-5)
+    group_norm(out, 8, "group_norm_3d", (3, 4, 5), 2, 1e-5)
+    group_norm(out, 9, "group_norm_2d", (4, 6), 2, 1e-5)
+    group_norm(out, 10, "group_norm_one_channel_per_group_no_affine", (2, 4, 3, 3), 4, 1e-3, affine=False)
+    module_case(out, 11, "group_norm_module", torch.nn.GroupNorm(2, 6), (2, 6, 3, 3), {})
     with open(os.path.join(HERE, "normalization_golden.txt"), "w") as f:
         f.write("\n".join(out) + "\n")
 

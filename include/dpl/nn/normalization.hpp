@@ -1,5 +1,6 @@
 #pragma once
-// Normalisation layers: BatchNorm2d over the batch, LayerNorm over each sample's last dimensions.
+// Normalisation layers: BatchNorm2d over the batch, LayerNorm over each sample's last dimensions,
+// GroupNorm over each sample's groups of channels.
 //
 // Under optim::MixedPrecision every parameter of a model is cast to the compute dtype (one arena,
 // one dtype), the affine weights and biases of these layers too; their ops take 16-bit weight and
@@ -110,6 +111,46 @@ class LayerNorm : public Module {
 
  private:
   LayerNormOptions options_;
+  Variable weight_, bias_;
+};
+
+/// Settings of a GroupNorm layer, as libtorch's GroupNormOptions:
+/// `GroupNormOptions(32, 256).eps(1e-6).affine(false)`. The layer checks the values.
+struct GroupNormOptions {
+  /// The options for num_groups groups of num_channels channels, every other setting at its
+  /// default.
+  GroupNormOptions(std::int64_t num_groups, std::int64_t num_channels)
+      : num_groups_(num_groups), num_channels_(num_channels) {}
+  /// Groups the channels are divided into; must be >= 1 and divide num_channels.
+  DPL_ARG(std::int64_t, num_groups);
+  /// Channels C of the input; must be >= 1.
+  DPL_ARG(std::int64_t, num_channels);
+  /// Added to the variance before its square root; must be > 0 (default 1e-5).
+  DPL_ARG(double, eps) = 1e-5;
+  /// Whether the layer has the learned per-channel weight and bias (default true).
+  DPL_ARG(bool, affine) = true;
+};
+
+/// Group normalisation (PyTorch's nn.GroupNorm, see dpl::group_norm) of (N, C, *) inputs: each
+/// sample's group of C / num_groups consecutive channels is normalised by its own mean and biased
+/// variance, then every channel scaled and shifted. Parameters, when affine: weight (C,) = 1 and
+/// bias (C,) = 0; no buffers. Training and evaluation compute the same.
+class GroupNorm : public Module {
+ public:
+  /// Requires num_channels >= 1, num_groups >= 1 dividing it, and eps > 0; throws dpl::Error
+  /// otherwise.
+  explicit GroupNorm(const GroupNormOptions& options);
+  /// Requires x (N, num_channels, *) of a float dtype; returns a contiguous tensor of x's shape
+  /// and dtype.
+  Variable forward(const Variable& x) override;
+  /// The affine parameters (undefined without affine).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The settings the layer was built with.
+  const GroupNormOptions& options() const { return options_; }
+
+ private:
+  GroupNormOptions options_;
   Variable weight_, bias_;
 };
 

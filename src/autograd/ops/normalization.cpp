@@ -1,6 +1,6 @@
-// Normalisation by each sample's own statistics: layer_norm. Its kernels normalise groups of
-// channels (backend::NormGroups); a layer norm is one group whose channels are the normalised
-// elements.
+// Normalisation by each sample's own statistics: layer_norm and group_norm. Their kernels
+// normalise groups of channels (backend::NormGroups); a layer norm is one group whose channels are
+// the normalised elements.
 #include "autograd/ops/support.hpp"
 
 namespace dpl {
@@ -108,6 +108,24 @@ Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Vari
   check_affine(op, bias, "a bias", normalized_shape, t);
   const Tensor tx = dense(t);
   return normalize(op, x, tx, backend::NormGroups{tx.numel() / d, d, 1, 1}, weight, bias, eps);
+}
+
+Variable group_norm(const Variable& x, std::int64_t num_groups, const Variable& weight, const Variable& bias,
+                    double eps) {
+  const char* op = "group_norm";
+  check_operands(op, {{x, "an input"}});
+  const Tensor& t = x.data();
+  DPL_CHECK(t.dim() >= 2, op, ": expected an input (N, C, *) with at least 2 dimensions, got shape ",
+            shape_str(t.shape()));
+  const std::int64_t c = t.size(1);
+  DPL_CHECK(num_groups >= 1 && c % num_groups == 0, op, ": expected num_groups >= 1 dividing the ", c,
+            " channels of an input of shape ", shape_str(t.shape()), ", got ", num_groups);
+  DPL_CHECK(eps > 0.0, op, ": expected eps > 0, got ", eps);
+  check_affine(op, weight, "a weight", {c}, t);
+  check_affine(op, bias, "a bias", {c}, t);
+  std::int64_t inner = 1;
+  for (std::int64_t d = 2; d < t.dim(); ++d) inner *= t.size(d);
+  return normalize(op, x, dense(t), backend::NormGroups{t.size(0), c, inner, num_groups}, weight, bias, eps);
 }
 
 }  // namespace dpl

@@ -23,4 +23,15 @@ namespace dpl {
 Variable layer_norm(const Variable& x, const Shape& normalized_shape, const Variable& weight = {},
                     const Variable& bias = {}, double eps = 1e-5);
 
+/// Group normalisation (PyTorch's F.group_norm): x (N, C, *) of rank >= 2 (an image (N, C, H, W)
+/// in either memory format, a sequence (N, C, L), ...); its C channels form num_groups groups of
+/// C / num_groups consecutive channels, and each sample's group (C / num_groups channels times
+/// every trailing position) is normalised by its own mean and biased variance, then channel c is
+/// scaled by weight[c] and shifted by bias[c]. Requires num_groups >= 1 dividing C, eps > 0, and
+/// weight and bias each undefined (scale 1, shift 0) or of shape (C,) on x's device, of x's dtype or
+/// float32 (as layer_norm's). The statistics are float32 whatever x's dtype. Returns a contiguous
+/// tensor of x's shape and dtype (a channels-last input is read through a contiguous copy).
+Variable group_norm(const Variable& x, std::int64_t num_groups, const Variable& weight = {}, const Variable& bias = {},
+                    double eps = 1e-5);
+
 }  // namespace dpl

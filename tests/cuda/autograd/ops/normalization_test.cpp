@@ -1,4 +1,5 @@
-// CPU-vs-CUDA agreement of the normalisations by each sample's own statistics (layer_norm), for
+// CPU-vs-CUDA agreement of the normalisations by each sample's own statistics (layer_norm,
+// group_norm), for
 // float32, bfloat16 and float16 inputs with parameters of the input's dtype or float32: outputs
 // and the gradients of input, weight and bias, written into fresh buffers (the allocator's cache
 // first filled with NaN) and accumulated onto existing ones.
@@ -115,6 +116,37 @@ TEST_F(NormalizationTest, LayerNormParameterGradientsAlone) {
   sum(mul(layer_norm(Variable(on_gpu(x)), {40}, wg, bg), Variable(on_gpu(gy)))).backward();
   expect_close(wg.grad().to(Device::cpu()), wc.grad(), 1e-4f, 1e-4f, "weight");
   expect_close(bg.grad().to(Device::cpu()), bc.grad(), 1e-4f, 1e-4f, "bias");
+}
+
+// Small and large groups (a row longer than a block), several groups per sample, inner 1 (the
+// parameters' column sums with groups) and a channels-last image.
+TEST_F(NormalizationTest, GroupNormAgrees) {
+  const struct {
+    Shape x;
+    std::int64_t groups;
+  } cases[] = {{{2, 6, 3, 4}, 3}, {{4, 32, 16, 16}, 8}, {{5, 8}, 2}, {{2, 4, 5}, 4}, {{3, 6, 7}, 1}};
+  for (const auto& c : cases)
+    for (DType t : {kFloat32, kBFloat16, kFloat16})
+      for (DType pt : {t, kFloat32}) {
+        const std::int64_t g = c.groups;
+        check("group_norm " + shape_str(c.x), c.x, {c.x[1]}, t, pt,
+              [&](const Variable& x, const Variable& w, const Variable& b) { return group_norm(x, g, w, b); });
+        if (pt == t)
+          check("group_norm without affine " + shape_str(c.x), c.x, {}, t, pt,
+                [&](const Variable& x, const Variable&, const Variable&) { return group_norm(x, g); });
+      }
+}
+
+TEST_F(NormalizationTest, GroupNormOfChannelsLastImagesAgrees) {
+  const Tensor x = rand({3, 8, 5, 6}), w = rand({8}), b = rand({8}), gy = rand({3, 8, 5, 6});
+  Variable xc(x.to_channels_last(), true), xg(on_gpu(x).to_channels_last(), true);
+  const Variable yc = group_norm(xc, 4, Variable(w), Variable(b));
+  const Variable yg = group_norm(xg, 4, Variable(on_gpu(w)), Variable(on_gpu(b)));
+  expect_close(yg.data().to(Device::cpu()), yc.data(), 1e-4f, 1e-4f, "forward");
+  sum(mul(yc, Variable(gy))).backward();
+  sum(mul(yg, Variable(on_gpu(gy)))).backward();
+  EXPECT_TRUE(xg.grad().is_channels_last());
+  expect_close(xg.grad().to(Device::cpu()), xc.grad(), 1e-4f, 1e-4f, "grad of the input");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Normalisation by each sample's own statistics (layer_norm) and its module: finite differences,
+// Normalisation by each sample's own statistics (layer_norm, group_norm) and their modules: finite differences,
 // PyTorch's values (tests/golden/normalization_golden.txt, written by
 // tests/golden/make_normalization_golden.py), PyTorch state_dicts loaded by name, 16-bit inputs
 // and parameters, and the errors for bad inputs.
@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -108,29 +109,35 @@ TEST(LayerNorm, ReadsStridedInputsAsRowMajor) {
   EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
 }
 
-TEST(LayerNorm, SixteenBitInputsWithFloat32Or16BitParameters) {
+// f on 16-bit x with float32 or 16-bit parameters against f on float32: the gradients come in
+// each operand's dtype and agree to the 16-bit rounding.
+void check_16bit(const Shape& shape, const Shape& param_shape, const std::function<Variable(const Vars&)>& f) {
   Generator gen(3);
-  const Tensor x = randn({4, 37}, gen), w = randn({37}, gen), b = randn({37}, gen), gy = randn({4, 37}, gen);
-  Variable x32(x, true), w32(w, true), b32(b, true);
-  const Variable y32 = layer_norm(x32, {37}, w32, b32);
+  const Tensor x = randn(shape, gen), w = randn(param_shape, gen), b = randn(param_shape, gen), gy = randn(shape, gen);
+  const Vars v32 = {Variable(x, true), Variable(w, true), Variable(b, true)};
+  const Variable y32 = f(v32);
   sum(mul(y32, Variable(gy))).backward();
   for (DType dt : {kBFloat16, kFloat16}) {
     for (bool wide_params : {true, false}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (wide_params ? " float32 parameters" : " 16-bit parameters"));
       const DType pt = wide_params ? kFloat32 : dt;
-      Variable xh(x.to(dt), true), wh(w.to(pt), true), bh(b.to(pt), true);
-      const Variable y = layer_norm(xh, {37}, wh, bh);
+      const Vars v = {Variable(x.to(dt), true), Variable(w.to(pt), true), Variable(b.to(pt), true)};
+      const Variable y = f(v);
       EXPECT_EQ(y.dtype(), dt);
       sum(mul(y, Variable(gy.to(dt)))).backward();
-      EXPECT_EQ(wh.grad().dtype(), pt);
-      EXPECT_EQ(bh.grad().dtype(), pt);
+      EXPECT_EQ(v[1].grad().dtype(), pt);
+      EXPECT_EQ(v[2].grad().dtype(), pt);
       const float tol = dt == kBFloat16 ? 5e-2f : 1e-2f;
       expect_golden(y.data(), y32.data(), "y", tol, tol);
-      expect_golden(xh.grad(), x32.grad(), "gx", tol, tol);
-      expect_golden(wh.grad(), w32.grad(), "gw", tol, 4 * tol);
-      expect_golden(bh.grad(), b32.grad(), "gb", tol, 4 * tol);
+      expect_golden(v[0].grad(), v32[0].grad(), "gx", tol, tol);
+      expect_golden(v[1].grad(), v32[1].grad(), "gw", tol, 4 * tol);
+      expect_golden(v[2].grad(), v32[2].grad(), "gb", tol, 4 * tol);
     }
   }
+}
+
+TEST(LayerNorm, SixteenBitInputsWithFloat32Or16BitParameters) {
+  check_16bit({4, 37}, {37}, [](const Vars& v) { return layer_norm(v[0], {37}, v[1], v[2]); });
 }
 
 TEST(LayerNorm, AccumulatesIntoExistingGradients) {
@@ -158,6 +165,56 @@ TEST(LayerNorm, RefusesBadInputs) {
                    HasSubstr("expected a weight of the input's dtype bfloat16 or float32, got float16"));
   DPL_EXPECT_ERROR(layer_norm(Variable(Tensor::ones({2, 4}, kInt64)), {4}), HasSubstr("layer_norm: expected an input"));
   DPL_EXPECT_ERROR(layer_norm(Variable(), {4}), HasSubstr("got an undefined Variable"));
+}
+
+// --- group_norm -------------------------------------------------------------------------------
+
+TEST(GroupNorm, Gradcheck) {
+  Generator gen(6);
+  const Tensor w = Tensor::uniform({4}, 0.5f, 1.5f, gen), b = randn({4}, gen);
+  const Tensor image = randn({3, 4, 2, 3}, gen);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {image, w, b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {image.to_channels_last(), w, b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 4, v[1], v[2]); }, {randn({2, 4, 5}, gen), w, b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {randn({3, 4}, gen), w, b}));
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 1); }, {randn({2, 4, 3}, gen)}));
+}
+
+TEST(GroupNorm, MatchesPyTorch) {
+  for (const char* name : {"group_norm_4d", "group_norm_3d", "group_norm_2d", "group_norm_one_channel_per_group_no_affine"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase& c = golden(name);
+    const std::int64_t groups = c.int_param("groups");
+    const double eps = c.param("eps");
+    check_golden_op(c, [&](const Vars& v) { return group_norm(v[0], groups, v[1], v[2], eps); });
+  }
+}
+
+TEST(GroupNorm, ChannelsLastImagesGiveTheValuesOfNchw) {
+  Generator gen(7);
+  const Tensor x = randn({2, 6, 3, 4}, gen), w = randn({6}, gen), b = randn({6}, gen), gy = randn({2, 6, 3, 4}, gen);
+  Variable xc(x.clone(), true), xl(x.to_channels_last(), true);
+  const Variable yc = group_norm(xc, 3, Variable(w), Variable(b)), yl = group_norm(xl, 3, Variable(w), Variable(b));
+  EXPECT_EQ(yl.data().contiguous().to_vector<float>(), yc.data().to_vector<float>());
+  sum(mul(yc, Variable(gy))).backward();
+  sum(mul(yl, Variable(gy))).backward();
+  EXPECT_TRUE(xl.grad().is_channels_last());
+  EXPECT_EQ(xl.grad().contiguous().to_vector<float>(), xc.grad().to_vector<float>());
+}
+
+TEST(GroupNorm, SixteenBitInputsWithFloat32Or16BitParameters) {
+  check_16bit({3, 6, 5, 3}, {6}, [](const Vars& v) { return group_norm(v[0], 3, v[1], v[2]); });
+}
+
+TEST(GroupNorm, RefusesBadInputs) {
+  const Variable x(Tensor::ones({2, 6, 3}));
+  DPL_EXPECT_ERROR(group_norm(Variable(Tensor::ones({6})), 2), HasSubstr("group_norm: expected an input (N, C, *)"));
+  DPL_EXPECT_ERROR(group_norm(x, 4), HasSubstr("expected num_groups >= 1 dividing the 6 channels"));
+  DPL_EXPECT_ERROR(group_norm(x, 0), HasSubstr("got 0"));
+  DPL_EXPECT_ERROR(group_norm(x, 3, Variable(), Variable(), -1.0), HasSubstr("expected eps > 0"));
+  DPL_EXPECT_ERROR(group_norm(x, 3, Variable(Tensor::ones({3}))),
+                   HasSubstr("group_norm: expected a weight of shape (6,), got (3,)"));
+  DPL_EXPECT_ERROR(group_norm(x, 3, Variable(), Variable(Tensor::ones({6, 1}))), HasSubstr("expected a bias of shape (6,)"));
 }
 
 // --- nn::LayerNorm ----------------------------------------------------------------------------
@@ -204,6 +261,48 @@ TEST(LayerNormModule, RefusesBadOptions) {
   DPL_EXPECT_ERROR(nn::LayerNorm(nn::LayerNormOptions(Shape{})), HasSubstr("LayerNorm: expected a non-empty"));
   DPL_EXPECT_ERROR(nn::LayerNorm(nn::LayerNormOptions({2, 0})), HasSubstr("extents >= 1, got (2, 0)"));
   DPL_EXPECT_ERROR(nn::LayerNorm(nn::LayerNormOptions({2}).eps(-1.0)), HasSubstr("LayerNorm: expected eps > 0"));
+}
+
+// --- nn::GroupNorm ----------------------------------------------------------------------------
+
+TEST(GroupNormModule, HasPyTorchsParameters) {
+  nn::GroupNorm gn(nn::GroupNormOptions(2, 6));
+  const auto params = gn.named_parameters();
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].first, "weight");
+  EXPECT_EQ(params[1].first, "bias");
+  EXPECT_EQ(params[0].second.data().to_vector<float>(), std::vector<float>(6, 1.f));
+  EXPECT_EQ(params[1].second.data().to_vector<float>(), std::vector<float>(6, 0.f));
+  EXPECT_TRUE(gn.named_buffers().empty());
+  EXPECT_EQ(gn.options().eps(), 1e-5);
+  nn::GroupNorm plain(nn::GroupNormOptions(3, 6).affine(false).eps(1e-3));
+  EXPECT_TRUE(plain.named_parameters().empty());
+  EXPECT_FALSE(plain.weight().defined());
+}
+
+TEST(GroupNormModule, ForwardIsTheOpWithItsParameters) {
+  Generator gen(8);
+  nn::GroupNorm gn(nn::GroupNormOptions(2, 4).eps(1e-3));
+  Tensor w = gn.weight().data(), b = gn.bias().data();
+  w.copy_(randn({4}, gen));
+  b.copy_(randn({4}, gen));
+  const Tensor x = randn({2, 4, 3, 3}, gen);
+  const Tensor want = group_norm(Variable(x), 2, gn.weight(), gn.bias(), 1e-3).data();
+  EXPECT_EQ(gn.forward(Variable(x)).data().to_vector<float>(), want.to_vector<float>());
+}
+
+TEST(GroupNormModule, LoadsAPyTorchStateDict) {
+  nn::GroupNorm gn(nn::GroupNormOptions(2, 6));
+  check_state_dict(gn, "group_norm_module");
+}
+
+TEST(GroupNormModule, RefusesBadOptionsAndInputs) {
+  DPL_EXPECT_ERROR(nn::GroupNorm(nn::GroupNormOptions(2, 0)), HasSubstr("GroupNorm: expected num_channels >= 1"));
+  DPL_EXPECT_ERROR(nn::GroupNorm(nn::GroupNormOptions(4, 6)), HasSubstr("dividing num_channels 6, got 4"));
+  DPL_EXPECT_ERROR(nn::GroupNorm(nn::GroupNormOptions(2, 6).eps(0.0)), HasSubstr("GroupNorm: expected eps > 0"));
+  nn::GroupNorm gn(nn::GroupNormOptions(2, 6));
+  DPL_EXPECT_ERROR(gn.forward(Variable(Tensor::ones({2, 4, 3}))),
+                   HasSubstr("GroupNorm: expected an input (N, 6, *), got (2, 4, 3)"));
 }
 
 }  // namespace
