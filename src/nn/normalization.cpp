@@ -5,12 +5,12 @@
 
 namespace dpl::nn {
 
-BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options) : options_(options) {
+BatchNormBase::BatchNormBase(const char* layer, const BatchNorm2dOptions& options) : options_(options) {
   const std::int64_t num_features = options.num_features();
   const double eps = options.eps(), momentum = options.momentum();
-  DPL_CHECK(num_features >= 1, "BatchNorm2d: expected num_features >= 1, got ", num_features);
-  DPL_CHECK(eps > 0.0, "BatchNorm2d: expected eps > 0, got ", eps);
-  DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, "BatchNorm2d: expected momentum in [0, 1], got ", momentum);
+  DPL_CHECK(num_features >= 1, layer, ": expected num_features >= 1, got ", num_features);
+  DPL_CHECK(eps > 0.0, layer, ": expected eps > 0, got ", eps);
+  DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, layer, ": expected momentum in [0, 1], got ", momentum);
   if (options.affine()) {
     weight_ = register_parameter("weight", Tensor::ones({num_features}));
     bias_ = register_parameter("bias", Tensor::zeros({num_features}));
@@ -20,15 +20,25 @@ BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options) : options_(options) 
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}, TensorOptions(kInt64)));
 }
 
-BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine)
-    : BatchNorm2d(BatchNorm2dOptions(num_features).eps(eps).momentum(momentum).affine(affine)) {}
-
-Variable BatchNorm2d::forward(const Variable& x) {
+Variable BatchNormBase::normalize(const Variable& x) {
   Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
                           options_.momentum(), options_.eps());
   count_batch();
   return y;
 }
+
+void BatchNormBase::count_batch() {
+  if (!is_training()) return;
+  Tensor count = num_batches_tracked_.data();
+  backend::increment_count(count);
+}
+
+BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options) : BatchNormBase("BatchNorm2d", options) {}
+
+BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum, bool affine)
+    : BatchNorm2d(BatchNorm2dOptions(num_features).eps(eps).momentum(momentum).affine(affine)) {}
+
+Variable BatchNorm2d::forward(const Variable& x) { return normalize(x); }
 
 Variable BatchNorm2d::forward_relu(const Variable& x) {
   Variable y = batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
@@ -44,10 +54,21 @@ Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residu
   return y;
 }
 
-void BatchNorm2d::count_batch() {
-  if (!is_training()) return;
-  Tensor count = num_batches_tracked_.data();
-  backend::increment_count(count);
+BatchNorm1d::BatchNorm1d(const BatchNorm1dOptions& options) : BatchNormBase("BatchNorm1d", options) {}
+
+BatchNorm1d::BatchNorm1d(std::int64_t num_features, double eps, double momentum, bool affine)
+    : BatchNorm1d(BatchNorm1dOptions(num_features).eps(eps).momentum(momentum).affine(affine)) {}
+
+Variable BatchNorm1d::forward(const Variable& x) {
+  const std::int64_t c = num_features();
+  DPL_CHECK(x.defined(), "BatchNorm1d: expected an input (N, ", c, ") or (N, ", c, ", L), got an undefined Variable");
+  const Shape& s = x.shape();
+  DPL_CHECK((s.size() == 2 || s.size() == 3) && s[1] == c, "BatchNorm1d: expected an input (N, ", c, ") or (N, ", c,
+            ", L), got shape ", shape_str(s));
+  const std::int64_t length = s.size() == 3 ? s[2] : 1;
+  DPL_CHECK(!is_training() || s[0] * length >= 2, "BatchNorm1d: training mode needs at least 2 values per channel",
+            " (N*L), got shape ", shape_str(s));
+  return reshape(normalize(reshape(x, {s[0], c, length, 1})), s);
 }
 
 }  // namespace dpl::nn

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes normalization_golden.txt and the *_state_dict.safetensors files beside it: small fixed
-layer-norm and group-norm problems and PyTorch's answers, and PyTorch modules' state_dicts with an input and the
+layer-norm, group-norm and BatchNorm1d problems and PyTorch's answers, and PyTorch modules' state_dicts with an input and the
 module's output for it.
 
 Inputs are fixed pseudo-random multiples of 1/64 (exact in float32); results are PyTorch's, in
@@ -70,6 +70,24 @@ def group_norm(out, seed, name, shape, groups, eps, affine=True):
     op_case(out, seed, header, shape, (shape[1],), affine, affine, lambda x, w, b: F.group_norm(x, groups, w, b, eps))
 
 
+def batch_norm1d_train(out, seed, name, shape, momentum, eps):
+    """One training step of a BatchNorm1d: its output, gradients and running statistics after it."""
+    gen = torch.Generator().manual_seed(seed)
+    bn = torch.nn.BatchNorm1d(shape[1], eps=eps, momentum=momentum).double()
+    with torch.no_grad():
+        bn.weight.copy_(fixed((shape[1],), gen))
+        bn.bias.copy_(fixed((shape[1],), gen))
+    x = fixed(shape, gen).requires_grad_()
+    gy = fixed(shape, gen)
+    y = bn(x)
+    (y * gy).sum().backward()
+    out.append("case %s momentum %r eps %r" % (name, momentum, eps))
+    for tname, t in (("x", x), ("w", bn.weight), ("b", bn.bias), ("gy", gy), ("y", y), ("gx", x.grad),
+                     ("gw", bn.weight.grad), ("gb", bn.bias.grad), ("running_mean", bn.running_mean),
+                     ("running_var", bn.running_var)):
+        out.append(line(tname, t.detach()))
+
+
 SAFETENSORS_DTYPES = {torch.float32: "F32", torch.int64: "I64"}
 
 
@@ -121,6 +139,12 @@ def main():
     group_norm(out, 9, "group_norm_2d", (4, 6), 2, 1e-5)
     group_norm(out, 10, "group_norm_one_channel_per_group_no_affine", (2, 4, 3, 3), 4, 1e-3, affine=False)
     module_case(out, 11, "group_norm_module", torch.nn.GroupNorm(2, 6), (2, 6, 3, 3), {})
+    batch_norm1d_train(out, 12, "batch_norm1d_2d", (6, 4), 0.1, 1e-5)
+    batch_norm1d_train(out, 13, "batch_norm1d_3d", (3, 4, 5), 0.3, 1e-3)
+    gen = torch.Generator().manual_seed(14)
+    running_var = torch.round((torch.rand((5,), generator=gen, dtype=torch.float64) + 0.5) * 64) / 64
+    buffers = {"running_var": running_var.float(), "num_batches_tracked": torch.tensor(7)}
+    module_case(out, 15, "batch_norm1d_module", torch.nn.BatchNorm1d(5), (4, 5, 3), buffers)
     with open(os.path.join(HERE, "normalization_golden.txt"), "w") as f:
         f.write("\n".join(out) + "\n")
 

@@ -1,5 +1,5 @@
 #pragma once
-// Normalisation layers: BatchNorm2d over the batch, LayerNorm over each sample's last dimensions,
+// Normalisation layers: BatchNorm1d and BatchNorm2d over the batch, LayerNorm over each sample's last dimensions,
 // GroupNorm over each sample's groups of channels.
 //
 // Under optim::MixedPrecision every parameter of a model is cast to the compute dtype (one arena,
@@ -18,9 +18,10 @@
 
 namespace dpl::nn {
 
-/// Settings of a BatchNorm2d layer, as libtorch's BatchNormOptions:
+/// Settings of a BatchNorm1d or BatchNorm2d layer, as libtorch's BatchNormOptions:
 /// `BatchNorm2dOptions(64).eps(1e-3).momentum(0.01).affine(false)`. The layer checks the values.
 struct BatchNorm2dOptions {
+  /// The options for num_features channels, every other setting at its default.
   explicit BatchNorm2dOptions(std::int64_t num_features) : num_features_(num_features) {}
   /// Channels C of the input; must be >= 1.
   DPL_ARG(std::int64_t, num_features);
@@ -31,15 +32,48 @@ struct BatchNorm2dOptions {
   /// Whether the layer has the learned weight and bias (default true).
   DPL_ARG(bool, affine) = true;
 };
+/// Settings of a BatchNorm1d layer: the same as BatchNorm2d's (libtorch has one BatchNormOptions).
+using BatchNorm1dOptions = BatchNorm2dOptions;
 
-/// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm). Parameters:
-/// weight (C,) = 1 and bias (C,) = 0 when affine. Buffers: running_mean (C,) = 0, running_var
-/// (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all moved by to() and broadcast with
-/// the parameters but never trained. In training mode (the module's flag) it normalises with the
-/// batch statistics and updates the running ones with `momentum` (PyTorch's convention: new =
-/// (1 - momentum) old + momentum batch, unbiased batch variance; 0.1 by default) and counts the
-/// batch; in evaluation mode it normalises with the running statistics.
-class BatchNorm2d : public Module {
+/// What BatchNorm1d and BatchNorm2d share: the parameters, buffers and settings of batch
+/// normalisation per channel. Parameters: weight (C,) = 1 and bias (C,) = 0 when affine. Buffers:
+/// running_mean (C,) = 0, running_var (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all
+/// moved by to() and broadcast with the parameters but never trained. In training mode (the
+/// module's flag) a layer normalises with the batch statistics, updates the running ones with
+/// `momentum` (PyTorch's convention: new = (1 - momentum) old + momentum batch, unbiased batch
+/// variance; 0.1 by default) and counts the batch; in evaluation mode it normalises with the
+/// running statistics.
+class BatchNormBase : public Module {
+ public:
+  /// The affine parameters (undefined without affine).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The running statistics and the count of training batches (the buffers' current tensors).
+  Tensor running_mean() const { return running_mean_.data(); }
+  Tensor running_var() const { return running_var_.data(); }
+  Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
+  /// The channel count C that inputs must have.
+  std::int64_t num_features() const { return options_.num_features(); }
+  /// The settings the layer was built with.
+  const BatchNorm2dOptions& options() const { return options_; }
+
+ protected:
+  /// Registers the parameters and buffers. Requires num_features >= 1, eps > 0 and momentum in
+  /// [0, 1]; throws dpl::Error naming `layer` otherwise.
+  BatchNormBase(const char* layer, const BatchNorm2dOptions& options);
+  /// dpl::batch_norm of a 4-D x with this layer's state, counting a training batch.
+  Variable normalize(const Variable& x);
+  /// Counts a training batch in num_batches_tracked (every forward variant does).
+  void count_batch();
+
+  BatchNorm2dOptions options_;
+  Variable weight_, bias_;
+  Variable running_mean_, running_var_, num_batches_tracked_;
+};
+
+/// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm and BatchNormBase
+/// for the parameters, buffers and modes).
+class BatchNorm2d : public BatchNormBase {
  public:
   /// Requires num_features >= 1, eps > 0 and momentum in [0, 1]; throws dpl::Error otherwise.
   explicit BatchNorm2d(const BatchNorm2dOptions& options);
@@ -54,25 +88,20 @@ class BatchNorm2d : public Module {
   /// one pass where the device's library fuses it. Requires residual of x's shape and dtype;
   /// otherwise as forward().
   Variable forward_add_relu(const Variable& x, const Variable& residual);
-  /// The affine parameters (undefined without affine).
-  const Variable& weight() const { return weight_; }
-  const Variable& bias() const { return bias_; }
-  /// The running statistics and the count of training batches (the buffers' current tensors).
-  Tensor running_mean() const { return running_mean_.data(); }
-  Tensor running_var() const { return running_var_.data(); }
-  Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
-  /// The channel count C that inputs must have.
-  std::int64_t num_features() const { return options_.num_features(); }
-  /// The settings the layer was built with.
-  const BatchNorm2dOptions& options() const { return options_; }
+};
 
- private:
-  // Counts a training batch in num_batches_tracked (every forward variant does).
-  void count_batch();
-
-  BatchNorm2dOptions options_;
-  Variable weight_, bias_;
-  Variable running_mean_, running_var_, num_batches_tracked_;
+/// Batch normalisation (PyTorch's nn.BatchNorm1d) of (N, C) features or (N, C, L) sequences per
+/// channel, over N (and L): dpl::batch_norm of the input viewed as (N, C, L, 1), so the kernels,
+/// parameters, buffers and modes are BatchNorm2d's (see BatchNormBase).
+class BatchNorm1d : public BatchNormBase {
+ public:
+  /// Requires num_features >= 1, eps > 0 and momentum in [0, 1]; throws dpl::Error otherwise.
+  explicit BatchNorm1d(const BatchNorm1dOptions& options);
+  /// BatchNorm1d(BatchNorm1dOptions(num_features).eps(eps).momentum(momentum).affine(affine)).
+  explicit BatchNorm1d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  /// Requires x (N, num_features) or (N, num_features, L) of a float dtype, and in training mode
+  /// at least 2 values per channel (N * L >= 2); returns x's shape and dtype, contiguous.
+  Variable forward(const Variable& x) override;
 };
 
 /// Settings of a LayerNorm layer, as libtorch's LayerNormOptions:

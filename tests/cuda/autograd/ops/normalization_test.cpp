@@ -1,5 +1,5 @@
 // CPU-vs-CUDA agreement of the normalisations by each sample's own statistics (layer_norm,
-// group_norm), for
+// group_norm) and of BatchNorm1d (batch_norm of a view), for
 // float32, bfloat16 and float16 inputs with parameters of the input's dtype or float32: outputs
 // and the gradients of input, weight and bias, written into fresh buffers (the allocator's cache
 // first filled with NaN) and accumulated onto existing ones.
@@ -147,6 +147,36 @@ TEST_F(NormalizationTest, GroupNormOfChannelsLastImagesAgrees) {
   sum(mul(yg, Variable(on_gpu(gy)))).backward();
   EXPECT_TRUE(xg.grad().is_channels_last());
   expect_close(xg.grad().to(Device::cpu()), xc.grad(), 1e-4f, 1e-4f, "grad of the input");
+}
+
+// BatchNorm1d modules on both devices with the same parameters: output, gradients and running
+// statistics after a training step, for (N, C) and (N, C, L) inputs of every dtype.
+TEST_F(NormalizationTest, BatchNorm1dAgrees) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
+  for (const Shape& shape : {Shape{16, 5}, Shape{4, 6, 9}})
+    for (DType t : {kFloat32, kBFloat16, kFloat16}) {
+      SCOPED_TRACE(shape_str(shape) + " " + dtype_name(t));
+      const std::int64_t c = shape[1];
+      nn::BatchNorm1d cpu(c), gpu_bn(c);
+      Tensor wc = cpu.weight().data(), bc = cpu.bias().data();
+      wc.copy_(rand({c}, 0.5f, 1.5f));
+      bc.copy_(rand({c}));
+      Tensor wg = gpu_bn.weight().data(), bg = gpu_bn.bias().data();
+      wg.copy_(wc);
+      bg.copy_(bc);
+      gpu_bn.to(gpu());
+      const Tensor x = rand(shape).to(t), gy = rand(shape).to(t);
+      Variable xc(x.clone(), true), xg(on_gpu(x), true);
+      const Variable yc = cpu.forward(xc), yg = gpu_bn.forward(xg);
+      close(yg.data(), yc.data(), t, 1e-4f, "forward");
+      sum(mul(yc, Variable(gy))).backward();
+      sum(mul(yg, Variable(on_gpu(gy)))).backward();
+      close(xg.grad(), xc.grad(), t, 1e-4f, "grad of the input");
+      close(gpu_bn.weight().grad(), cpu.weight().grad(), t, 1e-3f, "grad of the weight");
+      close(gpu_bn.bias().grad(), cpu.bias().grad(), t, 1e-3f, "grad of the bias");
+      expect_close(gpu_bn.running_mean().to(Device::cpu()), cpu.running_mean(), 1e-5f, 1e-5f, "running_mean");
+      expect_close(gpu_bn.running_var().to(Device::cpu()), cpu.running_var(), 1e-5f, 1e-5f, "running_var");
+    }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Normalisation by each sample's own statistics (layer_norm, group_norm) and their modules: finite differences,
+// Normalisation by each sample's own statistics (layer_norm, group_norm) and their modules, and
+// BatchNorm1d (batch_norm of the input viewed as an image): finite differences,
 // PyTorch's values (tests/golden/normalization_golden.txt, written by
 // tests/golden/make_normalization_golden.py), PyTorch state_dicts loaded by name, 16-bit inputs
 // and parameters, and the errors for bad inputs.
@@ -303,6 +304,93 @@ TEST(GroupNormModule, RefusesBadOptionsAndInputs) {
   nn::GroupNorm gn(nn::GroupNormOptions(2, 6));
   DPL_EXPECT_ERROR(gn.forward(Variable(Tensor::ones({2, 4, 3}))),
                    HasSubstr("GroupNorm: expected an input (N, 6, *), got (2, 4, 3)"));
+}
+
+// --- nn::BatchNorm1d --------------------------------------------------------------------------
+
+TEST(BatchNorm1dModule, HasPyTorchsParametersAndBuffers) {
+  nn::BatchNorm1d bn(5);
+  const auto params = bn.named_parameters();
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].first, "weight");
+  EXPECT_EQ(params[1].first, "bias");
+  EXPECT_EQ(params[0].second.data().to_vector<float>(), std::vector<float>(5, 1.f));
+  EXPECT_EQ(params[1].second.data().to_vector<float>(), std::vector<float>(5, 0.f));
+  const auto buffers = bn.named_buffers();
+  ASSERT_EQ(buffers.size(), 3u);
+  EXPECT_EQ(buffers[0].first, "running_mean");
+  EXPECT_EQ(buffers[1].first, "running_var");
+  EXPECT_EQ(buffers[2].first, "num_batches_tracked");
+  EXPECT_EQ(bn.running_mean().to_vector<float>(), std::vector<float>(5, 0.f));
+  EXPECT_EQ(bn.running_var().to_vector<float>(), std::vector<float>(5, 1.f));
+  EXPECT_EQ(bn.num_batches_tracked().dtype(), kInt64);
+  EXPECT_EQ(bn.num_batches_tracked().shape(), Shape{});
+  nn::BatchNorm1d plain(nn::BatchNorm1dOptions(5).affine(false).momentum(0.5));
+  EXPECT_TRUE(plain.named_parameters().empty());
+  EXPECT_EQ(plain.named_buffers().size(), 3u);
+  EXPECT_EQ(plain.options().momentum(), 0.5);
+}
+
+// One training step against PyTorch's: output, gradients, running statistics and the count.
+TEST(BatchNorm1dModule, TrainingMatchesPyTorch) {
+  for (const char* name : {"batch_norm1d_2d", "batch_norm1d_3d"}) {
+    SCOPED_TRACE(name);
+    const GoldenCase& c = golden(name);
+    ASSERT_FALSE(c.tensors.empty());
+    nn::BatchNorm1d bn(nn::BatchNorm1dOptions(c.tensor("w").size(0)).momentum(c.param("momentum")).eps(c.param("eps")));
+    Tensor w = bn.weight().data(), b = bn.bias().data();
+    w.copy_(c.tensor("w"));
+    b.copy_(c.tensor("b"));
+    const Variable x(c.tensor("x").clone(), true);
+    const Variable y = bn.forward(x);
+    expect_golden(y.data(), c.tensor("y"), "y", kNormTol, kNormTol);
+    sum(mul(y, Variable(c.tensor("gy")))).backward();
+    expect_golden(x.grad(), c.tensor("gx"), "gx", kNormTol, kNormTol);
+    expect_golden(bn.weight().grad(), c.tensor("gw"), "gw", kNormTol, kNormTol);
+    expect_golden(bn.bias().grad(), c.tensor("gb"), "gb", kNormTol, kNormTol);
+    expect_golden(bn.running_mean(), c.tensor("running_mean"), "running_mean", kNormTol, kNormTol);
+    expect_golden(bn.running_var(), c.tensor("running_var"), "running_var", kNormTol, kNormTol);
+    EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), std::vector<std::int64_t>{1});
+  }
+}
+
+TEST(BatchNorm1dModule, GradcheckThroughTheBatchStatistics) {
+  Generator gen(9);
+  nn::BatchNorm1d bn(nn::BatchNorm1dOptions(3).affine(false));
+  EXPECT_TRUE(gradcheck([&](const Vars& v) { return bn.forward(v[0]); }, {randn({4, 3}, gen)}));
+  EXPECT_TRUE(gradcheck([&](const Vars& v) { return bn.forward(v[0]); }, {randn({2, 3, 4}, gen)}));
+}
+
+TEST(BatchNorm1dModule, EvaluationUsesTheRunningStatistics) {
+  Generator gen(10);
+  nn::BatchNorm1d bn(4);
+  Tensor rm = bn.running_mean(), rv = bn.running_var();
+  rm.copy_(randn({4}, gen));
+  rv.copy_(Tensor::uniform({4}, 0.5f, 2.f, gen));
+  bn.eval();
+  const Tensor x = randn({1, 4, 3}, gen);  // one value per channel and position: fine in evaluation
+  const Tensor want = batch_norm(Variable(x.reshape({1, 4, 3, 1})), bn.weight(), bn.bias(), rm, rv, false).data();
+  EXPECT_EQ(bn.forward(Variable(x)).data().to_vector<float>(), want.to_vector<float>());
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), std::vector<std::int64_t>{0});
+}
+
+TEST(BatchNorm1dModule, LoadsAPyTorchStateDict) {
+  nn::BatchNorm1d bn(5);
+  check_state_dict(bn, "batch_norm1d_module");
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), std::vector<std::int64_t>{7});
+}
+
+TEST(BatchNorm1dModule, RefusesBadOptionsAndInputs) {
+  DPL_EXPECT_ERROR(nn::BatchNorm1d(0), HasSubstr("BatchNorm1d: expected num_features >= 1, got 0"));
+  DPL_EXPECT_ERROR(nn::BatchNorm1d(3, 0.0), HasSubstr("BatchNorm1d: expected eps > 0"));
+  DPL_EXPECT_ERROR(nn::BatchNorm1d(3, 1e-5, 1.5), HasSubstr("BatchNorm1d: expected momentum in [0, 1]"));
+  nn::BatchNorm1d bn(3);
+  DPL_EXPECT_ERROR(bn.forward(Variable(Tensor::ones({2, 4}))),
+                   HasSubstr("BatchNorm1d: expected an input (N, 3) or (N, 3, L), got shape (2, 4)"));
+  DPL_EXPECT_ERROR(bn.forward(Variable(Tensor::ones({2, 3, 4, 1}))), HasSubstr("got shape (2, 3, 4, 1)"));
+  DPL_EXPECT_ERROR(bn.forward(Variable(Tensor::ones({1, 3}))),
+                   HasSubstr("BatchNorm1d: training mode needs at least 2 values per channel (N*L), got shape (1, 3)"));
+  DPL_EXPECT_ERROR(bn.forward(Variable()), HasSubstr("got an undefined Variable"));
 }
 
 }  // namespace
