@@ -102,8 +102,9 @@ GroupNorm::GroupNorm(const GroupNormOptions& options) : options_(options) {
 }
 
 Variable GroupNorm::forward(const Variable& x) {
-  DPL_CHECK(x.defined() && x.shape().size() >= 2 && x.shape()[1] == options_.num_channels(), "GroupNorm: expected an input (N, ",
-            options_.num_channels(), ", *), got ", x.defined() ? shape_str(x.shape()) : "an undefined Variable");
+  const std::int64_t c = options_.num_channels();
+  DPL_CHECK(x.defined() && x.shape().size() >= 2 && x.shape()[1] == c, "GroupNorm: expected an input (N, ", c,
+            ", *), got ", x.defined() ? shape_str(x.shape()) : "an undefined Variable");
   return group_norm(x, options_.num_groups(), weight_, bias_, options_.eps());
 }
 

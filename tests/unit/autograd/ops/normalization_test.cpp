@@ -175,14 +175,16 @@ TEST(GroupNorm, Gradcheck) {
   const Tensor w = Tensor::uniform({4}, 0.5f, 1.5f, gen), b = randn({4}, gen);
   const Tensor image = randn({3, 4, 2, 3}, gen);
   EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {image, w, b}));
-  EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {image.to_channels_last(), w, b}));
+  EXPECT_TRUE(
+      gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {image.to_channels_last(), w, b}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 4, v[1], v[2]); }, {randn({2, 4, 5}, gen), w, b}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 2, v[1], v[2]); }, {randn({3, 4}, gen), w, b}));
   EXPECT_TRUE(gradcheck([](const Vars& v) { return group_norm(v[0], 1); }, {randn({2, 4, 3}, gen)}));
 }
 
 TEST(GroupNorm, MatchesPyTorch) {
-  for (const char* name : {"group_norm_4d", "group_norm_3d", "group_norm_2d", "group_norm_one_channel_per_group_no_affine"}) {
+  for (const char* name :
+       {"group_norm_4d", "group_norm_3d", "group_norm_2d", "group_norm_one_channel_per_group_no_affine"}) {
     SCOPED_TRACE(name);
     const GoldenCase& c = golden(name);
     const std::int64_t groups = c.int_param("groups");
@@ -215,7 +217,8 @@ TEST(GroupNorm, RefusesBadInputs) {
   DPL_EXPECT_ERROR(group_norm(x, 3, Variable(), Variable(), -1.0), HasSubstr("expected eps > 0"));
   DPL_EXPECT_ERROR(group_norm(x, 3, Variable(Tensor::ones({3}))),
                    HasSubstr("group_norm: expected a weight of shape (6,), got (3,)"));
-  DPL_EXPECT_ERROR(group_norm(x, 3, Variable(), Variable(Tensor::ones({6, 1}))), HasSubstr("expected a bias of shape (6,)"));
+  DPL_EXPECT_ERROR(group_norm(x, 3, Variable(), Variable(Tensor::ones({6, 1}))),
+                   HasSubstr("expected a bias of shape (6,)"));
 }
 
 // --- nn::LayerNorm ----------------------------------------------------------------------------
