@@ -389,6 +389,30 @@ DPL_DECLARE_KERNEL(pool2d_backward, any(),
                    void(PoolKind kind, const Pool2dParams& p, const Tensor& x, const Tensor& saved, const Tensor& gy,
                         float beta, Tensor& gx));
 
+/// The layout of a group normalisation, and of a layer normalisation as its special case: x is a
+/// contiguous (n, channels, inner) array whose channels form `groups` groups of channels / groups
+/// consecutive channels (groups divides channels). Each (sample, group) is one row of
+/// channels / groups * inner consecutive elements, normalised by its own mean and variance; the
+/// affine weight and bias are per channel. Layer normalisation over the last dimensions is one
+/// group with the normalised elements as channels and inner 1.
+struct NormGroups {
+  std::int64_t n, channels, inner, groups;
+};
+/// Per row r of NormGroups g (n * groups rows): mean[r] and rstd[r] = 1 / sqrt(biased variance +
+/// eps) of the row (float32, (n * groups,)), and y = (x - mean) * rstd * weight[c] + bias[c] for
+/// every element of channel c. weight and bias are float32 (channels,); x and y of one float dtype.
+DPL_DECLARE_KERNEL(normalize_groups, floating_each(),
+                   void(const NormGroups& g, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                        Tensor& y, Tensor& mean, Tensor& rstd));
+/// Gradients of normalize_groups from the statistics it saved: gx = beta*gx + dL/dx (through
+/// the row statistics), in x's dtype; gweight[c] = sum of gy * xhat and gbias[c] = sum of gy over
+/// channel c's elements, float32 (channels,), written (beta 0). gx with zero elements is not
+/// computed, nor are gweight and gbias when both have zero elements (no gradient is needed there).
+DPL_DECLARE_KERNEL(normalize_groups_backward, floating_each(),
+                   void(const NormGroups& g, const Tensor& x, const Tensor& gy, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, float beta, Tensor& gx, Tensor& gweight,
+                        Tensor& gbias));
+
 // --- activations, dropout, softmax over the last dimension, mean squared error ----------------
 
 /// The pointwise activations of `activation` and `activation_backward`.

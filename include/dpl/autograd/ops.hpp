@@ -13,5 +13,6 @@
 #include "dpl/autograd/ops/elementwise.hpp"
 #include "dpl/autograd/ops/linear.hpp"
 #include "dpl/autograd/ops/loss.hpp"
+#include "dpl/autograd/ops/normalization.hpp"
 #include "dpl/autograd/ops/reduction.hpp"
 #include "dpl/autograd/ops/shape.hpp"

@@ -1,16 +1,27 @@
 #pragma once
-// Normalisation layers.
+// Normalisation layers: BatchNorm1d and BatchNorm2d over the batch, LayerNorm over each sample's last dimensions,
+// GroupNorm over each sample's groups of channels.
+//
+// Under optim::MixedPrecision every parameter of a model is cast to the compute dtype (one arena,
+// one dtype), the affine weights and biases of these layers too; their ops take 16-bit weight and
+// bias beside a 16-bit input and widen them to float32 for the arithmetic, so a layer behaves the
+// same as a float32 one apart from the parameters' rounding. Running statistics are buffers and
+// stay float32.
 
 #include <cstdint>
+#include <utility>
+
+#include "dpl/core/shape.hpp"
 
 #include "dpl/nn/module.hpp"
 #include "dpl/nn/options.hpp"
 
 namespace dpl::nn {
 
-/// Settings of a BatchNorm2d layer, as libtorch's BatchNormOptions:
+/// Settings of a BatchNorm1d or BatchNorm2d layer, as libtorch's BatchNormOptions:
 /// `BatchNorm2dOptions(64).eps(1e-3).momentum(0.01).affine(false)`. The layer checks the values.
 struct BatchNorm2dOptions {
+  /// The options for num_features channels, every other setting at its default.
   explicit BatchNorm2dOptions(std::int64_t num_features) : num_features_(num_features) {}
   /// Channels C of the input; must be >= 1.
   DPL_ARG(std::int64_t, num_features);
@@ -21,15 +32,48 @@ struct BatchNorm2dOptions {
   /// Whether the layer has the learned weight and bias (default true).
   DPL_ARG(bool, affine) = true;
 };
+/// Settings of a BatchNorm1d layer: the same as BatchNorm2d's (libtorch has one BatchNormOptions).
+using BatchNorm1dOptions = BatchNorm2dOptions;
 
-/// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm). Parameters:
-/// weight (C,) = 1 and bias (C,) = 0 when affine. Buffers: running_mean (C,) = 0, running_var
-/// (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all moved by to() and broadcast with
-/// the parameters but never trained. In training mode (the module's flag) it normalises with the
-/// batch statistics and updates the running ones with `momentum` (PyTorch's convention: new =
-/// (1 - momentum) old + momentum batch, unbiased batch variance; 0.1 by default) and counts the
-/// batch; in evaluation mode it normalises with the running statistics.
-class BatchNorm2d : public Module {
+/// What BatchNorm1d and BatchNorm2d share: the parameters, buffers and settings of batch
+/// normalisation per channel. Parameters: weight (C,) = 1 and bias (C,) = 0 when affine. Buffers:
+/// running_mean (C,) = 0, running_var (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all
+/// moved by to() and broadcast with the parameters but never trained. In training mode (the
+/// module's flag) a layer normalises with the batch statistics, updates the running ones with
+/// `momentum` (PyTorch's convention: new = (1 - momentum) old + momentum batch, unbiased batch
+/// variance; 0.1 by default) and counts the batch; in evaluation mode it normalises with the
+/// running statistics.
+class BatchNormBase : public Module {
+ public:
+  /// The affine parameters (undefined without affine).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The running statistics and the count of training batches (the buffers' current tensors).
+  Tensor running_mean() const { return running_mean_.data(); }
+  Tensor running_var() const { return running_var_.data(); }
+  Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
+  /// The channel count C that inputs must have.
+  std::int64_t num_features() const { return options_.num_features(); }
+  /// The settings the layer was built with.
+  const BatchNorm2dOptions& options() const { return options_; }
+
+ protected:
+  /// Registers the parameters and buffers. Requires num_features >= 1, eps > 0 and momentum in
+  /// [0, 1]; throws dpl::Error naming `layer` otherwise.
+  BatchNormBase(const char* layer, const BatchNorm2dOptions& options);
+  /// dpl::batch_norm of a 4-D x with this layer's state, counting a training batch.
+  Variable normalize(const Variable& x);
+  /// Counts a training batch in num_batches_tracked (every forward variant does).
+  void count_batch();
+
+  BatchNorm2dOptions options_;
+  Variable weight_, bias_;
+  Variable running_mean_, running_var_, num_batches_tracked_;
+};
+
+/// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm and BatchNormBase
+/// for the parameters, buffers and modes).
+class BatchNorm2d : public BatchNormBase {
  public:
   /// Requires num_features >= 1, eps > 0 and momentum in [0, 1]; throws dpl::Error otherwise.
   explicit BatchNorm2d(const BatchNorm2dOptions& options);
@@ -44,25 +88,99 @@ class BatchNorm2d : public Module {
   /// one pass where the device's library fuses it. Requires residual of x's shape and dtype;
   /// otherwise as forward().
   Variable forward_add_relu(const Variable& x, const Variable& residual);
+};
+
+/// Batch normalisation (PyTorch's nn.BatchNorm1d) of (N, C) features or (N, C, L) sequences per
+/// channel, over N (and L): dpl::batch_norm of the input viewed as (N, C, L, 1), so the kernels,
+/// parameters, buffers and modes are BatchNorm2d's (see BatchNormBase).
+class BatchNorm1d : public BatchNormBase {
+ public:
+  /// Requires num_features >= 1, eps > 0 and momentum in [0, 1]; throws dpl::Error otherwise.
+  explicit BatchNorm1d(const BatchNorm1dOptions& options);
+  /// BatchNorm1d(BatchNorm1dOptions(num_features).eps(eps).momentum(momentum).affine(affine)).
+  explicit BatchNorm1d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
+  /// Requires x (N, num_features) or (N, num_features, L) of a float dtype, and in training mode
+  /// at least 2 values per channel (N * L >= 2); returns x's shape and dtype, contiguous.
+  Variable forward(const Variable& x) override;
+};
+
+/// Settings of a LayerNorm layer, as libtorch's LayerNormOptions:
+/// `LayerNormOptions({768}).eps(1e-6).elementwise_affine(false)`. The layer checks the values.
+struct LayerNormOptions {
+  /// The options for normalized_shape, every other setting at its default.
+  /* implicit */ LayerNormOptions(Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  /// The normalised trailing extents of the input (non-empty, every extent >= 1).
+  DPL_ARG(Shape, normalized_shape);
+  /// Added to the variance before its square root; must be > 0 (default 1e-5).
+  DPL_ARG(double, eps) = 1e-5;
+  /// Whether the layer has the learned per-element weight (and bias, see below) (default true).
+  DPL_ARG(bool, elementwise_affine) = true;
+  /// Whether the layer has the bias when elementwise_affine (default true; PyTorch's bias=False).
+  DPL_ARG(bool, bias) = true;
+};
+
+/// Layer normalisation (PyTorch's nn.LayerNorm, see dpl::layer_norm): each slice of the input
+/// over its last dimensions, which must equal normalized_shape, is normalised by its own mean and
+/// biased variance, then scaled and shifted element by element. Parameters, when
+/// elementwise_affine: weight (normalized_shape) = 1 and, with bias, bias (normalized_shape) = 0,
+/// in that order; no buffers. Training and evaluation compute the same.
+class LayerNorm : public Module {
+ public:
+  /// Requires a non-empty normalized_shape of extents >= 1 and eps > 0; throws dpl::Error
+  /// otherwise.
+  explicit LayerNorm(const LayerNormOptions& options);
+  /// Requires x of a float dtype whose last dimensions are normalized_shape; returns a contiguous
+  /// tensor of x's shape and dtype.
+  Variable forward(const Variable& x) override;
+  /// The affine parameters (each undefined when the layer has none).
+  const Variable& weight() const { return weight_; }
+  const Variable& bias() const { return bias_; }
+  /// The settings the layer was built with.
+  const LayerNormOptions& options() const { return options_; }
+
+ private:
+  LayerNormOptions options_;
+  Variable weight_, bias_;
+};
+
+/// Settings of a GroupNorm layer, as libtorch's GroupNormOptions:
+/// `GroupNormOptions(32, 256).eps(1e-6).affine(false)`. The layer checks the values.
+struct GroupNormOptions {
+  /// The options for num_groups groups of num_channels channels, every other setting at its
+  /// default.
+  GroupNormOptions(std::int64_t num_groups, std::int64_t num_channels)
+      : num_groups_(num_groups), num_channels_(num_channels) {}
+  /// Groups the channels are divided into; must be >= 1 and divide num_channels.
+  DPL_ARG(std::int64_t, num_groups);
+  /// Channels C of the input; must be >= 1.
+  DPL_ARG(std::int64_t, num_channels);
+  /// Added to the variance before its square root; must be > 0 (default 1e-5).
+  DPL_ARG(double, eps) = 1e-5;
+  /// Whether the layer has the learned per-channel weight and bias (default true).
+  DPL_ARG(bool, affine) = true;
+};
+
+/// Group normalisation (PyTorch's nn.GroupNorm, see dpl::group_norm) of (N, C, *) inputs: each
+/// sample's group of C / num_groups consecutive channels is normalised by its own mean and biased
+/// variance, then every channel scaled and shifted. Parameters, when affine: weight (C,) = 1 and
+/// bias (C,) = 0; no buffers. Training and evaluation compute the same.
+class GroupNorm : public Module {
+ public:
+  /// Requires num_channels >= 1, num_groups >= 1 dividing it, and eps > 0; throws dpl::Error
+  /// otherwise.
+  explicit GroupNorm(const GroupNormOptions& options);
+  /// Requires x (N, num_channels, *) of a float dtype; returns a contiguous tensor of x's shape
+  /// and dtype.
+  Variable forward(const Variable& x) override;
   /// The affine parameters (undefined without affine).
   const Variable& weight() const { return weight_; }
   const Variable& bias() const { return bias_; }
-  /// The running statistics and the count of training batches (the buffers' current tensors).
-  Tensor running_mean() const { return running_mean_.data(); }
-  Tensor running_var() const { return running_var_.data(); }
-  Tensor num_batches_tracked() const { return num_batches_tracked_.data(); }
-  /// The channel count C that inputs must have.
-  std::int64_t num_features() const { return options_.num_features(); }
   /// The settings the layer was built with.
-  const BatchNorm2dOptions& options() const { return options_; }
+  const GroupNormOptions& options() const { return options_; }
 
  private:
-  // Counts a training batch in num_batches_tracked (every forward variant does).
-  void count_batch();
-
-  BatchNorm2dOptions options_;
+  GroupNormOptions options_;
   Variable weight_, bias_;
-  Variable running_mean_, running_var_, num_batches_tracked_;
 };
 
 }  // namespace dpl::nn

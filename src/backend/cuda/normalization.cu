@@ -1,0 +1,238 @@
+// Group and layer normalisation for float32, bfloat16 and float16 (computed in float, rounded
+// once on store).
+//
+// Rows (a sample's group, or a layer-norm row) are contiguous: one block per row sums it (mean,
+// then squared deviations: two passes keep the variance's precision when the mean is large; the
+// row is re-read from L2) and writes it. Backward gives each row to a block for the input's
+// gradient; the affine parameters' gradients are column sums over the rows, by a block of 32
+// channels (layer norm, coalesced across the row) or one block per channel (group norm, whose
+// channels are runs of `inner` elements).
+#include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_device.hpp"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/kernels.hpp"
+
+namespace dpl::backend {
+
+namespace cuda_detail {
+namespace {
+
+constexpr int kColumnTile = 32;      // channels per block of the column-sum kernel
+constexpr int kColumnRowSlices = 8;  // rows summed in parallel per channel in that kernel
+
+// ============================================================================================
+// kernels
+// ============================================================================================
+
+/// Sums a and b over the block; the totals are valid in every thread. Every thread must call it.
+/// The fixed shuffle tree makes them independent of timing.
+__device__ __forceinline__ float2 block_sum2(float a, float b) {
+  __shared__ float2 warp_part[32];
+  __shared__ float2 total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // warp_part and total may still be read by an earlier call
+  a = warp_sum(a);
+  b = warp_sum(b);
+  if (lane == 0) warp_part[warp] = make_float2(a, b);
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = (blockDim.x + 31) >> 5;
+    float2 v = lane < warps ? warp_part[lane] : make_float2(0.f, 0.f);
+    v.x = warp_sum(v.x);
+    v.y = warp_sum(v.y);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void normalize_groups_kernel(NormGroups g, const T* x, const float* w, const float* b, float eps, T* y,
+                                        float* mean, float* rstd) {
+  const std::int64_t cg = g.channels / g.groups, len = cg * g.inner, rows = g.n * g.groups;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * len;
+    float s = 0.f;
+    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) s += to_float(xr[j]);
+    const float m = block_sum2(s, 0.f).x / static_cast<float>(len);
+    float sq = 0.f;
+    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      const float d = to_float(xr[j]) - m;
+      sq += d * d;
+    }
+    const float inv = rsqrtf(block_sum2(sq, 0.f).x / static_cast<float>(len) + eps);
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = inv;
+    }
+    const std::int64_t c0 = (r % g.groups) * cg;
+    T* yr = y + r * len;
+    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      const std::int64_t c = c0 + j / g.inner;
+      yr[j] = from_float<T>((to_float(xr[j]) - m) * inv * w[c] + b[c]);
+    }
+  }
+}
+
+// gx = rstd * (gy*w - mean(gy*w) - xhat * mean(gy*w*xhat)) per row.
+template <bool acc, typename T>
+__global__ void groups_input_grad_kernel(NormGroups g, const T* x, const T* gy, const float* w, const float* mean,
+                                         const float* rstd, T* gx) {
+  const std::int64_t cg = g.channels / g.groups, len = cg * g.inner, rows = g.n * g.groups;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const std::int64_t off = r * len, c0 = (r % g.groups) * cg;
+    const float m = mean[r], s = rstd[r];
+    float a = 0.f, b = 0.f;
+    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      const float gw = to_float(gy[off + j]) * w[c0 + j / g.inner];
+      a += gw;
+      b += gw * (to_float(x[off + j]) - m) * s;
+    }
+    const float2 t = block_sum2(a, b);
+    const float ma = t.x / static_cast<float>(len), mb = t.y / static_cast<float>(len);
+    for (std::int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+      const float xhat = (to_float(x[off + j]) - m) * s;
+      const float v = s * (to_float(gy[off + j]) * w[c0 + j / g.inner] - ma - xhat * mb);
+      gx[off + j] = from_float<T>(acc ? to_float(gx[off + j]) + v : v);
+    }
+  }
+}
+
+// inner == 1: block (kColumnTile, kColumnRowSlices) owns kColumnTile consecutive channels; a warp
+// reads one row's slice of them (coalesced), the slices' partials meet in shared memory.
+template <typename T>
+__global__ void groups_affine_grad_columns_kernel(NormGroups g, const T* x, const T* gy, const float* mean,
+                                                  const float* rstd, float* gw, float* gb) {
+  __shared__ float part_w[kColumnRowSlices][kColumnTile + 1];
+  __shared__ float part_b[kColumnRowSlices][kColumnTile + 1];
+  const std::int64_t cg = g.channels / g.groups;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  float sw = 0.f, sb = 0.f;
+  if (c < g.channels) {
+    for (std::int64_t i = threadIdx.y; i < g.n; i += kColumnRowSlices) {
+      const std::int64_t r = i * g.groups + c / cg, k = i * g.channels + c;
+      const float gv = to_float(gy[k]);
+      sw += gv * (to_float(x[k]) - mean[r]) * rstd[r];
+      sb += gv;
+    }
+  }
+  part_w[threadIdx.y][threadIdx.x] = sw;
+  part_b[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < g.channels) {
+    for (int k = 1; k < kColumnRowSlices; ++k) {
+      sw += part_w[k][threadIdx.x];
+      sb += part_b[k][threadIdx.x];
+    }
+    gw[c] = sw;
+    gb[c] = sb;
+  }
+}
+
+// inner > 1: one block per channel sums its n runs of `inner` elements.
+template <typename T>
+__global__ void groups_affine_grad_channel_kernel(NormGroups g, const T* x, const T* gy, const float* mean,
+                                                  const float* rstd, float* gw, float* gb) {
+  const std::int64_t cg = g.channels / g.groups, total = g.n * g.inner;
+  for (std::int64_t c = blockIdx.x; c < g.channels; c += gridDim.x) {
+    float sw = 0.f, sb = 0.f;
+    for (std::int64_t j = threadIdx.x; j < total; j += blockDim.x) {
+      const std::int64_t i = j / g.inner, s = j - i * g.inner;
+      const std::int64_t r = i * g.groups + c / cg, k = (i * g.channels + c) * g.inner + s;
+      const float gv = to_float(gy[k]);
+      sw += gv * (to_float(x[k]) - mean[r]) * rstd[r];
+      sb += gv;
+    }
+    const float2 t = block_sum2(sw, sb);
+    if (threadIdx.x == 0) {
+      gw[c] = t.x;
+      gb[c] = t.y;
+    }
+  }
+}
+
+// ============================================================================================
+// launchers
+// ============================================================================================
+
+// One block per row (or per channel), at most what keeps every SM busy; the kernels stride.
+unsigned block_grid(std::int64_t items, int device) { return grid_for(items, 1, device); }
+
+template <typename T>
+void launch_normalize_groups(const NormGroups& g, const T* x, const float* w, const float* b, float eps, T* y,
+                             float* mean, float* rstd, int device, cudaStream_t stream) {
+  const std::int64_t rows = g.n * g.groups;
+  if (rows == 0) return;
+  normalize_groups_kernel<<<block_grid(rows, device), kThreads, 0, stream>>>(g, x, w, b, eps, y, mean, rstd);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_groups_input_grad(const NormGroups& g, const T* x, const T* gy, const float* w, const float* mean,
+                              const float* rstd, bool acc, T* gx, int device, cudaStream_t stream) {
+  const std::int64_t rows = g.n * g.groups;
+  if (rows == 0) return;
+  const unsigned grid = block_grid(rows, device);
+  if (acc) groups_input_grad_kernel<true><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);
+  else groups_input_grad_kernel<false><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_groups_affine_grad(const NormGroups& g, const T* x, const T* gy, const float* mean, const float* rstd,
+                               float* gw, float* gb, int device, cudaStream_t stream) {
+  if (g.channels == 0) return;
+  if (g.inner == 1) {
+    const unsigned grid = static_cast<unsigned>((g.channels + kColumnTile - 1) / kColumnTile);
+    groups_affine_grad_columns_kernel<<<grid, dim3(kColumnTile, kColumnRowSlices), 0, stream>>>(g, x, gy, mean, rstd,
+                                                                                                gw, gb);
+  } else {
+    groups_affine_grad_channel_kernel<<<block_grid(g.channels, device), kThreads, 0, stream>>>(g, x, gy, mean, rstd,
+                                                                                               gw, gb);
+  }
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace cuda_detail
+
+// ============================================================================================
+// kernel implementations
+// ============================================================================================
+
+namespace {
+
+using cuda_detail::in_ptr;
+using cuda_detail::on_device_typed;
+using cuda_detail::out_ptr;
+
+void normalize_groups_cuda(const NormGroups& g, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                           Tensor& y, Tensor& mean, Tensor& rstd) {
+  on_device_typed(x, "normalize_groups", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_normalize_groups(g, in_ptr<T>(x), in_ptr<float>(weight), in_ptr<float>(bias), eps,
+                                         out_ptr<T>(y), out_ptr<float>(mean), out_ptr<float>(rstd), d.device(),
+                                         d.stream());
+  });
+}
+
+void normalize_groups_backward_cuda(const NormGroups& g, const Tensor& x, const Tensor& gy, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd, float beta, Tensor& gx, Tensor& gweight,
+                                    Tensor& gbias) {
+  on_device_typed(x, "normalize_groups_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    if (gx.numel() > 0)
+      cuda_detail::launch_groups_input_grad(g, in_ptr<T>(x), in_ptr<T>(gy), in_ptr<float>(weight), in_ptr<float>(mean),
+                                            in_ptr<float>(rstd), beta != 0.f, out_ptr<T>(gx), d.device(), d.stream());
+    if (gweight.numel() > 0 || gbias.numel() > 0)
+      cuda_detail::launch_groups_affine_grad(g, in_ptr<T>(x), in_ptr<T>(gy), in_ptr<float>(mean), in_ptr<float>(rstd),
+                                             out_ptr<float>(gweight), out_ptr<float>(gbias), d.device(), d.stream());
+  });
+}
+
+}  // namespace
+
+DPL_REGISTER_KERNEL(normalize_groups, kCuda, normalize_groups_cuda);
+DPL_REGISTER_KERNEL(normalize_groups_backward, kCuda, normalize_groups_backward_cuda);
+
+}  // namespace dpl::backend
