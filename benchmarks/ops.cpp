@@ -127,6 +127,11 @@ std::vector<Case> cases(DType dtype, Device dev, std::int64_t scale) {
   out.push_back({"index_select", vc, [=] { return index_select(table, 0, tokens.flatten()); }});
   const Tensor picks = ids({B * T, 1}, classes);
   out.push_back({"gather", lg, [=] { return gather(logits, 1, picks); }});
+  // Normalization: a transformer's LayerNorm, a GroupNorm of a convolutional network.
+  const Variable ln_w = var({C}), ln_b = var({C});
+  out.push_back({"layer_norm", zs, [=] { return layer_norm(z, {C}, ln_w, ln_b); }});
+  const Variable feat = var({32 / scale, 256, 28, 28}), gn_w = var({256}), gn_b = var({256});
+  out.push_back({"group_norm", std::to_string(32 / scale) + "x256x28x28", [=] { return group_norm(feat, 32, gn_w, gn_b); }});
   return out;
 }
 

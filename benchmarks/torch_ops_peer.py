@@ -91,6 +91,12 @@ def cases(dtype, dev, scale):
         ("index_select", vc, lambda: torch.index_select(table, 0, tokens.flatten())),
         ("gather", lg, lambda: torch.gather(logits, 1, picks)),
     ]
+    ln_w, ln_b = var((C,)), var((C,))
+    feat, gn_w, gn_b = var((32 // scale, 256, 28, 28)), var((256,)), var((256,))
+    out += [
+        ("layer_norm", zs, lambda: F.layer_norm(z, (C,), ln_w, ln_b)),
+        ("group_norm", f"{32 // scale}x256x28x28", lambda: F.group_norm(feat, 32, gn_w, gn_b)),
+    ]
     return out
 
 
