@@ -413,6 +413,14 @@ DPL_DECLARE_KERNEL(normalize_groups_backward, floating_each(),
                         const Tensor& mean, const Tensor& rstd, float beta, Tensor& gx, Tensor& gweight,
                         Tensor& gbias));
 
+/// y (N, C, Ho, Wo) = the mean of x (N, C, H, W) over each output pixel's adaptive window:
+/// rows [floor(i H / Ho), ceil((i + 1) H / Ho)) and columns likewise (PyTorch's rule; windows of
+/// neighbours may overlap). x and y contiguous (NCHW); H, W, Ho, Wo >= 1.
+DPL_DECLARE_KERNEL(adaptive_avg_pool2d, floating(), void(const Tensor& x, Tensor& y));
+/// gx = beta*gx + the gradient of adaptive_avg_pool2d: each element of gy spread evenly over its
+/// window (overlapping windows add). gy and gx contiguous; gx's shape gives H and W.
+DPL_DECLARE_KERNEL(adaptive_avg_pool2d_backward, floating(), void(const Tensor& gy, float beta, Tensor& gx));
+
 // --- activations, dropout, softmax over the last dimension, mean squared error ----------------
 
 /// The pointwise activations of `activation` and `activation_backward`.

@@ -18,4 +18,6 @@ Variable AvgPool2d::forward(const Variable& x) {
 
 Variable GlobalAvgPool2d::forward(const Variable& x) { return global_avg_pool2d(x); }
 
+Variable AdaptiveAvgPool2d::forward(const Variable& x) { return adaptive_avg_pool2d(x, options_.output_size()); }
+
 }  // namespace dpl::nn

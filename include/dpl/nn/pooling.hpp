@@ -75,4 +75,28 @@ class GlobalAvgPool2d : public Module {
   Variable forward(const Variable& x) override;
 };
 
+/// Settings of an AdaptiveAvgPool2d layer, as libtorch's AdaptiveAvgPool2dOptions:
+/// `AdaptiveAvgPool2dOptions({7, 7})`. dpl::adaptive_avg_pool2d checks the values.
+struct AdaptiveAvgPool2dOptions {
+  /// The options for an output of output_size (both extents from one number: 7 means 7x7).
+  explicit AdaptiveAvgPool2dOptions(Size2d output_size) : output_size_(output_size) {}
+  /// Extent (Ho, Wo) of the output.
+  DPL_ARG(Size2d, output_size);
+};
+
+/// dpl::adaptive_avg_pool2d to a fixed output size (PyTorch's nn.AdaptiveAvgPool2d: the mean over
+/// each output pixel's adaptive window); no parameters.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  /// The values are checked by each forward (dpl::adaptive_avg_pool2d).
+  explicit AdaptiveAvgPool2d(const AdaptiveAvgPool2dOptions& options) : options_(options) {}
+  /// Requires what dpl::adaptive_avg_pool2d requires of x; returns (N, C, Ho, Wo), contiguous.
+  Variable forward(const Variable& x) override;
+  /// The settings the layer was built with.
+  const AdaptiveAvgPool2dOptions& options() const { return options_; }
+
+ private:
+  AdaptiveAvgPool2dOptions options_;
+};
+
 }  // namespace dpl::nn

@@ -1,4 +1,4 @@
-// conv2d and the 2-D poolings (max, average, global average) over (N, C, H, W) images.
+// conv2d and the 2-D poolings (max, average, global average, adaptive average) over (N, C, H, W) images.
 #include "autograd/ops/support.hpp"
 
 namespace dpl {
@@ -58,6 +58,17 @@ Shape conv2d_output_shape(const char* op, const Shape& xs, const Shape& ws, Conv
   }
   return ys;
 }
+
+class AdaptiveAvgPoolNode final : public Node {
+ public:
+  const char* name() const override { return "adaptive_avg_pool2d"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed()) return;
+    const Tensor g = dense(gy);
+    write_in(t[0], MemoryFormat::kContiguous,
+             [&](float beta, Tensor& gx) { backend::adaptive_avg_pool2d_backward(g, beta, gx); });
+  }
+};
 
 }  // namespace
 
@@ -165,6 +176,22 @@ Variable global_avg_pool2d(const Variable& x) {
   DPL_CHECK(tx.size(2) >= 1 && tx.size(3) >= 1, op, ": expected H and W of at least 1, got shape ",
             shape_str(tx.shape()));
   return pool2d(op, backend::PoolKind::kAvgIncludePad, x, Size2d(tx.size(2), tx.size(3)), Size2d(1), Size2d(0), true);
+}
+
+Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size) {
+  const char* op = "adaptive_avg_pool2d";
+  check_operands(op, {{x, "an input", 4, " (N, C, H, W)"}});
+  const Tensor tx = dense(x.data());
+  DPL_CHECK(tx.size(2) >= 1 && tx.size(3) >= 1, op, ": expected H and W of at least 1, got shape ",
+            shape_str(tx.shape()));
+  DPL_CHECK(output_size.h >= 1 && output_size.w >= 1, op, ": expected an output size of at least 1x1, got ",
+            output_size.h, "x", output_size.w);
+  Tensor y = empty_on({tx.size(0), tx.size(1), output_size.h, output_size.w}, tx);
+  backend::adaptive_avg_pool2d(tx, y);
+  if (!any_requires_grad({&x})) return Variable(y);
+  auto node = std::make_shared<AdaptiveAvgPoolNode>();
+  node->set_inputs({x});
+  return Variable::make_result(y, node);
 }
 
 }  // namespace dpl

@@ -50,5 +50,12 @@ Variable avg_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0),
                     bool count_include_pad = true);
 /// Mean over H and W: (N, C, H, W) -> (N, C). Requires a 4-D float input with H, W >= 1.
 Variable global_avg_pool2d(const Variable& x);
+/// Mean over adaptive windows (PyTorch's F.adaptive_avg_pool2d): (N, C, H, W) -> (N, C, Ho, Wo)
+/// for output_size {Ho, Wo}, output pixel (i, j) the mean of rows [floor(i H / Ho),
+/// ceil((i + 1) H / Ho)) and columns likewise, so neighbouring windows may overlap and an output
+/// larger than the input repeats pixels. Requires a 4-D float input with H, W >= 1 and output
+/// extents >= 1. A channels-last input is read through a contiguous copy; the result is
+/// contiguous.
+Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size);
 
 }  // namespace dpl
