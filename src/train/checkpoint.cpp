@@ -99,6 +99,7 @@ Named rank_parts(const TrainingState& s) {
     DPL_CHECK(gen != nullptr, "save_checkpoint: generator '", name, "' is null");
     out.emplace_back("generator/" + name, words_tensor(gen->state()));
   }
+  for (const auto& [key, text] : s.rank_values) out.emplace_back("value/" + key, text_tensor(text));
   return out;
 }
 
@@ -107,6 +108,7 @@ std::string parts_description(const TrainingState& s) {
   std::string d = detail::concat("model ", s.model != nullptr, "\noptimizer ", s.optimizer != nullptr, "\niterator ",
                                  s.iterator != nullptr);
   for (const auto& [name, gen] : s.generators) d += "\ngenerator " + name;
+  for (const auto& [key, text] : s.rank_values) d += "\nvalue " + key;
   return d;
 }
 
@@ -331,7 +333,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   const char* who = "load_checkpoint";
   const int rank = comm ? comm->rank() : 0;
   const int size = comm ? comm->size() : 1;
-  const bool per_rank = state.iterator != nullptr || !state.generators.empty();
+  const bool per_rank = state.iterator != nullptr || !state.generators.empty() || !state.rank_values.empty();
 
   serialize::SafetensorsFile file;
   Named model_tensors, optimizer_tensors;
@@ -410,6 +412,8 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       state.iterator->load_state(it);
     }
     for (auto& [name, gen] : state.generators) gen->set_state(words_of(*own.at("generator/" + name)));
+    for (auto& [key, text] : state.rank_values)
+      if (own.count("value/" + key) == 1) text = text_of(*own.at("value/" + key), path, rank_prefix(rank) + "value/" + key);
     if (state.optimizer) {
       std::map<std::string, double> scalars;
       const Json saved = metadata_json(file, "optimizer");

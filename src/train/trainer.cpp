@@ -219,16 +219,24 @@ TrainingState Trainer::training_state(const char* who) {
 
 void Trainer::save(const std::string& path) {
   TrainingState state = training_state("Trainer::save");
-  state.values[kObservationKey] = observation_.to_json();
+  // Each rank's own sums: the log's all-rank means need every rank's, not rank 0's.
+  state.rank_values[kObservationKey] = observation_.to_json();
   save_checkpoint(path, state, comm_.get());
 }
 
 void Trainer::resume(const std::string& path) {
   TrainingState state = training_state("Trainer::resume");
+  // Unset marks a file written before each rank saved its own; such a file holds rank 0's sums.
+  const std::string unset = "unset";
+  state.rank_values[kObservationKey] = unset;
   load_checkpoint(path, state, comm_.get());
   run_id_ = state.run_id;
-  const auto it = state.values.find(kObservationKey);
-  observation_.restore_json(it == state.values.end() ? "[]" : it->second, updater_.device());
+  std::string sums = state.rank_values[kObservationKey];
+  if (sums == unset) {
+    const auto it = state.values.find(kObservationKey);
+    sums = it == state.values.end() ? "[]" : it->second;
+  }
+  observation_.restore_json(sums, updater_.device());
   for (const Entry& e : extensions_) e.extension->resumed(*this);
 }
 

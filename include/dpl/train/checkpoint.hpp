@@ -29,6 +29,10 @@ struct TrainingState {
   std::vector<std::pair<std::string, Generator*>> generators{}; ///< this rank's, by name
   TrainingLog* log = nullptr;                                   ///< rank 0's
   std::map<std::string, std::string> values{};                  ///< the caller's own, as text
+  /// This rank's own values, as text (e.g. its observations not yet logged): saved for every rank
+  /// under its rank; on loading, each key the file holds for this rank is set (a key it lacks,
+  /// in a file written before the key was, keeps its value). Every rank passes the same keys.
+  std::map<std::string, std::string> rank_values{};
   /// The run the state belongs to (new_run_id()): save_checkpoint writes it into the metadata
   /// under "run"; load_checkpoint sets it to the file's, so a resumed run continues the lineage
   /// (a file without one leaves it as it is); remove_old_checkpoints prunes one run's files only.
