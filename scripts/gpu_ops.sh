@@ -37,6 +37,7 @@ for r in $(seq 1 "$REPS"); do
   step "adamw-dpl-$r" "$BUILD/benchmarks/bench_optimizer_step" --device cuda --optimizer adamw -a resnet50
   step "adamw-torch-$r" python3 "$ROOT/benchmarks/torch_optimizer_peer.py" --arch resnet50
 done
+[ "$REPS" -gt 0 ] || exit 0
 echo
 echo "ops, round $REPS (dpl / PyTorch eager, $DTYPE):"
 python3 "$ROOT/benchmarks/ops_table.py" "$OUT/ops-dpl-$REPS.log" "$OUT/ops-torch-$REPS.log"
