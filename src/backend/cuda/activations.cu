@@ -4,6 +4,7 @@
 // Pointwise kernels are grid-stride loops; the row kernels give each row of the last dimension
 // to one warp; the mean squared error ends in the one-launch reduction of device_utils.cuh, so its
 // value does not depend on timing.
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -58,15 +59,56 @@ __device__ __forceinline__ float derivative(float s, float slope) {
   return 0.5f * (1.f + erff(s * kInvSqrt2)) + s * kInvSqrt2Pi * expf(-0.5f * s * s);
 }
 
+// The pointwise maps move 16 bytes per thread and access (kPack<T> elements: 8 16-bit or 4
+// float32 values) where every pointer is 16-byte aligned, as whole tensors are: one 2-byte access
+// per thread reaches about half of the memory bandwidth. The last n % kPack<T> elements, and
+// operands that are not aligned (views at an odd offset), go one element at a time. The math per
+// element is the same either way.
+__device__ __forceinline__ bool aligned16(const void* a, const void* b, const void* c = nullptr) {
+  return ((reinterpret_cast<std::uintptr_t>(a) | reinterpret_cast<std::uintptr_t>(b) |
+           reinterpret_cast<std::uintptr_t>(c)) & 15u) == 0;
+}
+
 template <Activation f, typename T>
 __global__ void activation_kernel(float slope, const T* x, T* y, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads())
+  constexpr int V = kPack<T>;
+  std::int64_t done = 0;
+  if (aligned16(x, y)) {
+    const std::int64_t packs = n / V;
+    for (std::int64_t k = global_thread(); k < packs; k += grid_threads()) {
+      float v[V];
+      load_vec<V>(x + k * V, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = activate<f>(v[j], slope);
+      store_vec<V>(y + k * V, v);
+    }
+    done = packs * V;
+  }
+  for (std::int64_t i = done + global_thread(); i < n; i += grid_threads())
     y[i] = from_float<T>(activate<f>(to_float(x[i]), slope));
 }
 
 template <Activation f, bool acc, typename T>
 __global__ void activation_backward_kernel(float slope, const T* s, const T* gy, T* gx, std::int64_t n) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+  constexpr int V = kPack<T>;
+  std::int64_t done = 0;
+  if (aligned16(s, gy, gx)) {
+    const std::int64_t packs = n / V;
+    for (std::int64_t k = global_thread(); k < packs; k += grid_threads()) {
+      float sv[V], gv[V], out[V];
+      load_vec<V>(s + k * V, sv);
+      load_vec<V>(gy + k * V, gv);
+      if constexpr (acc) load_vec<V>(gx + k * V, out);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float v = gv[j] * derivative<f>(sv[j], slope);
+        out[j] = acc ? out[j] + v : v;
+      }
+      store_vec<V>(gx + k * V, out);
+    }
+    done = packs * V;
+  }
+  for (std::int64_t i = done + global_thread(); i < n; i += grid_threads()) {
     const float v = to_float(gy[i]) * derivative<f>(to_float(s[i]), slope);
     gx[i] = from_float<T>(acc ? to_float(gx[i]) + v : v);
   }
