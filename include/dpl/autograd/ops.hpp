@@ -11,6 +11,7 @@
 #include "dpl/autograd/ops/batch_norm.hpp"
 #include "dpl/autograd/ops/conv_pool.hpp"
 #include "dpl/autograd/ops/elementwise.hpp"
+#include "dpl/autograd/ops/indexing.hpp"
 #include "dpl/autograd/ops/linear.hpp"
 #include "dpl/autograd/ops/loss.hpp"
 #include "dpl/autograd/ops/normalization.hpp"

@@ -95,4 +95,10 @@ std::vector<Variable> defined_inputs(std::initializer_list<const Variable*> inpu
   return out;
 }
 
+std::int64_t wrap_dim(const char* op, std::int64_t dim, std::int64_t rank) {
+  DPL_CHECK(dim >= -rank && dim < rank && rank > 0, op, ": dimension ", dim, " is out of range for a tensor of ",
+            rank, " dimensions (expected one in [", -rank, ", ", rank - 1, "])");
+  return dim < 0 ? dim + rank : dim;
+}
+
 }  // namespace dpl::ops_detail

@@ -85,6 +85,9 @@ void write_in(GradTarget& target, MemoryFormat f, Kernel&& kernel) {
   add_into(tmp, target);
 }
 
+/// dim in [-rank, rank) as a dimension index in [0, rank); throws dpl::Error naming op otherwise.
+std::int64_t wrap_dim(const char* op, std::int64_t dim, std::int64_t rank);
+
 /// inputs without the undefined ones (an optional bias), in order: the inputs a node lists.
 std::vector<Variable> defined_inputs(std::initializer_list<const Variable*> inputs);
 

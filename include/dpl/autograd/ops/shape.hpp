@@ -1,6 +1,6 @@
 #pragma once
-// Shape and indexing ops: new shapes of the same data, joins and splits, padding, and picking
-// elements by index. Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
+// Shape ops: new shapes of the same data, joins and splits, and padding (picking by index is in
+// indexing.hpp). Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
 //
 // Views: where PyTorch returns a view (view, reshape when the strides allow, transpose, permute,
 // squeeze, unsqueeze, expand, narrow, slice, split, chunk, contiguous of a contiguous input), so
@@ -9,12 +9,9 @@
 // (copying a strided input when they need it dense), so views can be fed to any op. Writing
 // into a view's data writes into the input's.
 //
-// Dimensions may be negative (counted from the end, as in PyTorch). Index tensors are int64 or
-// int32, on the values' device; on the CPU an index out of range is refused with dpl::Error, on a
-// GPU (where checking would wait for the device) it gives NaN and no gradient.
+// Dimensions may be negative (counted from the end, as in PyTorch).
 
 #include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "dpl/autograd/variable.hpp"
@@ -78,21 +75,5 @@ std::vector<Variable> chunk(const Variable& x, std::int64_t chunks, std::int64_t
 /// last two dimensions. Requires an even number of pads, at most two per dimension; a negative
 /// pad crops. Returns a new contiguous tensor.
 Variable pad(const Variable& x, const std::vector<std::int64_t>& pads, double value = 0.0);
-
-// --- indexing ---------------------------------------------------------------------------------
-
-/// x with dimension dim picked by index (1-D, int64 or int32): out[.., j, ..] = x[.., index[j], ..].
-/// Indices may repeat; their gradients add up (a scatter-add).
-Variable index_select(const Variable& x, std::int64_t dim, const Tensor& index);
-/// out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (and likewise for the other dimensions), as
-/// PyTorch's gather: index (int64 or int32) has x's rank and, except at dim, extents no larger
-/// than x's; out has index's shape. Gradients of repeated positions add up (a scatter-add).
-Variable gather(const Variable& x, std::int64_t dim, const Tensor& index);
-/// Rows of weight (num_embeddings, embedding_dim) picked by indices (int64 or int32, any shape):
-/// out has indices' shape plus (embedding_dim,). The gradient adds each output row into the
-/// weight row it came from, except into row padding_idx (when given; negative counts from the
-/// end, as in PyTorch), which gets none. Requires padding_idx in [-num_embeddings, num_embeddings).
-Variable embedding(const Tensor& indices, const Variable& weight,
-                   std::optional<std::int64_t> padding_idx = std::nullopt);
 
 }  // namespace dpl

@@ -59,7 +59,7 @@ TEST(MemoryFormat, ReshapeAndRowBroadcastOfAChannelsLastTensor) {
 }  // namespace
 }  // namespace dpl
 
-// --- views, joins, splits, padding and indexing (dpl/autograd/ops/shape.hpp) ----------------------
+// --- views, joins, splits, padding (dpl/autograd/ops/shape.hpp) and indexing (indexing.hpp) -------
 
 namespace dpl {
 namespace {
