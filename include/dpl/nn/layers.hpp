@@ -62,8 +62,9 @@ class Flatten : public Module {
   Variable forward(const Variable& x) override;
 };
 
-/// Returns its input unchanged (PyTorch's nn.Identity): a placeholder where a model's shape asks
-/// for a layer that a variant leaves out, e.g. a downsampling path that is not needed.
+/// PyTorch's nn.Identity: forward returns its input unchanged. A model variant that leaves a
+/// layer out (a downsampling path it does not need) registers one in that layer's place, so the
+/// other layers keep their names.
 class Identity : public Module {
  public:
   Variable forward(const Variable& x) override { return x; }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "dpl/nn/options.hpp"
 #include "dpl/optim/optimizer.hpp"
 
 namespace dpl::optim {
@@ -41,23 +42,12 @@ class AdamW : public MomentOptimizer {
 /// weight_decay 0, momentum 0, centered false.
 struct RMSpropOptions {
   explicit RMSpropOptions(float lr = 1e-2f) : lr_(lr) {}
-  RMSpropOptions& lr(float value) { lr_ = value; return *this; }
-  float lr() const { return lr_; }
-  RMSpropOptions& alpha(float value) { alpha_ = value; return *this; }
-  float alpha() const { return alpha_; }
-  RMSpropOptions& eps(float value) { eps_ = value; return *this; }
-  float eps() const { return eps_; }
-  RMSpropOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
-  float weight_decay() const { return weight_decay_; }
-  RMSpropOptions& momentum(float value) { momentum_ = value; return *this; }
-  float momentum() const { return momentum_; }
-  RMSpropOptions& centered(bool value) { centered_ = value; return *this; }
-  bool centered() const { return centered_; }
-
- private:
-  float lr_;
-  float alpha_ = 0.99f, eps_ = 1e-8f, weight_decay_ = 0.f, momentum_ = 0.f;
-  bool centered_ = false;
+  DPL_ARG(float, lr);
+  DPL_ARG(float, alpha) = 0.99f;
+  DPL_ARG(float, eps) = 1e-8f;
+  DPL_ARG(float, weight_decay) = 0.f;
+  DPL_ARG(float, momentum) = 0.f;
+  DPL_ARG(bool, centered) = false;
 };
 
 /// torch.optim.RMSprop: g = grad + weight_decay*p; square_avg = alpha*square_avg + (1-alpha)*g^2;
@@ -91,20 +81,11 @@ class RMSprop : public Optimizer {
 /// initial_accumulator_value 0, eps 1e-10.
 struct AdagradOptions {
   explicit AdagradOptions(float lr = 1e-2f) : lr_(lr) {}
-  AdagradOptions& lr(float value) { lr_ = value; return *this; }
-  float lr() const { return lr_; }
-  AdagradOptions& lr_decay(float value) { lr_decay_ = value; return *this; }
-  float lr_decay() const { return lr_decay_; }
-  AdagradOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
-  float weight_decay() const { return weight_decay_; }
-  AdagradOptions& initial_accumulator_value(float value) { initial_accumulator_value_ = value; return *this; }
-  float initial_accumulator_value() const { return initial_accumulator_value_; }
-  AdagradOptions& eps(float value) { eps_ = value; return *this; }
-  float eps() const { return eps_; }
-
- private:
-  float lr_;
-  float lr_decay_ = 0.f, weight_decay_ = 0.f, initial_accumulator_value_ = 0.f, eps_ = 1e-10f;
+  DPL_ARG(float, lr);
+  DPL_ARG(float, lr_decay) = 0.f;
+  DPL_ARG(float, weight_decay) = 0.f;
+  DPL_ARG(float, initial_accumulator_value) = 0.f;
+  DPL_ARG(float, eps) = 1e-10f;
 };
 
 /// torch.optim.Adagrad: g = grad + weight_decay*p; sum += g^2;
@@ -168,26 +149,19 @@ using ParameterPredicate = std::function<bool(const std::string& name, const Sha
 /// the large-batch ImageNet runs did.
 struct LARSOptions {
   explicit LARSOptions(float lr = 0.1f) : lr_(lr) {}
-  LARSOptions& lr(float value) { lr_ = value; return *this; }
-  float lr() const { return lr_; }
-  LARSOptions& momentum(float value) { momentum_ = value; return *this; }
-  float momentum() const { return momentum_; }
-  LARSOptions& weight_decay(float value) { weight_decay_ = value; return *this; }
-  float weight_decay() const { return weight_decay_; }
-  LARSOptions& trust_coefficient(float value) { trust_coefficient_ = value; return *this; }
-  float trust_coefficient() const { return trust_coefficient_; }
-  /// Parameters for which `predicate` is true take neither the trust ratio nor weight decay.
-  LARSOptions& exclude(ParameterPredicate predicate) { exclude_ = std::move(predicate); return *this; }
+  DPL_ARG(float, lr);
+  DPL_ARG(float, momentum) = 0.9f;
+  DPL_ARG(float, weight_decay) = 0.f;
+  DPL_ARG(float, trust_coefficient) = 1e-3f;
+  /// Parameters for which the predicate is true take neither the trust ratio nor weight decay.
+  DPL_ARG(ParameterPredicate, exclude);
+
+ public:
+  /// exclude() of every parameter of rank <= 1.
   LARSOptions& exclude_one_dimensional() {
     exclude_ = [](const std::string&, const Shape& shape) { return shape.size() <= 1; };
     return *this;
   }
-  const ParameterPredicate& exclude() const { return exclude_; }
-
- private:
-  float lr_;
-  float momentum_ = 0.9f, weight_decay_ = 0.f, trust_coefficient_ = 1e-3f;
-  ParameterPredicate exclude_;
 };
 
 /// LARS (You, Gitman and Ginsburg 2017, "Large Batch Training of Convolutional Networks", with
