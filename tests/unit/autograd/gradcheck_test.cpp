@@ -25,7 +25,8 @@ class WrongGradNode final : public Node {
     if (!t[0].needed()) return;
     const float* g = gy.data<float>();
     float* out = t[0].tensor->data<float>();
-    for (std::int64_t i = 0; i < gy.numel(); ++i) out[i] = t[0].beta * out[i] + 2.f * g[i];
+    // beta 0 means the buffer holds garbage (possibly NaN), so it is overwritten, never scaled.
+    for (std::int64_t i = 0; i < gy.numel(); ++i) out[i] = (t[0].beta == 0.f ? 0.f : t[0].beta * out[i]) + 2.f * g[i];
   }
 };
 
