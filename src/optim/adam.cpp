@@ -36,16 +36,18 @@ Adam::Adam(const AdamOptions& options)
     : Adam(options.lr(), options.betas().first, options.betas().second, options.eps()) {
   set_weight_decay(options.weight_decay());
 }
-std::vector<float> Adam::replay_values() const {
+std::vector<float> Adam::step_values(float lr, float weight_decay) const {
   const double fix1 = bias_correction(beta1()), fix2 = bias_correction(beta2());
-  const auto lr_t = static_cast<float>(lr() * std::sqrt(fix2) / fix1);
-  return {lr_t, beta1(), beta2(), eps(), weight_decay()};
+  const auto lr_t = static_cast<float>(lr * std::sqrt(fix2) / fix1);
+  return {lr_t, beta1(), beta2(), eps(), weight_decay};
 }
 void Adam::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  Tensor p = arena.params();
-  backend::adam_update(p, arena.grads(), m_, v_, {h[0], h[1], h[2], h[3], h[4]},
-                       source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena)) {
+    Tensor m = s.state(m_), v = s.state(v_);
+    const std::vector<float>& h = s.values;
+    backend::adam_update(s.param, s.grad, m, v, {h[0], h[1], h[2], h[3], h[4]},
+                         source_of(replay_mode(), s.device_values, replay_skip_flag()));
+  }
 }
 
 }  // namespace dpl::optim

@@ -17,6 +17,8 @@ class CheckingStage : public StepStage {
   /// zero_grad(); loss = loss_fn(); backward(loss) and update() of this stage.
   Variable update(const std::function<Variable()>& loss_fn) override;
   nn::Module& target() const override;
+  /// Whether setup() has bound a model.
+  bool has_target() const { return target_ != nullptr; }
   bool gradients_finite() override;
   bool stops_on_non_finite() const override { return non_finite_ == NonFinitePolicy::kStop; }
   void set_non_finite_policy(NonFinitePolicy policy) override { non_finite_ = policy; }

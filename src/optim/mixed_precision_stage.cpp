@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "backend/kernels.hpp"
@@ -14,16 +16,39 @@ namespace {
 // The float32 master weights as a module of their own, so that the wrapped optimizer runs on
 // them unchanged: one float32 arena whose entries have the model's order and sizes, hence the
 // model's offsets (the arena aligns by elements, whatever the dtype).
-class MasterWeights final : public nn::Module {
+//
+// The masters keep the model's dotted names, so that what the wrapped optimizer selects by name
+// (parameter groups, LARS's exclusions) finds them: a dotted name is not a valid name for one
+// module's own parameter, so each prefix becomes a sub-module, created in the model's order,
+// which gives the model's order back.
+class MasterNode : public nn::Module {
  public:
-  explicit MasterWeights(const std::vector<std::pair<std::string, Variable>>& named) {
-    // Names by position: the model's dotted names are not valid names for one module's own
-    // parameters, and only the order matters here.
-    for (std::size_t i = 0; i < named.size(); ++i)
-      register_parameter("p" + std::to_string(i), named[i].second.data().to(kFloat32));
-  }
   Variable forward(const Variable&) override {
     DPL_FAIL("MixedPrecision: the master weights are not a model to run; run the model itself");
+  }
+  void add(const std::string& name, Tensor value) { register_parameter(name, std::move(value)); }
+  MasterNode& child(const std::string& name) {
+    auto found = children_.find(name);
+    if (found == children_.end()) found = children_.emplace(name, register_module(name, std::make_shared<MasterNode>())).first;
+    return *found->second;
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<MasterNode>> children_;
+};
+
+class MasterWeights final : public MasterNode {
+ public:
+  explicit MasterWeights(const std::vector<std::pair<std::string, Variable>>& named) {
+    for (const auto& [name, var] : named) {
+      MasterNode* owner = this;
+      std::size_t begin = 0;
+      for (std::size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', begin)) {
+        owner = &owner->child(name.substr(begin, dot - begin));
+        begin = dot + 1;
+      }
+      owner->add(name.substr(begin), var.data().to(kFloat32));
+    }
   }
 };
 
@@ -63,9 +88,14 @@ void MixedPrecisionStage::setup(nn::Module& model) {
   next().setup(*masters_);
   const nn::ParameterArena& master = masters_->arena();
   // The two arenas must line up element for element for the one-pass casts between them.
-  DPL_CHECK(master.numel() == arena.numel() && master.device() == arena.device(),
+  DPL_CHECK(master.numel() == arena.numel() && master.entries().size() == arena.entries().size() &&
+                master.device() == arena.device(),
             "MixedPrecision::setup: the master arena (", master.numel(), " elements on ", master.device(),
             ") does not line up with the model's (", arena.numel(), " on ", arena.device(), ")");
+  for (std::size_t s = 0; s < arena.entries().size(); ++s)
+    DPL_CHECK(master.entries()[s].name == arena.entries()[s].name && master.entries()[s].offset == arena.entries()[s].offset,
+              "MixedPrecision::setup: master parameter ", s, " is '", master.entries()[s].name, "', expected '",
+              arena.entries()[s].name, "' at the model's offset");
 }
 
 nn::ParameterArena& MixedPrecisionStage::model_arena() const {

@@ -12,9 +12,12 @@ namespace dpl::optim {
 RuleStage::~RuleStage() = default;
 
 void RuleStage::lay_out_state(nn::ParameterArena& arena) {
-  if (arena.id() == state_arena_) return;
-  rule_.init_state(arena);
-  state_arena_ = arena.id();
+  if (arena.id() != state_arena_) {
+    rule_.init_state(arena);
+    state_arena_ = arena.id();
+  }
+  // Groups may have been added since the last step; the state is kept.
+  rule_.lay_out_groups(arena);
 }
 
 void RuleStage::setup(nn::Module& model) {
@@ -27,6 +30,7 @@ void RuleStage::setup(nn::Module& model) {
   nn::ParameterArena& arena = model.arena();
   rule_.init_state(arena);
   state_arena_ = arena.id();
+  rule_.lay_out_groups(arena);
 }
 
 void RuleStage::update() {

@@ -31,6 +31,8 @@ class RuleStage final : public CheckingStage {
 
   std::vector<std::pair<std::string, Tensor>> state() const override { return rule_.own_state(); }
   std::map<std::string, double> state_scalars() const override;
+  /// The parameter groups' settings among the state scalars (none without groups).
+  std::map<std::string, double> group_scalars() const;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::map<std::string, double>& scalars) override;
 

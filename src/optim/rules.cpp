@@ -3,6 +3,7 @@
 #include "dpl/optim/rules.hpp"
 
 #include <cmath>
+#include <functional>
 
 #include "optim/segments.hpp"
 #include "optim/update_rule.hpp"
@@ -24,17 +25,19 @@ void check_rate(const char* who, const char* what, float value) {
 AdamW::AdamW(const AdamWOptions& o) : MomentOptimizer("AdamW", o.lr(), o.betas().first, o.betas().second, o.eps()) {
   set_weight_decay(o.weight_decay());
 }
-std::vector<float> AdamW::replay_values() const {
+std::vector<float> AdamW::step_values(float lr, float weight_decay) const {
   // PyTorch's scalars: step_size = lr / bias_correction1, and the square root of bias_correction2.
   const double fix1 = bias_correction(beta1()), fix2 = bias_correction(beta2());
-  return {lr(), static_cast<float>(lr() / fix1), static_cast<float>(std::sqrt(fix2)), beta1(), beta2(), eps(),
-          weight_decay()};
+  return {lr, static_cast<float>(lr / fix1), static_cast<float>(std::sqrt(fix2)), beta1(), beta2(), eps(),
+          weight_decay};
 }
 void AdamW::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  Tensor p = arena.params();
-  backend::adamw_update(p, arena.grads(), m_, v_, {h[0], h[1], h[2], h[3], h[4], h[5], h[6]},
-                        source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena)) {
+    Tensor m = s.state(m_), v = s.state(v_);
+    const std::vector<float>& h = s.values;
+    backend::adamw_update(s.param, s.grad, m, v, {h[0], h[1], h[2], h[3], h[4], h[5], h[6]},
+                          source_of(replay_mode(), s.device_values, replay_skip_flag()));
+  }
 }
 
 // --- RMSprop -------------------------------------------------------------------------------------
@@ -64,16 +67,16 @@ void RMSprop::init_state(const nn::ParameterArena& arena) {
   momentum_buffer_ = options_.momentum() > 0.f ? zeros_like(p) : none;
   grad_avg_ = options_.centered() ? zeros_like(p) : none;
 }
-std::vector<float> RMSprop::replay_values() const {
-  return {options_.lr(), options_.alpha(), options_.eps(), weight_decay(), options_.momentum(),
-          options_.centered() ? 1.f : 0.f};
+std::vector<float> RMSprop::step_values(float lr, float weight_decay) const {
+  return {lr, options_.alpha(), options_.eps(), weight_decay, options_.momentum(), options_.centered() ? 1.f : 0.f};
 }
 void RMSprop::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  Tensor p = arena.params();
-  backend::rmsprop_update(p, arena.grads(), square_avg_, momentum_buffer_, grad_avg_,
-                          {h[0], h[1], h[2], h[3], h[4], h[5]},
-                          source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena)) {
+    Tensor square_avg = s.state(square_avg_), buf = s.state(momentum_buffer_), grad_avg = s.state(grad_avg_);
+    const std::vector<float>& h = s.values;
+    backend::rmsprop_update(s.param, s.grad, square_avg, buf, grad_avg, {h[0], h[1], h[2], h[3], h[4], h[5]},
+                            source_of(replay_mode(), s.device_values, replay_skip_flag()));
+  }
 }
 
 // --- Adagrad -------------------------------------------------------------------------------------
@@ -97,39 +100,57 @@ void Adagrad::init_state(const nn::ParameterArena& arena) {
     for (const nn::ArenaEntry& e : arena.entries()) sum_.narrow(0, e.offset, e.numel).fill_(options_.initial_accumulator_value());
   sum_steps_ = 0;
 }
-std::vector<float> Adagrad::replay_values() const {
-  const double clr = options_.lr() / (1.0 + static_cast<double>(sum_steps_) * options_.lr_decay());
-  return {static_cast<float>(clr), weight_decay(), options_.eps()};
+std::vector<float> Adagrad::step_values(float lr, float weight_decay) const {
+  const double clr = lr / (1.0 + static_cast<double>(sum_steps_) * options_.lr_decay());
+  return {static_cast<float>(clr), weight_decay, options_.eps()};
 }
 void Adagrad::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  Tensor p = arena.params();
-  backend::adagrad_update(p, arena.grads(), sum_, {h[0], h[1], h[2]},
-                          source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena)) {
+    Tensor sum = s.state(sum_);
+    backend::adagrad_update(s.param, s.grad, sum, {s.values[0], s.values[1], s.values[2]},
+                            source_of(replay_mode(), s.device_values, replay_skip_flag()));
+  }
 }
 
 // --- LAMB ----------------------------------------------------------------------------------------
 
+namespace {
+// Rebuilds the per-group chunk tables when the arena or the group of some entry changed.
+void refresh_tables(GroupSegmentTables& tables, const nn::ParameterArena& arena,
+                    const std::vector<std::size_t>& entry_groups, std::size_t group_count,
+                    const std::function<std::int32_t(const nn::ArenaEntry&)>& flags_of) {
+  if (tables.arena == arena.id() && tables.entry_groups == entry_groups && tables.rows.size() == group_count) return;
+  tables.rows.clear();
+  tables.partials.clear();
+  for (detail::SegmentTable& t : detail::segment_tables(arena, entry_groups, group_count, flags_of)) {
+    tables.rows.push_back(t.rows);
+    tables.partials.push_back(t.partials);
+  }
+  tables.arena = arena.id();
+  tables.entry_groups = entry_groups;
+}
+}  // namespace
+
 LAMB::LAMB(const LAMBOptions& o) : MomentOptimizer("LAMB", o.lr(), o.betas().first, o.betas().second, o.eps()) {
   set_weight_decay(o.weight_decay());
 }
-void LAMB::init_state(const nn::ParameterArena& arena) {
-  MomentOptimizer::init_state(arena);
-  detail::SegmentTable table = detail::segment_table(arena);
-  segments_ = table.rows;
-  partials_ = table.partials;
+void LAMB::lay_out_groups(const nn::ParameterArena& arena) {
+  refresh_tables(tables_, arena, entry_groups(arena), group_count(), {});
 }
-std::vector<float> LAMB::replay_values() const {
-  return {lr(), beta1(), beta2(), eps(), weight_decay(), static_cast<float>(bias_correction(beta1())),
+std::vector<float> LAMB::step_values(float lr, float weight_decay) const {
+  return {lr, beta1(), beta2(), eps(), weight_decay, static_cast<float>(bias_correction(beta1())),
           static_cast<float>(bias_correction(beta2()))};
 }
 void LAMB::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
-  const backend::LambHyper hyper{h[0], h[1], h[2], h[3], h[4], h[5], h[6]};
-  const backend::UpdateSource source = source_of(replay_mode(), replay_values_on_device(), replay_skip_flag());
   Tensor p = arena.params();
-  backend::lamb_moments(p, arena.grads(), m_, v_, segments_, partials_, hyper, source);
-  backend::lamb_apply(p, m_, v_, segments_, partials_, hyper, source);
+  for (std::size_t g = 0; g < group_count(); ++g) {
+    const std::vector<float> h = step_values(group_lr(g), group_weight_decay(g));
+    const backend::LambHyper hyper{h[0], h[1], h[2], h[3], h[4], h[5], h[6]};
+    const Tensor values = detail::group_values(replay_mode(), replay_values_on_device(), g, h.size());
+    const backend::UpdateSource source = source_of(replay_mode(), values, replay_skip_flag());
+    backend::lamb_moments(p, arena.grads(), m_, v_, tables_.rows[g], tables_.partials[g], hyper, source);
+    backend::lamb_apply(p, m_, v_, tables_.rows[g], tables_.partials[g], hyper, source);
+  }
 }
 
 // --- LARS ----------------------------------------------------------------------------------------
@@ -145,24 +166,25 @@ void LARS::set_lr(float lr) {
   check_lr("LARS", lr);
   options_.lr(lr);
 }
-void LARS::init_state(const nn::ParameterArena& arena) {
-  velocity_ = zeros_like(arena.params());
+void LARS::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
+void LARS::lay_out_groups(const nn::ParameterArena& arena) {
   const ParameterPredicate& exclude = options_.exclude();
-  detail::SegmentTable table = detail::segment_table(arena, [&exclude](const nn::ArenaEntry& e) {
+  refresh_tables(tables_, arena, entry_groups(arena), group_count(), [&exclude](const nn::ArenaEntry& e) {
     return exclude && exclude(e.name, e.shape) ? backend::kSegmentExcluded : 0;
   });
-  segments_ = table.rows;
-  partials_ = table.partials;
 }
-std::vector<float> LARS::replay_values() const {
-  return {options_.lr(), options_.momentum(), weight_decay(), options_.trust_coefficient()};
+std::vector<float> LARS::step_values(float lr, float weight_decay) const {
+  return {lr, options_.momentum(), weight_decay, options_.trust_coefficient()};
 }
 void LARS::step(nn::ParameterArena& arena) {
-  const std::vector<float> h = replay_values();
   Tensor p = arena.params();
-  backend::segment_norms(p, arena.grads(), segments_, partials_);
-  backend::lars_update(p, arena.grads(), velocity_, segments_, partials_, {h[0], h[1], h[2], h[3]},
-                       source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (std::size_t g = 0; g < group_count(); ++g) {
+    const std::vector<float> h = step_values(group_lr(g), group_weight_decay(g));
+    const Tensor values = detail::group_values(replay_mode(), replay_values_on_device(), g, h.size());
+    backend::segment_norms(p, arena.grads(), tables_.rows[g], tables_.partials[g]);
+    backend::lars_update(p, arena.grads(), velocity_, tables_.rows[g], tables_.partials[g], {h[0], h[1], h[2], h[3]},
+                         source_of(replay_mode(), values, replay_skip_flag()));
+  }
 }
 
 }  // namespace dpl::optim

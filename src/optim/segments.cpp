@@ -8,13 +8,15 @@
 
 namespace dpl::optim::detail {
 
-SegmentTable segment_table(const nn::ParameterArena& arena,
-                           const std::function<std::int32_t(const nn::ArenaEntry&)>& flags_of) {
+namespace {
+SegmentTable table_of_group(const nn::ParameterArena& arena, const std::vector<std::size_t>& entry_groups,
+                            std::size_t group, const std::function<std::int32_t(const nn::ArenaEntry&)>& flags_of) {
   constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
   std::vector<std::int32_t> rows;
   std::int64_t chunks = 0;
   const auto& entries = arena.entries();
   for (std::size_t s = 0; s < entries.size(); ++s) {
+    if (entry_groups.at(s) != group) continue;
     const nn::ArenaEntry& e = entries[s];
     const std::int64_t count = (e.numel + backend::kSegmentChunk - 1) / backend::kSegmentChunk;
     // Offsets travel divided by the alignment of 16, which arenas guarantee.
@@ -34,6 +36,15 @@ SegmentTable segment_table(const nn::ParameterArena& arena,
   table.rows = Tensor::from_vector(rows, {chunks, backend::kSegmentTableColumns}).to(arena.device());
   table.partials = Tensor::zeros({chunks, 2}, TensorOptions(kFloat32, arena.device()));
   return table;
+}
+}  // namespace
+
+std::vector<SegmentTable> segment_tables(const nn::ParameterArena& arena, const std::vector<std::size_t>& entry_groups,
+                                         std::size_t group_count,
+                                         const std::function<std::int32_t(const nn::ArenaEntry&)>& flags_of) {
+  std::vector<SegmentTable> tables;
+  for (std::size_t g = 0; g < group_count; ++g) tables.push_back(table_of_group(arena, entry_groups, g, flags_of));
+  return tables;
 }
 
 }  // namespace dpl::optim::detail

@@ -15,10 +15,11 @@ void SGD::set_lr(float lr) {
   lr_ = lr;
 }
 void SGD::step(nn::ParameterArena& arena) {
-  Tensor p = arena.params();
-  backend::sgd_update(p, arena.grads(), {lr_, weight_decay()}, source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena))
+    backend::sgd_update(s.param, s.grad, {s.values[0], s.values[1]},
+                        source_of(replay_mode(), s.device_values, replay_skip_flag()));
 }
-std::vector<float> SGD::replay_values() const { return {lr_, weight_decay()}; }
+std::vector<float> SGD::step_values(float lr, float weight_decay) const { return {lr, weight_decay}; }
 
 MomentumSGD::MomentumSGD(float lr, float momentum) : lr_(lr), momentum_(momentum) {
   check_lr("MomentumSGD", lr);
@@ -33,10 +34,14 @@ void MomentumSGD::set_lr(float lr) {
 }
 void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
 void MomentumSGD::step(nn::ParameterArena& arena) {
-  Tensor p = arena.params();
-  backend::momentum_update(p, arena.grads(), velocity_, {lr_, momentum_, weight_decay()},
-                           source_of(replay_mode(), replay_values_on_device(), replay_skip_flag()));
+  for (RangeStep& s : range_steps(arena)) {
+    Tensor velocity = s.state(velocity_);
+    backend::momentum_update(s.param, s.grad, velocity, {s.values[0], s.values[1], s.values[2]},
+                             source_of(replay_mode(), s.device_values, replay_skip_flag()));
+  }
 }
-std::vector<float> MomentumSGD::replay_values() const { return {lr_, momentum_, weight_decay()}; }
+std::vector<float> MomentumSGD::step_values(float lr, float weight_decay) const {
+  return {lr, momentum_, weight_decay};
+}
 
 }  // namespace dpl::optim

@@ -26,10 +26,28 @@ void check_same_setting(const char* who, const std::map<std::string, double>& sc
 }
 }  // namespace
 
+// The parameter groups are settings of the run, saved to be checked: "param_groups" (only when
+// there are groups, so that states saved without them keep their keys) and, for each group, its
+// lr as a share of the optimizer's and its weight decay, -1 for one that follows the optimizer's.
+std::map<std::string, double> RuleStage::group_scalars() const {
+  std::map<std::string, double> out;
+  if (rule_.groups_.empty()) return out;
+  out["param_groups"] = static_cast<double>(rule_.groups_.size());
+  for (std::size_t g = 0; g < rule_.groups_.size(); ++g) {
+    const Optimizer::Group& group = rule_.groups_[g];
+    const std::string prefix = "param_group" + std::to_string(g + 1) + "/";
+    out[prefix + "lr_share"] = group.lr_share ? static_cast<double>(*group.lr_share) : -1.0;
+    out[prefix + "weight_decay"] = group.settings.weight_decay() ? static_cast<double>(*group.settings.weight_decay()) : -1.0;
+  }
+  return out;
+}
+
 std::map<std::string, double> RuleStage::state_scalars() const {
   std::map<std::string, double> out = {
       {"t", static_cast<double>(rule_.t())}, {"lr", rule_.lr()}, {"weight_decay", rule_.weight_decay()}};
   rule_.add_own_scalars(out);
+  const std::map<std::string, double> groups = group_scalars();
+  out.insert(groups.begin(), groups.end());
   return out;
 }
 
@@ -57,6 +75,18 @@ void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& te
     const bool given =
         std::any_of(tensors.begin(), tensors.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
     DPL_CHECK(given, who, ": missing state tensor '", name, "'");
+  }
+  // The groups first, so that a state saved with other groups is told as that, not as a key.
+  const std::map<std::string, double> groups = group_scalars();
+  const auto saved_groups = scalars.count("param_groups") == 1 ? scalars.at("param_groups") : 0.0;
+  const auto have_groups = static_cast<double>(rule_.groups_.size());
+  DPL_CHECK(saved_groups == have_groups, who, ": the state was saved with ", saved_groups,
+            " parameter group(s) besides the default one, but this optimizer has ", have_groups);
+  for (const auto& [key, value] : groups) {
+    const auto found = scalars.find(key);
+    DPL_CHECK(found != scalars.end() && found->second == value, who, ": parameter group setting '", key, "' was saved as ",
+              found == scalars.end() ? std::string("nothing") : std::to_string(found->second), ", but this optimizer has ",
+              value, " (-1: follows the optimizer's)");
   }
   const auto keys = state_scalars();
   for (const auto& [key, value] : scalars) DPL_CHECK(keys.count(key) == 1, who, ": unexpected state scalar '", key, "'");

@@ -33,6 +33,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const std::string& kind) {
   if (kind == "adamw") return std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-3f));
   if (kind == "lamb") return std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f));
   if (kind == "lars") return std::make_unique<optim::LARS>(optim::LARSOptions(0.1f).trust_coefficient(0.02f));
+  if (kind == "adamw_groups" || kind == "lamb_groups") {
+    std::unique_ptr<optim::Optimizer> rule;
+    if (kind == "adamw_groups") rule = std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-3f).weight_decay(0.1f));
+    else rule = std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f).weight_decay(0.1f));
+    rule->add_param_group(optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f).lr(3.f * rule->lr()));
+    return rule;
+  }
   return std::make_unique<optim::MomentumSGD>(0.1f, 0.9f);
 }
 
@@ -76,7 +83,8 @@ TEST_P(DataParallelEquivalence, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Communicators, DataParallelEquivalence,
                          ::testing::Combine(::testing::ValuesIn(dpl::test::host_communicator_names()),
-                                            ::testing::Values("sgd", "momentum", "adamw", "lamb", "lars")));
+                                            ::testing::Values("sgd", "momentum", "adamw", "lamb", "lars", "adamw_groups",
+                                                              "lamb_groups")));
 
 TEST(MultiNodeOptimizer, SetupBroadcastsRankZeroWeights) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");

@@ -13,11 +13,66 @@
 
 #include "dpl/autograd/variable.hpp"
 #include "dpl/nn/module.hpp"
+#include "dpl/nn/options.hpp"
 #include "dpl/optim/step_pipeline.hpp"
 
 namespace dpl::optim {
 
 class RuleStage;
+
+/// Which parameters something applies to, by the model's dotted name and the shape.
+using ParameterPredicate = std::function<bool(const std::string& name, const Shape& shape)>;
+
+/// A parameter group, as PyTorch's param_groups: the parameters it selects update with its
+/// learning rate and weight decay instead of the optimizer's. Either setting left unset follows
+/// the optimizer's. `optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f)` is the
+/// usual "no decay on biases and normalisation weights".
+///
+/// A group's lr is fixed relative to the optimizer's lr(): given lr 0.01 while lr() is 0.1, the
+/// group keeps a tenth of lr() as set_lr() and schedules change it, as PyTorch's schedulers scale
+/// every group's lr by one factor. Its weight decay is its own and stays as given.
+struct ParamGroup {
+  /// The parameters for which selects(name, shape) is true, names as the model's
+  /// named_parameters() gives them. Requires a callable predicate (dpl::Error at add_param_group).
+  explicit ParamGroup(ParameterPredicate selects, std::string label = "group")
+      : selects_(std::move(selects)), label_(std::move(label)) {}
+  /// The parameters of exactly these names; setup refuses a name the model does not have.
+  static ParamGroup named(std::vector<std::string> names, std::string label = "group");
+  /// Every parameter of rank <= 1: biases and the weights of normalisation layers.
+  static ParamGroup one_dimensional(std::string label = "one-dimensional");
+
+  DPL_ARG(std::optional<float>, lr);
+  DPL_ARG(std::optional<float>, weight_decay);
+
+ public:
+  const ParameterPredicate& selects() const { return selects_; }
+  const std::string& label() const { return label_; }
+  /// The names a named() group lists (empty for a predicate group).
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  ParameterPredicate selects_;
+  std::string label_;
+  std::vector<std::string> names_;
+};
+
+/// A contiguous range of a parameter arena whose parameters are in one group, with that group's
+/// lr and weight decay for this step. An optimizer's ranges cover its arena, padding included,
+/// in order; a rule runs its update once per range.
+struct GroupRange {
+  std::int64_t begin = 0, numel = 0;
+  std::size_t group = 0;  // 0: the default group; g: the g-th group added
+  float lr = 0.f, weight_decay = 0.f;
+};
+
+/// One parameter group as the optimizer applies it now (Optimizer::param_groups()).
+struct ParamGroupInfo {
+  std::string label;
+  float lr = 0.f;
+  float weight_decay = 0.f;
+  /// The names of its parameters in the bound model (empty before setup()).
+  std::vector<std::string> parameters;
+};
 
 /// An optimizer: an update rule and its state (learning rate, weight decay, t(), the rule's
 /// state arenas), and the step pipeline that runs it (dpl/optim/step_pipeline.hpp): the non-finite
@@ -31,8 +86,9 @@ class RuleStage;
 /// pass; the state (moments, velocities) lives in arenas of the same layout.
 ///
 /// A rule of one's own derives from Optimizer and overrides lr(), set_lr() and step() (plus
-/// init_state(), own_state(), add_own_scalars() and load_own_scalars() when it keeps state, and
-/// replay_values() to run in replay mode).
+/// init_state(), own_state(), add_own_scalars() and load_own_scalars() when it keeps state,
+/// replay_values() to run in replay mode, and step_values() with a step() over range_steps() for
+/// parameter groups).
 class Optimizer {
  public:
   Optimizer();
@@ -51,11 +107,30 @@ class Optimizer {
   void set_weight_decay(float rate);
   /// Number of updates done since setup() (skipped steps are not counted).
   std::int64_t t() const;
+
+  // --- parameter groups (docs/optimizers.md, "Parameter groups")
+
+  /// Adds a group. Groups are matched in the order added and the first that selects a parameter
+  /// takes it; the parameters no group selects form the default group, which follows lr() and
+  /// weight_decay(). Takes effect at the next update; the state (moments) is kept. On a wrapper
+  /// (MixedPrecision, parallel::MultiNodeOptimizer) it adds the group to the wrapped rule, whose
+  /// names are the model's.
+  ///
+  /// Requires a rule that supports groups (every one of this library's; a rule of one's own
+  /// must implement step_values()), a finite group lr and weight decay >= 0, a group lr only
+  /// while lr() > 0 (it is kept as a share of lr()), and no replay mode. At setup() and at the
+  /// next update, a group that selects no parameter, or names one the model does not have, is
+  /// refused with the group's label and the model's names. Throws dpl::Error otherwise.
+  void add_param_group(ParamGroup group);
+  /// The default group, then each added group, with its lr and weight decay now and (after
+  /// setup()) the names of its parameters.
+  std::vector<ParamGroupInfo> param_groups() const;
   /// The state arenas by name ("velocity"; "m", "v"; MixedPrecision adds "master"), each with the
   /// parameter arena's layout. These views of the live state are the tensor half of what
   /// load_state() restores.
   std::vector<std::pair<std::string, Tensor>> state() const;
-  /// The scalar half of the state: "t", "lr" and "weight_decay", plus each optimizer's own
+  /// The scalar half of the state: "t", "lr" and "weight_decay", with parameter groups their
+  /// settings ("param_groups", "param_group<g>/lr_share", ".../weight_decay"), plus each optimizer's own
   /// (Adam: "moment_steps", and its fixed hyperparameters "beta1", "beta2", "eps"; MomentumSGD:
   /// "momentum"; float16 MixedPrecision: "loss_scale", "loss_scale_good_steps"). Values are
   /// exact: the floats and counts convert to double without rounding.
@@ -193,9 +268,42 @@ class Optimizer {
   /// Runs the fused update over the whole arena (t() already counts this step). In replay mode it
   /// must take its values from replay_values_on_device() and skip on replay_skip_flag().
   virtual void step(nn::ParameterArena& arena) = 0;
-  /// The values of the next step's update, in the order its kernel reads them; empty (the
-  /// default) for an optimizer that cannot run in replay mode.
-  virtual std::vector<float> replay_values() const { return {}; }
+  /// The values of the next step's update for one parameter group's lr and weight decay, in the
+  /// order its kernel reads them; empty (the default) for a rule without parameter groups.
+  virtual std::vector<float> step_values(float /*lr*/, float /*weight_decay*/) const { return {}; }
+  /// The values of the next step's update, in the order its kernel reads them; empty for an
+  /// optimizer that cannot run in replay mode. By default step_values() of every group, the
+  /// default group first, one after the other (group g's at g * step_values().size()).
+  virtual std::vector<float> replay_values() const;
+
+  /// The arena's ranges of one group each (GroupRange): one over the whole arena, with lr() and
+  /// weight_decay(), when no group was added. Throws dpl::Error for a group that selects nothing
+  /// or names a missing parameter.
+  std::vector<GroupRange> group_ranges(const nn::ParameterArena& arena) const;
+  /// What an elementwise rule's kernel runs on for one group range: the range's slices of the
+  /// parameter and gradient arenas, its step_values(), and in replay mode its row of the device
+  /// values (replay_values_on_device(); undefined otherwise).
+  struct RangeStep {
+    GroupRange range;
+    Tensor param, grad;
+    std::vector<float> values;
+    Tensor device_values;
+    /// The range's slice of a state arena of the parameters' layout (an empty state stays empty).
+    Tensor state(const Tensor& arena_layout) const;
+  };
+  /// One RangeStep per group range of arena, in order.
+  std::vector<RangeStep> range_steps(nn::ParameterArena& arena) const;
+  /// The group of each of the arena's entries, in order (0: the default group).
+  const std::vector<std::size_t>& entry_groups(const nn::ParameterArena& arena) const;
+  /// The number of groups, the default one included.
+  std::size_t group_count() const { return groups_.size() + 1; }
+  /// The lr and weight decay of group g for this step.
+  float group_lr(std::size_t g) const;
+  float group_weight_decay(std::size_t g) const;
+  /// Called with the model's arena whenever the update may meet a new group layout (setup, each
+  /// update, entering replay mode), after init_state(): validates the groups (entry_groups()). A
+  /// rule with tables per group (LAMB, LARS) rebuilds them here when the layout changed.
+  virtual void lay_out_groups(const nn::ParameterArena& arena) { entry_groups(arena); }
   /// Called after each step that was taken (Adam counts the steps folded into its moments).
   virtual void on_step_taken() {}
   /// Undoes on_step_taken() for a step counted as taken before its verdict was read, which then
@@ -224,6 +332,15 @@ class Optimizer {
   Optimizer* rule_;                       // this, or the rule a wrapper applies
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
+  // The added groups, each with its lr as a share of lr() (unset: follows lr()).
+  struct Group {
+    ParamGroup settings;
+    std::optional<float> lr_share;
+  };
+  std::vector<Group> groups_;
+  // entry_groups() for the arena of id groups_arena_, under groups_version_ of the groups.
+  mutable std::vector<std::size_t> entry_groups_;
+  mutable std::uint64_t groups_arena_ = 0, groups_version_ = 0, entry_groups_version_ = ~std::uint64_t{0};
 };
 
 /// An optimizer that applies another's update rule with a stage of its own in front of the
@@ -277,7 +394,7 @@ class SGD : public Optimizer {
 
  protected:
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
 
  private:
   float lr_;
@@ -315,7 +432,7 @@ class MomentumSGD : public Optimizer {
   void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
@@ -409,7 +526,7 @@ class Adam : public MomentOptimizer {
 
  protected:
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
 };
 
 }  // namespace dpl::optim

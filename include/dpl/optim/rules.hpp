@@ -35,7 +35,7 @@ class AdamW : public MomentOptimizer {
 
  protected:
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
 };
 
 /// RMSprop's settings; defaults are torch.optim.RMSprop's: lr 0.01, alpha 0.99, eps 1e-8,
@@ -69,7 +69,7 @@ class RMSprop : public Optimizer {
   void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
@@ -105,7 +105,7 @@ class Adagrad : public Optimizer {
   void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
   void on_step_taken() override { ++sum_steps_; }
   void on_step_withdrawn() override { --sum_steps_; }
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
@@ -114,6 +114,14 @@ class Adagrad : public Optimizer {
   AdagradOptions options_;
   Tensor sum_;
   std::int64_t sum_steps_ = 0;
+};
+
+/// The per-tensor rules' chunk tables (one per parameter group) and the layout they were built
+/// for; private to their implementation.
+struct GroupSegmentTables {
+  std::vector<Tensor> rows, partials;
+  std::uint64_t arena = 0;
+  std::vector<std::size_t> entry_groups;
 };
 
 /// LAMB's settings: lr 1e-3, betas (0.9, 0.999), eps 1e-6, weight_decay 0.01.
@@ -133,16 +141,13 @@ class LAMB : public MomentOptimizer {
   explicit LAMB(const LAMBOptions& options = LAMBOptions());
 
  protected:
-  void init_state(const nn::ParameterArena& arena) override;
+  void lay_out_groups(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
 
  private:
-  Tensor segments_, partials_;  // the per-tensor chunk table and its partial sums (not state)
+  GroupSegmentTables tables_;  // per group: the per-tensor chunk table and its partial sums (not state)
 };
-
-/// Which parameters LARS leaves out of its adaptation, by name and shape.
-using ParameterPredicate = std::function<bool(const std::string& name, const Shape& shape)>;
 
 /// LARS's settings: lr 0.1, momentum 0.9, weight_decay 0, trust_coefficient 0.001, no exclusion.
 /// `exclude_one_dimensional()` leaves out every 1-D parameter (biases, BatchNorm's weights), as
@@ -182,13 +187,15 @@ class LARS : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> own_state() const override { return {{"velocity", velocity_}}; }
   void add_own_scalars(std::map<std::string, double>& scalars) const override;
   void init_state(const nn::ParameterArena& arena) override;
+  void lay_out_groups(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
-  std::vector<float> replay_values() const override;
+  std::vector<float> step_values(float lr, float weight_decay) const override;
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:
   LARSOptions options_;
-  Tensor velocity_, segments_, partials_;
+  Tensor velocity_;
+  GroupSegmentTables tables_;
 };
 
 }  // namespace dpl::optim

@@ -107,6 +107,30 @@ TEST_F(OptimTest, LARS) {
   }
 }
 
+// Parameter groups (one launch per group range, the per-tensor rules one table per group): no
+// decay and twice the lr for the 1-D parameters, a fifth of the lr for the output layer.
+TEST_F(OptimTest, ParameterGroupsMatchCpu) {
+  const auto grouped = [](auto rule) {
+    rule->add_param_group(optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f).lr(2.f * rule->lr()));
+    rule->add_param_group(
+        optim::ParamGroup([](const std::string&, const Shape& s) { return s.size() == 2 && s[0] == 6; }, "output")
+            .lr(rule->lr() / 5));
+    return rule;
+  };
+  check<optim::Optimizer>("SGD groups", 1e-2f, [&] { return grouped(std::make_unique<optim::SGD>(0.1f)); });
+  check<optim::Optimizer>("AdamW groups", 1e-2f, [&] {
+    return grouped(std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-2f).eps(1e-3f)));
+  });
+  check<optim::Optimizer>("RMSprop groups", 1e-2f, [&] {
+    return grouped(std::make_unique<optim::RMSprop>(optim::RMSpropOptions(1e-2f).eps(1e-3f).momentum(0.9f)));
+  });
+  check<optim::Optimizer>("LAMB groups", 1e-2f,
+                          [&] { return grouped(std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f))); });
+  check<optim::Optimizer>("LARS groups", 1e-2f, [&] {
+    return grouped(std::make_unique<optim::LARS>(optim::LARSOptions(0.1f).trust_coefficient(0.02f)));
+  });
+}
+
 // The segment kernels directly: three segments of which the first spans several chunks (and
 // ends inside one), the second is excluded; the partial sums, the state and the parameters must
 // agree, and a raised skip flag must leave everything unchanged on the GPU as on the CPU.

@@ -270,6 +270,17 @@ std::unique_ptr<optim::Optimizer> with_decay(std::unique_ptr<optim::Optimizer> o
   return o;
 }
 
+// Groups whose values differ per step (each group's row of the device values): 1-D parameters
+// without decay at twice the lr, and the output layer's weight at a fifth of it.
+std::unique_ptr<optim::Optimizer> with_groups(std::unique_ptr<optim::Optimizer> o) {
+  o->set_weight_decay(1e-3f);
+  o->add_param_group(optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f).lr(2.f * o->lr()));
+  o->add_param_group(
+      optim::ParamGroup([](const std::string&, const Shape& s) { return s.size() == 2 && s[0] == kOut; }, "output")
+          .lr(o->lr() / 5));
+  return o;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ReplayMode,
     ::testing::Values(Case{"SGD", [] { return with_decay(std::make_unique<optim::SGD>(0.1f)); }},
@@ -288,6 +299,17 @@ INSTANTIATE_TEST_SUITE_P(
                            }},
                       Case{"LAMB", [] { return with_decay(std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f))); }},
                       Case{"LARS", [] { return with_decay(std::make_unique<optim::LARS>(optim::LARSOptions(0.1f))); }},
+                      Case{"AdamWGroups",
+                           [] { return with_groups(std::make_unique<optim::AdamW>(optim::AdamWOptions(1e-2f))); }},
+                      Case{"AdagradGroups",
+                           [] { return with_groups(std::make_unique<optim::Adagrad>(optim::AdagradOptions(5e-2f))); }},
+                      Case{"LAMBGroups", [] { return with_groups(std::make_unique<optim::LAMB>(optim::LAMBOptions(1e-2f))); }},
+                      Case{"LARSGroups", [] { return with_groups(std::make_unique<optim::LARS>(optim::LARSOptions(0.1f))); }},
+                      Case{"MixedPrecisionBFloat16MomentumGroups",
+                           [] {
+                             return with_groups(optim::mixed_precision(
+                                 std::make_unique<optim::MomentumSGD>(0.1f, 0.9f), kBFloat16));
+                           }},
                       Case{"MixedPrecisionBFloat16LAMB",
                            [] { return optim::mixed_precision(std::make_unique<optim::LAMB>(), kBFloat16); }},
                       Case{"MixedPrecisionFloat32Adam",
