@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Puts bench_ops's records beside torch_ops_peer.py's (same run, same machine) as a Markdown
 table with the ratio dpl / PyTorch for forward and for forward plus backward (below 1: dpl is
-faster), and marks ratios above the 1.5 limit.
+faster), and marks ratios above the 1.5 limit. Given several peer logs (eager, compile,
+reduce-overhead), each time is PyTorch's best over them, and the column says which mode gave it.
 
-usage: ops_table.py DPL_RECORDS TORCH_RECORDS
+usage: ops_table.py DPL_RECORDS TORCH_RECORDS [MORE_TORCH_RECORDS ...]
 """
 import sys
 
@@ -19,23 +20,29 @@ def read(path):
     return records
 
 
+def best(peers, name, key):
+    """PyTorch's fastest time for one op and measure over the peer logs, and its mode."""
+    found = [(float(p[name][key]), p[name].get("mode", "eager")) for p in peers if key in p.get(name, {})]
+    return min(found) if found else None
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    ours, peer = read(sys.argv[1]), read(sys.argv[2])
-    print("| op | shape | dpl fwd ms | torch fwd ms | ratio | dpl fwd+bwd ms | torch fwd+bwd ms | ratio |")
-    print("|----|-------|-----------:|-------------:|------:|---------------:|-----------------:|------:|")
+    ours, peers = read(sys.argv[1]), [read(path) for path in sys.argv[2:]]
+    print("| op | shape | dpl fwd ms | torch fwd ms (mode) | ratio | dpl fwd+bwd ms | torch fwd+bwd ms (mode) | ratio |")
+    print("|----|-------|-----------:|--------------------:|------:|---------------:|------------------------:|------:|")
     for name, r in ours.items():
-        p = peer.get(name, {})
-        if "fwd_ms" not in r or "fwd_ms" not in p:
-            print(f"| {name} | {r.get('shape', '')} | {r.get('error', 'n/a')} | | | | | |")
-            continue
         cells = []
         for key in ("fwd_ms", "fwd_bwd_ms"):
-            a, b = float(r[key]), float(p[key])
+            peer = best(peers, name, key)
+            if key not in r or peer is None:
+                cells += [r.get(key, r.get("error", "n/a")), "n/a", ""]
+                continue
+            a, (b, mode) = float(r[key]), peer
             ratio = a / b
-            cells += [f"{a:.3f}", f"{b:.3f}", f"{ratio:.2f}" + (" (>1.5)" if ratio > 1.5 else "")]
-        print(f"| {name} | {r['shape']} | " + " | ".join(cells) + " |")
+            cells += [f"{a:.3f}", f"{b:.3f} ({mode})", f"{ratio:.2f}" + (" (>1.5)" if ratio > 1.5 else "")]
+        print(f"| {name} | {r.get('shape', '')} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

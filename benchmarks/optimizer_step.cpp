@@ -1,9 +1,11 @@
 // One optimizer step over ResNet-50's parameters (models::resnet("resnet50"): 161 tensors,
-// 25.6 M float32 elements), the work of `actual_optimizer.update(arena)` in a training step:
+// 25.6 M float32 elements; --groups puts them in two parameter groups), the work of
+// `actual_optimizer.update(arena)` in a training step:
 // gradients are fixed random values in the arena and only the update is timed (median of per-step
 // times with a device synchronisation after each, as torch_optimizer_peer.py times PyTorch's
 // fused and foreach AdamW on the same shapes). Prints one key=value record:
-//   impl=dpl what=optimizer_step optimizer=adamw device=cuda tensors=161 elements=25557032 iters=200
+//   impl=dpl what=optimizer_step optimizer=adamw groups=none arch=resnet50 device=cuda tensors=161
+//   elements=25557032 iters=200
 //   ms_per_step=... gb_per_s=...
 // gb_per_s counts the bytes the rule must move (AdamW: param, grad, m and v read, param, m and v
 // written: 28 bytes per element). The non-finite check is off by default, as in the peer.
@@ -47,7 +49,7 @@ double bytes_per_element(const std::string& name) {
 int main(int argc, char** argv) {
   CLI::App app{"dpl optimizer step over ResNet-50's parameters"};
   dpl::bench::DeviceFlags flags;
-  std::string optimizer = "adamw", arch = "resnet50", non_finite = "off";
+  std::string optimizer = "adamw", arch = "resnet50", non_finite = "off", groups = "none";
   int iters = 0, warmup = 20;
   flags.add_to(app);
   app.add_option("--optimizer", optimizer, "the update rule")
@@ -57,6 +59,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--non-finite", non_finite, "the optimizer's non-finite check: stop, skip or off")
       ->check(CLI::IsMember({"stop", "skip", "off"}));
+  app.add_option("--groups", groups,
+                 "parameter groups: none, or no-decay-1d (weight decay 0.01, none on the 1-D parameters, which "
+                 "interleave with the others: one update range per run of one group)")
+      ->check(CLI::IsMember({"none", "no-decay-1d"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -71,6 +77,10 @@ int main(int argc, char** argv) {
     opt->set_non_finite_policy(non_finite == "off"    ? dpl::optim::NonFinitePolicy::kOff
                                : non_finite == "skip" ? dpl::optim::NonFinitePolicy::kSkip
                                                       : dpl::optim::NonFinitePolicy::kStop);
+    if (groups == "no-decay-1d") {
+      opt->set_weight_decay(0.01f);
+      opt->add_param_group(dpl::optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f));
+    }
     opt->setup(*model);
     const dpl::nn::ParameterArena& arena = model->arena();
     dpl::Generator gen(0);
@@ -93,9 +103,9 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
     const double gb_per_s = bytes_per_element(optimizer) * static_cast<double>(elements) / (median * 1e6);
-    std::printf("impl=dpl what=optimizer_step optimizer=%s arch=%s device=%s tensors=%zu elements=%lld iters=%d "
-                "ms_per_step=%.4f gb_per_s=%.1f\n",
-                optimizer.c_str(), arch.c_str(), cuda ? "cuda" : "cpu", arena.entries().size(),
+    std::printf("impl=dpl what=optimizer_step optimizer=%s groups=%s arch=%s device=%s tensors=%zu elements=%lld "
+                "iters=%d ms_per_step=%.4f gb_per_s=%.1f\n",
+                optimizer.c_str(), groups.c_str(), arch.c_str(), cuda ? "cuda" : "cpu", arena.entries().size(),
                 static_cast<long long>(elements), iters, median, gb_per_s);
     return 0;
   } catch (const std::exception& e) {

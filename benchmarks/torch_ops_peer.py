@@ -3,9 +3,13 @@
 and forward plus backward through sum(y * gy); the median over --reps timings of --calls calls
 between two synchronisations), printing the same key=value records:
     op=exp shape=8x1024x3072 dtype=bfloat16 fwd_ms=... fwd_bwd_ms=...
-Eager mode: each op is one call, as in bench_ops.
+--mode eager (default): each op is one call, as in bench_ops. --mode compile: each case's forward,
+and its forward plus the loss whose backward is timed, through torch.compile (inductor's generated
+kernels); --mode reduce-overhead: the same with CUDA graphs. A case that does not compile prints
+`unavailable=...` and the rest go on.
 
 usage: torch_ops_peer.py [--device cuda] [--dtype bfloat16] [--reps 10] [--calls 10] [--scale 1]
+                         [--mode eager|compile|reduce-overhead] [--filter SUBSTRING]
 """
 import argparse
 import time
@@ -128,21 +132,42 @@ def main():
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--scale", type=int, default=1)
     parser.add_argument("--filter", default="")
+    parser.add_argument("--mode", default="eager", choices=["eager", "compile", "reduce-overhead"])
     args = parser.parse_args()
     dev = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     for name, shape, fn in cases(dtype, dev, args.scale):
         if args.filter and args.filter not in name:
             continue
-        with torch.no_grad():
-            fwd = median_ms(dev, args.reps, args.calls, fn)
-        gy = torch.rand(fn().shape, generator=torch.Generator().manual_seed(2)).to(device=dev, dtype=dtype) * 2 - 1
+        try:
+            fwd_ms, fwd_bwd_ms = time_case(dev, dtype, args, fn)
+        except Exception as e:  # a case inductor cannot compile is reported, not fatal
+            print(f"op={name} shape={shape} dtype={args.dtype} mode={args.mode} unavailable={str(e)[:200]!r}",
+                  flush=True)
+            continue
+        print(f"op={name} shape={shape} dtype={args.dtype} mode={args.mode} fwd_ms={fwd_ms:.4f} "
+              f"fwd_bwd_ms={fwd_bwd_ms:.4f}", flush=True)
 
-        def step():
-            (fn() * gy).sum().backward()
 
-        fwd_bwd = median_ms(dev, args.reps, args.calls, step)
-        print(f"op={name} shape={shape} dtype={args.dtype} fwd_ms={fwd:.4f} fwd_bwd_ms={fwd_bwd:.4f}", flush=True)
+def time_case(dev, dtype, args, fn):
+    gy = torch.rand(fn().shape, generator=torch.Generator().manual_seed(2)).to(device=dev, dtype=dtype) * 2 - 1
+
+    def loss():
+        return (fn() * gy).sum()
+
+    forward = fn
+    if args.mode != "eager":
+        torch._dynamo.reset()
+        mode = None if args.mode == "compile" else "reduce-overhead"
+        forward = torch.compile(fn, mode=mode)
+        loss = torch.compile(loss, mode=mode)
+
+    def step():
+        loss().backward()
+
+    with torch.no_grad():
+        fwd = median_ms(dev, args.reps, args.calls, forward)
+    return fwd, median_ms(dev, args.reps, args.calls, step)
 
 
 if __name__ == "__main__":
