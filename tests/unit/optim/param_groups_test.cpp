@@ -222,6 +222,19 @@ TEST(ParamGroupsMixedPrecision, NamedGroupsFindTheirParametersThroughTheMasters)
   EXPECT_THAT(groups[1].parameters, ElementsAre("enc.bias"));
 }
 
+// A schedule sets the optimizer's lr; every group keeps its share of it, through a wrapper too.
+TEST(ParamGroupsSchedule, AScheduleMovesEveryGroupsLrByOneFactor) {
+  auto model = make_bag({"enc.weight", "enc.bias", "dec.weight"});
+  auto opt = optim::mixed_precision(std::make_unique<optim::SGD>(0.2f), kFloat32);
+  opt->add_param_group(optim::ParamGroup::one_dimensional().lr(0.05f));
+  opt->setup(*model);
+  const optim::StepDecay schedule(/*base=*/0.4, /*gamma=*/0.5, /*step_size=*/10);
+  schedule.apply(*opt, 25);  // 0.4 * 0.5^2
+  const std::vector<optim::ParamGroupInfo> groups = opt->param_groups();
+  EXPECT_FLOAT_EQ(groups[0].lr, 0.1f);
+  EXPECT_FLOAT_EQ(groups[1].lr, 0.025f);  // a quarter of the optimizer's, as when it was added
+}
+
 // A rule of one's own without step_values().
 class PlainRule : public optim::Optimizer {
  public:
