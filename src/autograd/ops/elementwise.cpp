@@ -251,6 +251,16 @@ class AffineNode final : public Node {
   }
 };
 
+// --- cast -------------------------------------------------------------------------------------
+class CastNode final : public Node {
+ public:
+  DType from = kFloat32;
+  const char* name() const override { return "cast"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[0].needed()) add_into(gy.to(from), t[0]);
+  }
+};
+
 // --- where / masked_fill ----------------------------------------------------------------------
 class WhereNode final : public Node {
  public:
@@ -314,6 +324,19 @@ Variable sqrt(const Variable& x) { return activation("sqrt", Activation::kSqrt, 
 Variable rsqrt(const Variable& x) { return activation("rsqrt", Activation::kRsqrt, 0.f, x); }
 Variable abs(const Variable& x) { return activation("abs", Activation::kAbs, 0.f, x); }
 Variable neg(const Variable& x) { return affine(x, -1.f, 0.f); }
+
+Variable cast(const Variable& x, DType dtype) {
+  const Tensor tx = float_input("cast", x);
+  DPL_CHECK(is_float_dtype(dtype), "cast: expected a float dtype to convert to (float32, bfloat16 or float16), got ",
+            dtype);
+  if (tx.dtype() == dtype) return x;
+  Tensor out = tx.to(dtype);
+  if (!any_requires_grad({&x})) return Variable(out);
+  auto node = std::make_shared<CastNode>();
+  node->from = tx.dtype();
+  node->set_inputs({x});
+  return Variable::make_result(out, node);
+}
 
 Variable clamp(const Variable& x, std::optional<float> min, std::optional<float> max) {
   const char* op = "clamp";

@@ -38,6 +38,10 @@ Variable rsqrt(const Variable& x);
 Variable abs(const Variable& x);
 /// -x, any rank (the same as the unary operator-).
 Variable neg(const Variable& x);
+/// x converted to another float dtype (PyTorch's x.to(dtype)), keeping its shape and memory
+/// format; the gradient is converted back to x's dtype. x itself when it has that dtype already.
+/// Requires x and dtype of float32, bfloat16 or float16 (dpl::Error otherwise).
+Variable cast(const Variable& x, DType dtype);
 /// x limited to [min, max] elementwise (either bound may be left out, not both; min > max gives
 /// max everywhere, as PyTorch); NaN stays NaN. The gradient passes where min <= x <= max and is 0
 /// outside, as PyTorch's. With both bounds it runs as two passes (max(x, min), then min(., max)).

@@ -318,6 +318,23 @@ TEST(OpsGradient, WhereAndMaskedFill) {
   EXPECT_TRUE(gradcheck([&](const Vars& v) { return masked_fill(v[0], mask, 3.f); }, {randn({2, 3, 4}, gen)}));
 }
 
+// cast: bfloat16 values are exact in float32, so float32 -> bfloat16 -> float32 keeps what bfloat16
+// can hold; the gradient comes back in the input's dtype, whatever the output's.
+TEST(OpsGradient, CastConvertsTheGradientBack) {
+  Generator gen(9);
+  const Tensor x0 = randn({2, 3}, gen).to(kBFloat16).to(kFloat32);
+  Variable x(x0, true);
+  const Variable y = cast(x, kBFloat16);
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_EQ(values(y.data().to(kFloat32)), values(x0));
+  sum(mul(cast(y, kFloat32), Variable(Tensor::full({2, 3}, 3.f)))).backward();
+  EXPECT_EQ(x.grad().dtype(), kFloat32);
+  EXPECT_THAT(values(x.grad()), ::testing::Each(3.f));
+  Variable same(x0, true);
+  EXPECT_EQ(cast(same, kFloat32).data().data<float>(), x0.data<float>());  // no copy
+  EXPECT_THAT(test::error_message([&] { cast(same, kInt32); }), HasSubstr("expected a float dtype to convert to"));
+}
+
 TEST(OpsErrors, ElementwiseRefusesBadOperands) {
   const Variable a(Tensor::zeros({2, 3})), b(Tensor::zeros({4}));
   DPL_EXPECT_ERROR(div(a, b), AllOf(HasSubstr("div"), HasSubstr("(2, 3)"), HasSubstr("(4,)"), HasSubstr("broadcast")));
