@@ -21,6 +21,7 @@ BatchNormBase::BatchNormBase(const char* layer, const BatchNorm2dOptions& option
 }
 
 Variable BatchNormBase::normalize(const Variable& x) {
+  if (is_training() && synchronizes_statistics()) return normalize_synchronized(x);
   Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
                           options_.momentum(), options_.eps());
   count_batch();
@@ -41,6 +42,7 @@ BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum,
 Variable BatchNorm2d::forward(const Variable& x) { return normalize(x); }
 
 Variable BatchNorm2d::forward_relu(const Variable& x) {
+  if (is_training() && synchronizes_statistics()) return relu(normalize_synchronized(x));
   Variable y = batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
                                options_.momentum(), options_.eps());
   count_batch();
@@ -48,6 +50,7 @@ Variable BatchNorm2d::forward_relu(const Variable& x) {
 }
 
 Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual) {
+  if (is_training() && synchronizes_statistics()) return relu(add(normalize_synchronized(x), residual));
   Variable y = batch_norm_add_relu(x, residual, weight_, bias_, running_mean_.data(), running_var_.data(),
                                    is_training(), options_.momentum(), options_.eps());
   count_batch();

@@ -92,7 +92,8 @@ std::vector<Tensor> DataParallelStage::prepare_gradients_timed() {
   return buffers;
 }
 
-// The wrapped optimizer's step, timed as "optimize", once the gradients are averaged.
+// The wrapped optimizer's step, timed as "optimize", once the gradients are averaged; then,
+// under BufferSync::kEveryStep, the buffers.
 void DataParallelStage::step() {
   loss_ = Tensor();
   sync_point();
@@ -101,7 +102,16 @@ void DataParallelStage::step() {
     next().update();
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
+  if (buffer_sync_ == BufferSync::kEveryStep) synchronize_buffers();
   ++iteration_;
+}
+
+void DataParallelStage::synchronize_buffers() {
+  DPL_CHECK(reducer_ != nullptr, "MultiNodeOptimizer::synchronize_buffers: call setup(model) first");
+  if (comm_->size() == 1) return;  // nothing to make equal, and no phase to report
+  profile::ScopedPhase phase(timer_, "buffers", iteration_);
+  reducer_->synchronize_buffers();
+  if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
 }
 
 void DataParallelStage::allreduce_and_step(bool overlapped) {

@@ -34,6 +34,9 @@ class DataParallelStage final : public optim::StepStage {
   // What MultiNodeOptimizer's own methods of the same names do.
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const { return overlap_; }
+  void set_buffer_sync(BufferSync when) { buffer_sync_ = when; }
+  BufferSync buffer_sync() const { return buffer_sync_; }
+  void synchronize_buffers();
   comm::Communicator& communicator() const { return *comm_; }
   profile::PhaseTimer& timer() { return timer_; }
   const profile::PhaseTimer& timer() const { return timer_; }
@@ -65,6 +68,7 @@ class DataParallelStage final : public optim::StepStage {
   std::vector<Tensor> replay_buffers_;  // what the recorded step's prepare_gradients() gave
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
   OverlapOptions overlap_;
+  BufferSync buffer_sync_ = BufferSync::kBeforeUse;
 };
 
 }  // namespace dpl::parallel

@@ -155,6 +155,20 @@ OverlapTimes GradientReducer::finish_backward() {
   return worker_->finish();
 }
 
+namespace {
+// Rank 0's value of one buffer on every rank; contiguous tensors are what collectives take, so a
+// strided buffer goes through a copy.
+void broadcast_buffer(comm::Communicator& comm, Tensor& data) {
+  if (data.is_contiguous()) {
+    comm.broadcast(data, 0);
+    return;
+  }
+  Tensor packed = data.contiguous();
+  comm.broadcast(packed, 0);
+  data.copy_(packed);
+}
+}  // namespace
+
 void GradientReducer::broadcast_parameters() {
   comm::check_ranks_agree(*comm_, model_description(model_),
                           {"GradientReducer.broadcast_parameters", "the models", "parameter",
@@ -165,20 +179,44 @@ void GradientReducer::broadcast_parameters() {
     comm_->broadcast(params, 0);
   }
   // Buffers (running statistics and the like) are state too: every rank starts from rank 0's.
-  // They are few and this runs once per arena, so one broadcast each is cheap enough; contiguous
-  // tensors are what collectives take, so a strided buffer goes through a copy.
+  // They are few and this runs once per arena, so one broadcast each is cheap enough.
+  for (auto& [name, var] : model_.named_buffers()) {
+    Tensor data = var.data();
+    if (data.numel() > 0) broadcast_buffer(*comm_, data);
+  }
+  broadcast_arena_ = arena.id();
+}
+
+void GradientReducer::synchronize_buffers() {
+  if (comm_->size() == 1) return;
+  std::vector<Variable> floats;
+  std::int64_t total = 0;
   for (auto& [name, var] : model_.named_buffers()) {
     Tensor data = var.data();
     if (data.numel() == 0) continue;
-    if (data.is_contiguous()) {
-      comm_->broadcast(data, 0);
-    } else {
-      Tensor packed = data.contiguous();
-      comm_->broadcast(packed, 0);
-      data.copy_(packed);
+    if (is_float_dtype(data.dtype())) {
+      floats.push_back(var);
+      total += data.numel();
+      continue;
     }
+    broadcast_buffer(*comm_, data);
   }
-  broadcast_arena_ = arena.id();
+  if (floats.empty()) return;
+  // One allreduce for all of them: BatchNorm's statistics are many small tensors.
+  Tensor packed = Tensor::empty({total}, TensorOptions(kFloat32, model_.device()));
+  std::int64_t offset = 0;
+  for (const Variable& var : floats) {
+    const Tensor& data = var.data();
+    packed.narrow(0, offset, data.numel()).copy_(data.to(kFloat32).reshape({data.numel()}));
+    offset += data.numel();
+  }
+  comm_->allreduce(packed, comm::ReduceOp::kMean);
+  offset = 0;
+  for (const Variable& var : floats) {
+    Tensor data = var.data();
+    data.copy_(packed.narrow(0, offset, data.numel()).reshape(data.shape()).to(data.dtype()));
+    offset += data.numel();
+  }
 }
 
 void GradientReducer::allreduce_gradients() {

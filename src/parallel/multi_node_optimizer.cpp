@@ -22,6 +22,9 @@ MultiNodeOptimizer::~MultiNodeOptimizer() = default;
 
 void MultiNodeOptimizer::set_overlap(const OverlapOptions& options) { stage_.set_overlap(options); }
 const OverlapOptions& MultiNodeOptimizer::overlap() const { return stage_.overlap(); }
+void MultiNodeOptimizer::set_buffer_sync(BufferSync when) { stage_.set_buffer_sync(when); }
+BufferSync MultiNodeOptimizer::buffer_sync() const { return stage_.buffer_sync(); }
+void MultiNodeOptimizer::synchronize_buffers() { stage_.synchronize_buffers(); }
 comm::Communicator& MultiNodeOptimizer::communicator() const { return stage_.communicator(); }
 profile::PhaseTimer& MultiNodeOptimizer::timer() { return stage_.timer(); }
 const profile::PhaseTimer& MultiNodeOptimizer::timer() const { return stage_.timer(); }

@@ -172,16 +172,29 @@ void Trainer::run() {
   const std::int64_t updates_before = updater_.updates();
   const std::int64_t skipped_before = updater_.skipped_updates();
   bool updated = false;
+  // Extensions read the model on every rank (evaluation) or rank 0's (snapshots, saved weights):
+  // the ranks' buffers are made equal first (BufferSync::kBeforeUse). Every rank fires the same
+  // extensions at the same iterations, so every rank takes part.
+  parallel::MultiNodeOptimizer* const data_parallel = updater_.multi_node_optimizer();
+  const auto sync_buffers = [data_parallel] {
+    if (data_parallel != nullptr && data_parallel->buffer_sync() == parallel::BufferSync::kBeforeUse)
+      data_parallel->synchronize_buffers();
+  };
   while (!done()) {
     for (const Entry& e : extensions_) e.extension->before_update(*this);
     updater_.update(observation_);
     updated = true;
+    bool synced = false;
     for (Entry& e : extensions_) {
       if (!fires(e, false, updated)) continue;
+      if (!synced) sync_buffers();
+      synced = true;
       (*e.extension)(*this);
       e.last_fired = it.iteration();
     }
   }
+  // A run ends with equal buffers, whatever fired last.
+  if (updated) sync_buffers();
   for (Entry& e : extensions_)
     if (fires(e, true, updated)) (*e.extension)(*this);
   for (const Entry& e : extensions_) e.extension->finalize(*this);

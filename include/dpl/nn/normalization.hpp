@@ -9,6 +9,7 @@
 // stay float32.
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "dpl/core/shape.hpp"
@@ -35,6 +36,19 @@ struct BatchNorm2dOptions {
 /// Settings of a BatchNorm1d layer: the same as BatchNorm2d's (libtorch has one BatchNormOptions).
 using BatchNorm1dOptions = BatchNorm2dOptions;
 
+/// Sums float32 tensors over the processes of a data-parallel job, in place: what a synchronised
+/// BatchNorm needs of a communicator, so that nn does not depend on one
+/// (parallel::convert_sync_batchnorm gives each BatchNorm of a model one over a communicator).
+class CrossProcessSum {
+ public:
+  virtual ~CrossProcessSum() = default;
+  /// buffer = the sum of every process's buffer (float32, contiguous, on the model's device).
+  /// Collective: every process calls it in the same order.
+  virtual void sum(Tensor& buffer) = 0;
+  /// The number of processes.
+  virtual int processes() const = 0;
+};
+
 /// What BatchNorm1d and BatchNorm2d share: the parameters, buffers and settings of batch
 /// normalisation per channel. Parameters: weight (C,) = 1 and bias (C,) = 0 when affine. Buffers:
 /// running_mean (C,) = 0, running_var (C,) = 1 and num_batches_tracked (int64, shape ()) = 0, all
@@ -56,6 +70,17 @@ class BatchNormBase : public Module {
   std::int64_t num_features() const { return options_.num_features(); }
   /// The settings the layer was built with.
   const BatchNorm2dOptions& options() const { return options_; }
+  /// Synchronised batch statistics (PyTorch's SyncBatchNorm, ChainerMN's
+  /// MultiNodeBatchNormalization): in training mode the layer normalises with the mean and
+  /// variance of every process's batch together, so that p processes of b samples normalise as
+  /// one of p*b, and its running statistics follow those (equal on every process). One sum of
+  /// 2C+1 floats over the processes forward (the per-channel sums of x and x^2, shifted by the
+  /// running mean for accuracy, and the count) and one backward; computed in float32 for every
+  /// dtype and returned in x's dtype, contiguous. Null, or one process: this process's batch
+  /// alone (the default, through the fused kernels). Evaluation mode is unchanged.
+  void synchronize_statistics(std::shared_ptr<CrossProcessSum> sum) { statistics_sum_ = std::move(sum); }
+  /// Whether training-mode statistics are summed over more than one process.
+  bool synchronizes_statistics() const { return statistics_sum_ != nullptr && statistics_sum_->processes() > 1; }
 
  protected:
   /// Registers the parameters and buffers. Requires num_features >= 1, eps > 0 and momentum in
@@ -66,9 +91,13 @@ class BatchNormBase : public Module {
   /// Counts a training batch in num_batches_tracked (every forward variant does).
   void count_batch();
 
+  /// The synchronised training forward of a 4-D x (see synchronize_statistics), counting the batch.
+  Variable normalize_synchronized(const Variable& x);
+
   BatchNorm2dOptions options_;
   Variable weight_, bias_;
   Variable running_mean_, running_var_, num_batches_tracked_;
+  std::shared_ptr<CrossProcessSum> statistics_sum_;
 };
 
 /// Batch normalisation of (N, C, H, W) images per channel (see dpl::batch_norm and BatchNormBase

@@ -58,6 +58,22 @@ struct OverlapTimes {
 
 class BucketWorker;
 
+/// When MultiNodeOptimizer makes every rank's buffers (BatchNorm's running statistics and
+/// counters) equal; see GradientReducer::synchronize_buffers. Each rank's buffers follow its own
+/// batches, so without this they drift apart while the weights stay equal, and an evaluation on
+/// every rank, or the weights saved from rank 0, would use statistics no other rank has.
+enum class BufferSync {
+  /// Before the model is used outside a step: train::Trainer synchronises before the
+  /// extensions of an iteration at which any fires (evaluation, snapshots, reports) and at the
+  /// end of the run. The default: one small collective per firing, nothing per step.
+  kBeforeUse,
+  /// After every update as well (the "buffers" phase of each step), as PyTorch's DDP broadcasts
+  /// its buffers every forward.
+  kEveryStep,
+  /// Never: each rank keeps its own buffers (Trainer does not synchronise them).
+  kOff,
+};
+
 /// Keeps the ranks' copies of one model in step: once, every rank takes rank 0's parameters;
 /// every step, every rank's gradients become their mean over all ranks. Each is one collective
 /// over the model's flat arena (nn::ParameterArena), never a loop over parameters.
@@ -77,6 +93,13 @@ class GradientReducer {
   /// that differ from rank 0 and their first differing entry, and nothing is broadcast. Ensures
   /// needs_broadcast() is false after.
   void broadcast_parameters();
+  /// Makes every rank's buffers equal: each floating-point buffer becomes its mean over the ranks
+  /// (ChainerMN's allreduce_persistent; for running variances that is the mean of the ranks'
+  /// estimates, not the variance of the union of their batches), in one allreduce of all of them
+  /// packed into float32; every other buffer (counters such as num_batches_tracked) takes rank
+  /// 0's value. Requires the same buffers on every rank (broadcast_parameters checks them); with
+  /// one rank it does nothing. Collective.
+  void synchronize_buffers();
 
   /// Every rank's gradients = their mean over all ranks: one allreduce (kMean) of the gradient
   /// arena, carried in the communicator's CommOptions::allreduce_dtype (a 16-bit type needs the

@@ -79,6 +79,16 @@ class MultiNodeOptimizer : public optim::OptimizerWrapper {
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const;
 
+  /// When every rank's buffers are made equal (BufferSync; kBeforeUse by default: train::Trainer
+  /// does it before its extensions run and at the end of a run). Under kEveryStep each update
+  /// ends with synchronize_buffers(), timed as the phase "buffers".
+  void set_buffer_sync(BufferSync when);
+  BufferSync buffer_sync() const;
+  /// Makes every rank's buffers equal now (GradientReducer::synchronize_buffers), timed as the
+  /// phase "buffers". Requires setup(); collective. Call it before reading the model on every
+  /// rank (evaluating, saving) in a loop of one's own.
+  void synchronize_buffers();
+
   comm::Communicator& communicator() const;
   /// This rank's phase times.
   profile::PhaseTimer& timer();

@@ -57,8 +57,9 @@ inline constexpr const char* kIterationSeries = "iteration";
 /// All samples of one named phase on this rank, in recording order.
 struct PhaseSeries {
   std::string name;  // "data", "compute", "prepare", "allreduce", "optimize", "<phase>/<sub-phase>"
-                     // ("compute/forward", "allreduce/bucket0/intra_reduce", ...), "step" (a recorded
-                     // step replayed, parallel::MultiNodeOptimizer::set_replay_mode), or kIterationSeries
+                     // ("compute/forward", "allreduce/bucket0/intra_reduce", ...), "buffers"
+                     // (parallel::MultiNodeOptimizer::synchronize_buffers), "step" (a recorded step
+                     // replayed, parallel::MultiNodeOptimizer::set_replay_mode), or kIterationSeries
   std::vector<PhaseSample> samples;
 };
 
