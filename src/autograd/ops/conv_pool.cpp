@@ -1,4 +1,7 @@
-// conv2d and the 2-D poolings (max, average, global average, adaptive average) over (N, C, H, W) images.
+// conv2d, the 2-D poolings (max, average, global average, adaptive average) and interpolate over
+// (N, C, H, W) images.
+#include <cmath>
+
 #include "autograd/ops/support.hpp"
 
 namespace dpl {
@@ -57,6 +60,26 @@ Shape conv2d_output_shape(const char* op, const Shape& xs, const Shape& ws, Conv
               dilation[i] * (ws[2 + i] - 1) + 1, "); expected an output extent of at least 1");
   }
   return ys;
+}
+
+class InterpolateNode final : public Node {
+ public:
+  backend::Upsample2dParams p;
+  const char* name() const override { return "interpolate"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed()) return;
+    const Tensor g = dense(gy);
+    write_in(t[0], MemoryFormat::kContiguous,
+             [&](float beta, Tensor& gx) { backend::upsample2d_backward(p, g, beta, gx); });
+  }
+};
+
+// PyTorch's source step along one axis (area_pixel_compute_scale): (in - 1) / (out - 1) with
+// align_corners, else 1 / scale_factor when one was given, else in / out.
+float source_step(std::int64_t in, std::int64_t out, std::optional<double> scale_factor, bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  if (scale_factor) return static_cast<float>(1.0 / *scale_factor);
+  return static_cast<float>(in) / static_cast<float>(out);
 }
 
 class AdaptiveAvgPoolNode final : public Node {
@@ -190,6 +213,47 @@ Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size) {
   backend::adaptive_avg_pool2d(tx, y);
   if (!any_requires_grad({&x})) return Variable(y);
   auto node = std::make_shared<AdaptiveAvgPoolNode>();
+  node->set_inputs({x});
+  return Variable::make_result(y, node);
+}
+
+Variable interpolate(const Variable& x, std::optional<Size2d> size, std::optional<Scale2d> scale_factor,
+                     InterpolateMode mode, bool align_corners) {
+  const char* op = "interpolate";
+  check_operands(op, {{x, "an input", 4, " (N, C, H, W)"}});
+  const Tensor tx = dense(x.data());
+  const std::int64_t h = tx.size(2), w = tx.size(3);
+  DPL_CHECK(h >= 1 && w >= 1, op, ": expected H and W of at least 1, got shape ", shape_str(tx.shape()));
+  DPL_CHECK(size.has_value() != scale_factor.has_value(), op,
+            ": expected exactly one of size and scale_factor, got ", size ? "both" : "neither");
+  DPL_CHECK(!align_corners || mode == InterpolateMode::kBilinear, op,
+            ": align_corners requires the bilinear mode, got align_corners=true with mode nearest");
+  std::int64_t ho = 0, wo = 0;
+  if (size) {
+    ho = size->h;
+    wo = size->w;
+    DPL_CHECK(ho >= 1 && wo >= 1, op, ": expected an output size of at least 1x1, got ", ho, "x", wo);
+  } else {
+    DPL_CHECK(scale_factor->h > 0 && scale_factor->w > 0 && std::isfinite(scale_factor->h) &&
+                  std::isfinite(scale_factor->w),
+              op, ": expected positive finite scale factors, got ", scale_factor->h, "x", scale_factor->w);
+    ho = static_cast<std::int64_t>(std::floor(static_cast<double>(h) * scale_factor->h));
+    wo = static_cast<std::int64_t>(std::floor(static_cast<double>(w) * scale_factor->w));
+    DPL_CHECK(ho >= 1 && wo >= 1, op, ": scale factors ", scale_factor->h, "x", scale_factor->w, " give input ",
+              shape_str(tx.shape()), " an empty output (", ho, "x", wo, "); expected at least 1x1");
+  }
+  backend::Upsample2dParams p;
+  p.mode = mode == InterpolateMode::kNearest ? backend::UpsampleMode::kNearest : backend::UpsampleMode::kBilinear;
+  p.align_corners = align_corners;
+  const std::optional<double> sh = scale_factor ? std::optional<double>(scale_factor->h) : std::nullopt;
+  const std::optional<double> sw = scale_factor ? std::optional<double>(scale_factor->w) : std::nullopt;
+  p.scale_h = source_step(h, ho, sh, align_corners);
+  p.scale_w = source_step(w, wo, sw, align_corners);
+  Tensor y = empty_on({tx.size(0), tx.size(1), ho, wo}, tx);
+  backend::upsample2d(p, tx, y);
+  if (!any_requires_grad({&x})) return Variable(y);
+  auto node = std::make_shared<InterpolateNode>();
+  node->p = p;
   node->set_inputs({x});
   return Variable::make_result(y, node);
 }

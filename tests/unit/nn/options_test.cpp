@@ -62,6 +62,17 @@ TEST(Options, SettersChainAndGettersReadBack) {
   EXPECT_TRUE(nn::LinearOptions(3, 4).bias());
 }
 
+TEST(Options, UpsampleTakesPyTorchsDefaults) {
+  const nn::UpsampleOptions resize;
+  EXPECT_FALSE(resize.size().has_value());
+  EXPECT_FALSE(resize.scale_factor().has_value());
+  EXPECT_EQ(resize.mode(), InterpolateMode::kNearest);
+  EXPECT_FALSE(resize.align_corners());
+  const auto sized = nn::UpsampleOptions().size(Size2d(4, 6)).mode(InterpolateMode::kBilinear);
+  EXPECT_EQ(sized.size()->w, 6);
+  EXPECT_EQ(nn::UpsampleOptions().scale_factor(Scale2d(2.0, 3.0)).scale_factor()->w, 3.0);
+}
+
 TEST(Options, LinearMatchesThePositionalConstructor) {
   Generator g1(5), g2(5);
   nn::Linear a(nn::LinearOptions(6, 4).bias(false), g1);

@@ -1,5 +1,5 @@
 #pragma once
-// Convolution and pooling of (N, C, H, W) images.
+// Convolution, pooling and resampling of (N, C, H, W) images.
 // Image inputs are 4-D (N, C, H, W) by shape, in NCHW (contiguous) or channels-last memory
 // (Tensor::memory_format); outputs keep the input's format. Other strides are first copied to
 // NCHW.
@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "dpl/autograd/variable.hpp"
 
@@ -57,5 +58,31 @@ Variable global_avg_pool2d(const Variable& x);
 /// extents >= 1. A channels-last input is read through a contiguous copy; the result is
 /// contiguous.
 Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size);
+
+/// Height and width scale factors of a resampling; one number means the same for both.
+struct Scale2d {
+  /// {both, both}, and {height, width}; the ops check the values.
+  Scale2d(double both) : h(both), w(both) {}  // NOLINT: implicit, so that 2.0 means {2.0, 2.0}
+  Scale2d(double height, double width) : h(height), w(width) {}
+  double h, w;
+};
+
+/// How interpolate computes an output pixel from the input's.
+enum class InterpolateMode {
+  kNearest,   ///< PyTorch's legacy 'nearest': source index floor(dst * in / out) (with a scale
+              ///< factor s: floor(dst / s)), clamped to the last pixel
+  kBilinear,  ///< the four nearest source pixels weighted by distance (PyTorch's 'bilinear')
+};
+
+/// Resamples x (N, C, H, W) to (N, C, Ho, Wo), as PyTorch's F.interpolate for 4-D input: give
+/// exactly one of `size` (Ho, Wo >= 1) and `scale_factor` (> 0; then Ho = floor(H * scale.h),
+/// likewise Wo, which must be at least 1, and the source step is 1 / scale as in PyTorch, which can
+/// pick other pixels than size = (Ho, Wo) would). Bilinear maps pixel centres onto each other
+/// unless `align_corners`, which maps the corner pixels' centres (and ignores the scale factor's
+/// step, as PyTorch does); `align_corners` requires kBilinear. Requires a 4-D float input with H,
+/// W >= 1. A channels-last input is read through a contiguous copy; the result is contiguous. The
+/// gradient is the transpose of the same weights; 16-bit math in float32.
+Variable interpolate(const Variable& x, std::optional<Size2d> size, std::optional<Scale2d> scale_factor = std::nullopt,
+                     InterpolateMode mode = InterpolateMode::kNearest, bool align_corners = false);
 
 }  // namespace dpl
