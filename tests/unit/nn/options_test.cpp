@@ -62,7 +62,21 @@ TEST(Options, SettersChainAndGettersReadBack) {
   EXPECT_TRUE(nn::LinearOptions(3, 4).bias());
 }
 
-TEST(Options, UpsampleTakesPyTorchsDefaults) {
+TEST(Options, ResamplingLayersTakePyTorchsDefaults) {
+  const auto up = nn::ConvTranspose2dOptions(8, 4, {4, 3}).stride(2).padding(1).output_padding({1, 0}).groups(2);
+  EXPECT_EQ(up.in_channels(), 8);
+  EXPECT_EQ(up.out_channels(), 4);
+  EXPECT_EQ(up.kernel_size().w, 3);
+  EXPECT_EQ(up.stride().h, 2);
+  EXPECT_EQ(up.output_padding().h, 1);
+  EXPECT_EQ(up.output_padding().w, 0);
+  EXPECT_EQ(up.groups(), 2);
+  const auto plain = nn::ConvTranspose2dOptions(1, 2, 3);  // PyTorch's defaults
+  EXPECT_EQ(plain.stride().h, 1);
+  EXPECT_EQ(plain.padding().w, 0);
+  EXPECT_EQ(plain.output_padding().w, 0);
+  EXPECT_EQ(plain.dilation().h, 1);
+  EXPECT_TRUE(plain.bias());
   const nn::UpsampleOptions resize;
   EXPECT_FALSE(resize.size().has_value());
   EXPECT_FALSE(resize.scale_factor().has_value());

@@ -30,6 +30,19 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias 
                 Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1},
                 std::int64_t groups = 1);
 
+/// 2-D transposed convolution, as PyTorch's conv_transpose2d (the gradient of conv2d with respect
+/// to its input): x (N, C, H, W), weight (C, O/groups, KH, KW), bias (O,) or undefined (no bias),
+/// one float dtype and device for all. Returns (N, O, OH, OW) with OH = (H - 1)*stride -
+/// 2*padding + dilation*(KH-1) + output_padding + 1, likewise OW, which must be at least 1.
+/// Requires strides and dilations >= 1, padding >= 0, 0 <= output_padding < stride (PyTorch also
+/// allows output_padding < dilation; dpl does not), and C divisible by groups. Runs on conv2d's
+/// kernels (its forward is conv2d's backward-data), so it requires oneDNN (CPU) or cuDNN (GPU) in
+/// the build, and follows conv2d's memory formats: a channels-last input gives a channels-last
+/// output. 16-bit math accumulates in float32.
+Variable conv_transpose2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
+                          Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair output_padding = {0, 0},
+                          std::int64_t groups = 1, Conv2dPair dilation = {1, 1});
+
 /// Height and width of a 2-D window; one number means the same for both.
 struct Size2d {
   /// {both, both}, and {height, width}; the ops check the values.
