@@ -1,5 +1,5 @@
-// conv2d, conv_transpose2d, the 2-D poolings (max, average, global average, adaptive average)
-// and interpolate over (N, C, H, W) images.
+// conv2d, conv_transpose2d, the 2-D poolings (max, average, global average, adaptive average),
+// interpolate and dropout2d over (N, C, H, W) images.
 #include <cmath>
 
 #include "autograd/ops/support.hpp"
@@ -343,6 +343,16 @@ Variable interpolate(const Variable& x, std::optional<Size2d> size, std::optiona
   node->p = p;
   node->set_inputs({x});
   return Variable::make_result(y, node);
+}
+
+Variable dropout2d(const Variable& x, float p, Generator& gen, bool training) {
+  const char* op = "dropout2d";
+  DPL_CHECK(p >= 0.f && p < 1.f, op, ": expected a drop probability p in [0, 1), got ", p);
+  check_operands(op, {{x, "an input", 4, " (N, C, H, W)"}});
+  if (!training || p == 0.f) return x;
+  const Tensor& tx = x.data();
+  const Variable ones(Tensor::ones({tx.size(0), tx.size(1), 1, 1}, TensorOptions(tx.dtype(), tx.device())));
+  return mul(x, dropout(ones, p, gen, true));
 }
 
 }  // namespace dpl

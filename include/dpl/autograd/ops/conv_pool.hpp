@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "dpl/autograd/variable.hpp"
+#include "dpl/core/random.hpp"
 
 namespace dpl {
 
@@ -71,6 +72,14 @@ Variable global_avg_pool2d(const Variable& x);
 /// extents >= 1. A channels-last input is read through a contiguous copy; the result is
 /// contiguous.
 Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size);
+
+/// Channel dropout, as PyTorch's F.dropout2d on (N, C, H, W): while `training` and p > 0, each
+/// (sample, channel) plane is zeroed whole with probability p and the rest are scaled by
+/// 1 / (1 - p); otherwise x itself is returned. Requires a 4-D float input and p in [0, 1). The
+/// mask, one value per (n, c), is dpl::dropout's of an (N, C, 1, 1) tensor of ones (one 64-bit
+/// seed from `gen` per call, the same on the CPU and the GPU), and backward multiplies by the same
+/// mask. The result is contiguous (the product broadcasts the mask over H and W).
+Variable dropout2d(const Variable& x, float p, Generator& gen, bool training = true);
 
 /// Height and width scale factors of a resampling; one number means the same for both.
 struct Scale2d {

@@ -10,6 +10,7 @@
 // conv_transpose2d's bias is a separate broadcast add on both devices, so the same bound holds.
 //
 // Pooling (image_agreement.hpp): in float32 exact up to the order of an average's sum (1e-6).
+// dropout2d: the same mask on both devices, so products of the same two numbers, each rounded once.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -196,6 +197,15 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
       check("global_avg_pool2d", {3, 4, 7, 5}, t, nhwc, [](const Variable& x) { return global_avg_pool2d(x); },
             rtol_of(t, 1e-6f), 1e-6f);
     }
+}
+
+TEST_F(NormPoolTest, Dropout2dDrawsTheSameChannelMaskOnBothDevices) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (bool nhwc : {false, true})
+      check("dropout2d", {4, 16, 5, 6}, t, nhwc, [](const Variable& x) {
+        Generator g(21);  // one state per call: both devices see the same seed
+        return dropout2d(x, 0.4f, g);
+      }, rtol_of(t, 1e-6f), 1e-6f);
 }
 
 // A window holding a NaN pools to NaN (the channels-last kernels let a NaN win), so that a
