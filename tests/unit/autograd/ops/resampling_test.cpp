@@ -127,6 +127,17 @@ TEST(Interpolate, MatchesPyTorch) {
   }
 }
 
+// x read twice: its gradient is written once, then accumulated (the kernel's beta = 1 path).
+TEST(Interpolate, AccumulatesOntoEarlierGradients) {
+  for (const GoldenCase& c : cases_with("mode")) {
+    SCOPED_TRACE(c.name);
+    nn::Upsample up(upsample_options(c));
+    const Variable x(c.tensor("x").clone(), true), gy(c.tensor("gy"));
+    sum(add(mul(up.forward(x), gy), mul(up.forward(x), gy))).backward();
+    expect_golden(x.grad(), affine(Variable(c.tensor("gx")), 2.f, 0.f).data(), "gx", kPoolTol, kPoolTol);
+  }
+}
+
 TEST(Interpolate, Gradcheck) {
   Generator gen(3);
   const Tensor x = Tensor::normal({2, 3, 4, 5}, 0.f, 1.f, gen);
