@@ -13,4 +13,5 @@
 #include "dpl/nn/normalization.hpp"
 #include "dpl/nn/options.hpp"
 #include "dpl/nn/pooling.hpp"
+#include "dpl/nn/resampling.hpp"
 #include "dpl/nn/summary.hpp"

@@ -421,6 +421,27 @@ DPL_DECLARE_KERNEL(adaptive_avg_pool2d, floating(), void(const Tensor& x, Tensor
 /// window (overlapping windows add). gy and gx contiguous; gx's shape gives H and W.
 DPL_DECLARE_KERNEL(adaptive_avg_pool2d_backward, floating(), void(const Tensor& gy, float beta, Tensor& gx));
 
+/// The sampling rule of upsample2d: PyTorch's legacy "nearest" (source index floor(dst * scale))
+/// or bilinear (the two nearest source pixels along each axis, weighted by distance).
+enum class UpsampleMode { kNearest, kBilinear };
+/// The geometry of upsample2d: the mode, whether bilinear maps the corner pixels' centres onto
+/// each other (align_corners), and per axis the source step per output pixel as PyTorch computes
+/// it (1 / scale_factor when one was given, else in / out; with align_corners (in - 1) / (out - 1),
+/// 0 for out == 1). resampling_math.hpp holds the index rule both backends share.
+struct Upsample2dParams {
+  UpsampleMode mode = UpsampleMode::kNearest;
+  bool align_corners = false;
+  float scale_h = 1.f, scale_w = 1.f;
+};
+/// y (N, C, Ho, Wo) = x (N, C, H, W) resampled by p (PyTorch's upsample_nearest2d and
+/// upsample_bilinear2d). x and y contiguous (NCHW); H, W, Ho, Wo >= 1.
+DPL_DECLARE_KERNEL(upsample2d, floating(), void(const Upsample2dParams& p, const Tensor& x, Tensor& y));
+/// gx = beta*gx + the gradient of upsample2d: each input pixel gathers the gradients of the
+/// output pixels that read it, times their weights (no atomics; the same order on every device).
+/// gy and gx contiguous; gx's shape gives H and W.
+DPL_DECLARE_KERNEL(upsample2d_backward, floating(),
+                   void(const Upsample2dParams& p, const Tensor& gy, float beta, Tensor& gx));
+
 // --- activations, dropout, softmax over the last dimension, mean squared error ----------------
 
 /// The pointwise activations of `activation` and `activation_backward`.

@@ -49,6 +49,40 @@ Variable Conv2d::forward(const Variable& x) {
   return conv2d(x, weight_, bias_, stride_, padding_, dilation_, options_.groups());
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options, Generator& gen) : options_(options) {
+  const std::int64_t in_channels = options.in_channels(), out_channels = options.out_channels();
+  const std::int64_t groups = options.groups();
+  const Size2d kernel = options.kernel_size(), stride = options.stride(), padding = options.padding();
+  const Size2d output_padding = options.output_padding(), dilation = options.dilation();
+  const char* name = "ConvTranspose2d";
+  DPL_CHECK(in_channels > 0 && out_channels > 0, name, ": expected positive channel counts, got in_channels=",
+            in_channels, " out_channels=", out_channels);
+  DPL_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0, name,
+            ": expected groups > 0 dividing in_channels=", in_channels, " and out_channels=", out_channels,
+            ", got groups=", groups);
+  DPL_CHECK(kernel.h > 0 && kernel.w > 0, name, ": expected a positive kernel size, got (", kernel.h, ", ", kernel.w,
+            ")");
+  DPL_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 && padding.h >= 0 && padding.w >= 0,
+            name, ": expected positive strides and dilations and non-negative padding, got stride (", stride.h, ", ",
+            stride.w, "), padding (", padding.h, ", ", padding.w, "), dilation (", dilation.h, ", ", dilation.w, ")");
+  DPL_CHECK(output_padding.h >= 0 && output_padding.w >= 0 && output_padding.h < stride.h &&
+                output_padding.w < stride.w,
+            name, ": expected 0 <= output_padding < stride, got output_padding (", output_padding.h, ", ",
+            output_padding.w, ") with stride (", stride.h, ", ", stride.w, ")");
+  // PyTorch's fan_in of a (in, out/groups, kh, kw) weight is its second dimension times the kernel.
+  const std::int64_t fan_in = out_channels / groups * kernel.h * kernel.w;
+  const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
+  weight_ = register_parameter(
+      "weight", Tensor::uniform({in_channels, out_channels / groups, kernel.h, kernel.w}, -bound, bound, gen));
+  if (options.bias()) bias_ = register_parameter("bias", Tensor::uniform({out_channels}, -bound, bound, gen));
+}
+
+Variable ConvTranspose2d::forward(const Variable& x) {
+  const ConvTranspose2dOptions& o = options_;
+  return conv_transpose2d(x, weight_, bias_, pair(o.stride()), pair(o.padding()), pair(o.output_padding()),
+                          o.groups(), pair(o.dilation()));
+}
+
 void to_channels_last(Module& module) {
   for (auto& [name, var] : module.named_parameters())
     if (var.data().dim() == 4) var.set_data(var.data().to_channels_last());

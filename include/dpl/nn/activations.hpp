@@ -70,6 +70,24 @@ class Dropout : public Module {
   Generator* gen_;
 };
 
+/// Channel dropout (see dpl::dropout2d: whole (sample, channel) planes of an (N, C, H, W) input
+/// zeroed, the rest scaled by 1 / (1 - p)) while the module is training; the identity in eval().
+/// Takes DropoutOptions, as libtorch's Dropout2d takes Dropout2dOptions of the same one setting.
+class Dropout2d : public Module {
+ public:
+  /// Requires p in [0, 1) (throws dpl::Error otherwise). The masks come from `gen`, which must
+  /// outlive the module.
+  explicit Dropout2d(const DropoutOptions& options = DropoutOptions(), Generator& gen = default_generator());
+  /// Requires a 4-D float x (N, C, H, W); returns x's shape.
+  Variable forward(const Variable& x) override;
+  /// The settings the layer was built with.
+  const DropoutOptions& options() const { return options_; }
+
+ private:
+  DropoutOptions options_;
+  Generator* gen_;
+};
+
 /// softmax over the last dimension; no parameters.
 class Softmax : public Module {
  public:

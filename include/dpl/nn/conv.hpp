@@ -64,6 +64,60 @@ class Conv2d : public Module {
   Variable weight_, bias_;
 };
 
+/// Settings of a ConvTranspose2d layer, as libtorch's ConvTranspose2dOptions:
+/// `ConvTranspose2dOptions(16, 8, 4).stride(2).padding(1)`. An extent given as one number serves
+/// both dimensions; `{h, w}` gives them apart. The layer checks the values when built.
+struct ConvTranspose2dOptions {
+  ConvTranspose2dOptions(std::int64_t in_channels, std::int64_t out_channels, Size2d kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  /// Channels of the input.
+  DPL_ARG(std::int64_t, in_channels);
+  /// Channels of the output.
+  DPL_ARG(std::int64_t, out_channels);
+  /// Extent of the filters.
+  DPL_ARG(Size2d, kernel_size);
+  /// Step between the input pixels' windows in the output (default 1).
+  DPL_ARG(Size2d, stride) = 1;
+  /// dilation * (kernel_size - 1) - padding zeros are added to each side of the input (default 0):
+  /// the output loses `padding` rows and columns on each side.
+  DPL_ARG(Size2d, padding) = 0;
+  /// Rows and columns added to one side of the output, below the stride (default 0).
+  DPL_ARG(Size2d, output_padding) = 0;
+  /// Groups of channels convolved apart; must divide both channel counts (default 1).
+  DPL_ARG(std::int64_t, groups) = 1;
+  /// Whether the layer adds a learned bias per output channel (default true).
+  DPL_ARG(bool, bias) = true;
+  /// Spacing between the filter's taps (default 1).
+  DPL_ARG(Size2d, dilation) = 1;
+};
+
+/// 2-D transposed convolution, y = conv_transpose2d(x, W) + b (see dpl::conv_transpose2d), with W
+/// of shape (in_channels, out_channels/groups, kernel_size[0], kernel_size[1]) and b of shape
+/// (out_channels,), PyTorch's names and shapes. Initialisation is PyTorch's for its
+/// ConvTranspose2d: Kaiming-uniform with a = sqrt(5) on W, whose fan_in PyTorch takes from W's
+/// second dimension, so W and b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+/// fan_in = out_channels/groups * kernel_size[0] * kernel_size[1].
+class ConvTranspose2d : public Module {
+ public:
+  /// Requires positive channel counts divisible by groups, positive kernel extents, strides and
+  /// dilations, non-negative padding and 0 <= output_padding < stride; throws dpl::Error naming
+  /// the bad argument otherwise. Draws the initial weights and bias from gen.
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& options, Generator& gen = default_generator());
+  /// Requires x of shape (N, in_channels, H, W); returns (N, out_channels, OH, OW) with
+  /// OH = (H - 1)*stride - 2*padding + dilation*(kernel_size-1) + output_padding + 1, likewise
+  /// OW; channels-last when x is.
+  Variable forward(const Variable& x) override;
+  const Variable& weight() const { return weight_; }
+  /// Undefined when the layer was built without a bias.
+  const Variable& bias() const { return bias_; }
+  /// The settings the layer was built with.
+  const ConvTranspose2dOptions& options() const { return options_; }
+
+ private:
+  ConvTranspose2dOptions options_;
+  Variable weight_, bias_;
+};
+
 /// Stores every 4-D parameter and buffer of module (convolution weights) channels-last, so that
 /// channels-last inputs meet weights of their own format. Call it after Module::to(), which
 /// moves tensors as contiguous copies. A module's arena (Module::arena(), used by the optimizers)

@@ -1,11 +1,12 @@
-// Adaptive average pooling for float32, bfloat16 and float16 (computed in float, rounded once on
-// store). Forward: one thread per output pixel sums its window. Backward gathers instead of
-// scattering: one thread per input pixel sums the gradients of the windows that hold it, so the
-// result needs no atomics and does not depend on timing.
+// Adaptive average pooling and upsampling for float32, bfloat16 and float16 (computed in float,
+// rounded once on store). Forward: one thread per output pixel reads its window or taps. Backward
+// gathers instead of scattering: one thread per input pixel sums the gradients of the outputs
+// that read it, so the result needs no atomics and does not depend on timing.
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/kernels.hpp"
+#include "backend/resampling_math.hpp"
 
 namespace dpl::backend {
 
@@ -61,9 +62,75 @@ __global__ void adaptive_avg_pool2d_backward_kernel(const T* gy, T* gx, std::int
   }
 }
 
+template <typename T>
+__global__ void upsample2d_kernel(Upsample2dParams p, const T* x, T* y, std::int64_t planes, std::int64_t h,
+                                  std::int64_t w, std::int64_t ho, std::int64_t wo) {
+  const std::int64_t n = planes * ho * wo;
+  for (std::int64_t k = global_thread(); k < n; k += grid_threads()) {
+    const std::int64_t j = k % wo, i = (k / wo) % ho, plane = k / (wo * ho);
+    const UpsampleTaps r = upsample_taps(p.mode, p.align_corners, p.scale_h, i, h, ho);
+    const UpsampleTaps c = upsample_taps(p.mode, p.align_corners, p.scale_w, j, w, wo);
+    const T* x0 = x + plane * h * w + r.i0 * w;
+    const T* x1 = x + plane * h * w + r.i1 * w;
+    if (p.mode == UpsampleMode::kNearest) {
+      y[k] = x0[c.i0];
+    } else {
+      const float v = r.w0 * (c.w0 * to_float(x0[c.i0]) + c.w1 * to_float(x0[c.i1])) +
+                      r.w1 * (c.w0 * to_float(x1[c.i0]) + c.w1 * to_float(x1[c.i1]));
+      y[k] = from_float<T>(v);
+    }
+  }
+}
+
+// The same sums in the same order as the CPU's upsample2d_backward_cpu.
+template <bool acc, typename T>
+__global__ void upsample2d_backward_kernel(Upsample2dParams p, const T* gy, T* gx, std::int64_t planes, std::int64_t h,
+                                           std::int64_t w, std::int64_t ho, std::int64_t wo) {
+  const std::int64_t n = planes * h * w;
+  for (std::int64_t k = global_thread(); k < n; k += grid_threads()) {
+    const std::int64_t c = k % w, r = (k / w) % h, plane = k / (w * h);
+    const std::int64_t i0 = upsample_first_reader(p.mode, p.align_corners, p.scale_h, r - 1, h, ho);
+    const std::int64_t i1 = upsample_first_reader(p.mode, p.align_corners, p.scale_h, r + 1, h, ho);
+    const std::int64_t j0 = upsample_first_reader(p.mode, p.align_corners, p.scale_w, c - 1, w, wo);
+    const std::int64_t j1 = upsample_first_reader(p.mode, p.align_corners, p.scale_w, c + 1, w, wo);
+    const T* gp = gy + plane * ho * wo;
+    float s = 0.f;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const float wr = upsample_weight(upsample_taps(p.mode, p.align_corners, p.scale_h, i, h, ho), r);
+      if (wr == 0.f) continue;
+      float t = 0.f;
+      for (std::int64_t j = j0; j < j1; ++j)
+        t += upsample_weight(upsample_taps(p.mode, p.align_corners, p.scale_w, j, w, wo), c) * to_float(gp[i * wo + j]);
+      s += wr * t;
+    }
+    gx[k] = from_float<T>(acc ? to_float(gx[k]) + s : s);
+  }
+}
+
 // ============================================================================================
 // launchers
 // ============================================================================================
+
+template <typename T>
+void launch_upsample2d(const Upsample2dParams& p, const T* x, T* y, std::int64_t planes, std::int64_t h,
+                       std::int64_t w, std::int64_t ho, std::int64_t wo, int device, cudaStream_t stream) {
+  const std::int64_t n = planes * ho * wo;
+  if (n == 0) return;
+  upsample2d_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(p, x, y, planes, h, w, ho, wo);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_upsample2d_backward(const Upsample2dParams& p, const T* gy, bool acc, T* gx, std::int64_t planes,
+                                std::int64_t h, std::int64_t w, std::int64_t ho, std::int64_t wo, int device,
+                                cudaStream_t stream) {
+  const std::int64_t n = planes * h * w;
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (acc) upsample2d_backward_kernel<true><<<grid, kThreads, 0, stream>>>(p, gy, gx, planes, h, w, ho, wo);
+  else upsample2d_backward_kernel<false><<<grid, kThreads, 0, stream>>>(p, gy, gx, planes, h, w, ho, wo);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
 
 template <typename T>
 void launch_adaptive_avg_pool2d(const T* x, T* y, std::int64_t planes, std::int64_t h, std::int64_t w,
@@ -116,9 +183,27 @@ void adaptive_avg_pool2d_backward_cuda(const Tensor& gy, float beta, Tensor& gx)
   });
 }
 
+void upsample2d_cuda(const Upsample2dParams& p, const Tensor& x, Tensor& y) {
+  on_device_typed(x, "upsample2d", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_upsample2d(p, in_ptr<T>(x), out_ptr<T>(y), x.size(0) * x.size(1), x.size(2), x.size(3),
+                                   y.size(2), y.size(3), d.device(), d.stream());
+  });
+}
+
+void upsample2d_backward_cuda(const Upsample2dParams& p, const Tensor& gy, float beta, Tensor& gx) {
+  on_device_typed(gy, "upsample2d_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_upsample2d_backward(p, in_ptr<T>(gy), beta != 0.f, out_ptr<T>(gx), gx.size(0) * gx.size(1),
+                                            gx.size(2), gx.size(3), gy.size(2), gy.size(3), d.device(), d.stream());
+  });
+}
+
 }  // namespace
 
 DPL_REGISTER_KERNEL(adaptive_avg_pool2d, kCuda, adaptive_avg_pool2d_cuda);
 DPL_REGISTER_KERNEL(adaptive_avg_pool2d_backward, kCuda, adaptive_avg_pool2d_backward_cuda);
+DPL_REGISTER_KERNEL(upsample2d, kCuda, upsample2d_cuda);
+DPL_REGISTER_KERNEL(upsample2d_backward, kCuda, upsample2d_backward_cuda);
 
 }  // namespace dpl::backend

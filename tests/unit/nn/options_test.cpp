@@ -62,6 +62,31 @@ TEST(Options, SettersChainAndGettersReadBack) {
   EXPECT_TRUE(nn::LinearOptions(3, 4).bias());
 }
 
+TEST(Options, ResamplingLayersTakePyTorchsDefaults) {
+  const auto up = nn::ConvTranspose2dOptions(8, 4, {4, 3}).stride(2).padding(1).output_padding({1, 0}).groups(2);
+  EXPECT_EQ(up.in_channels(), 8);
+  EXPECT_EQ(up.out_channels(), 4);
+  EXPECT_EQ(up.kernel_size().w, 3);
+  EXPECT_EQ(up.stride().h, 2);
+  EXPECT_EQ(up.output_padding().h, 1);
+  EXPECT_EQ(up.output_padding().w, 0);
+  EXPECT_EQ(up.groups(), 2);
+  const auto plain = nn::ConvTranspose2dOptions(1, 2, 3);  // PyTorch's defaults
+  EXPECT_EQ(plain.stride().h, 1);
+  EXPECT_EQ(plain.padding().w, 0);
+  EXPECT_EQ(plain.output_padding().w, 0);
+  EXPECT_EQ(plain.dilation().h, 1);
+  EXPECT_TRUE(plain.bias());
+  const nn::UpsampleOptions resize;
+  EXPECT_FALSE(resize.size().has_value());
+  EXPECT_FALSE(resize.scale_factor().has_value());
+  EXPECT_EQ(resize.mode(), InterpolateMode::kNearest);
+  EXPECT_FALSE(resize.align_corners());
+  const auto sized = nn::UpsampleOptions().size(Size2d(4, 6)).mode(InterpolateMode::kBilinear);
+  EXPECT_EQ(sized.size()->w, 6);
+  EXPECT_EQ(nn::UpsampleOptions().scale_factor(Scale2d(2.0, 3.0)).scale_factor()->w, 3.0);
+}
+
 TEST(Options, LinearMatchesThePositionalConstructor) {
   Generator g1(5), g2(5);
   nn::Linear a(nn::LinearOptions(6, 4).bias(false), g1);

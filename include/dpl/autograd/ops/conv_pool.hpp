@@ -1,5 +1,5 @@
 #pragma once
-// Convolution and pooling of (N, C, H, W) images.
+// Convolution, pooling and resampling of (N, C, H, W) images.
 // Image inputs are 4-D (N, C, H, W) by shape, in NCHW (contiguous) or channels-last memory
 // (Tensor::memory_format); outputs keep the input's format. Other strides are first copied to
 // NCHW.
@@ -7,8 +7,10 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "dpl/autograd/variable.hpp"
+#include "dpl/core/random.hpp"
 
 namespace dpl {
 
@@ -28,6 +30,19 @@ using Conv2dPair = std::array<std::int64_t, 2>;
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
                 Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1},
                 std::int64_t groups = 1);
+
+/// 2-D transposed convolution, as PyTorch's conv_transpose2d (the gradient of conv2d with respect
+/// to its input): x (N, C, H, W), weight (C, O/groups, KH, KW), bias (O,) or undefined (no bias),
+/// one float dtype and device for all. Returns (N, O, OH, OW) with OH = (H - 1)*stride -
+/// 2*padding + dilation*(KH-1) + output_padding + 1, likewise OW, which must be at least 1.
+/// Requires strides and dilations >= 1, padding >= 0, 0 <= output_padding < stride (PyTorch also
+/// allows output_padding < dilation; dpl does not), and C divisible by groups. Runs on conv2d's
+/// kernels (its forward is conv2d's backward-data), so it requires oneDNN (CPU) or cuDNN (GPU) in
+/// the build, and follows conv2d's memory formats: a channels-last input gives a channels-last
+/// output. 16-bit math accumulates in float32.
+Variable conv_transpose2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
+                          Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair output_padding = {0, 0},
+                          std::int64_t groups = 1, Conv2dPair dilation = {1, 1});
 
 /// Height and width of a 2-D window; one number means the same for both.
 struct Size2d {
@@ -57,5 +72,39 @@ Variable global_avg_pool2d(const Variable& x);
 /// extents >= 1. A channels-last input is read through a contiguous copy; the result is
 /// contiguous.
 Variable adaptive_avg_pool2d(const Variable& x, Size2d output_size);
+
+/// Channel dropout, as PyTorch's F.dropout2d on (N, C, H, W): while `training` and p > 0, each
+/// (sample, channel) plane is zeroed whole with probability p and the rest are scaled by
+/// 1 / (1 - p); otherwise x itself is returned. Requires a 4-D float input and p in [0, 1). The
+/// mask, one value per (n, c), is dpl::dropout's of an (N, C, 1, 1) tensor of ones (one 64-bit
+/// seed from `gen` per call, the same on the CPU and the GPU), and backward multiplies by the same
+/// mask. The result is contiguous (the product broadcasts the mask over H and W).
+Variable dropout2d(const Variable& x, float p, Generator& gen, bool training = true);
+
+/// Height and width scale factors of a resampling; one number means the same for both.
+struct Scale2d {
+  /// {both, both}, and {height, width}; the ops check the values.
+  Scale2d(double both) : h(both), w(both) {}  // NOLINT: implicit, so that 2.0 means {2.0, 2.0}
+  Scale2d(double height, double width) : h(height), w(width) {}
+  double h, w;
+};
+
+/// How interpolate computes an output pixel from the input's.
+enum class InterpolateMode {
+  kNearest,   ///< PyTorch's legacy 'nearest': source index floor(dst * in / out) (with a scale
+              ///< factor s: floor(dst / s)), clamped to the last pixel
+  kBilinear,  ///< the four nearest source pixels weighted by distance (PyTorch's 'bilinear')
+};
+
+/// Resamples x (N, C, H, W) to (N, C, Ho, Wo), as PyTorch's F.interpolate for 4-D input: give
+/// exactly one of `size` (Ho, Wo >= 1) and `scale_factor` (> 0; then Ho = floor(H * scale.h),
+/// likewise Wo, which must be at least 1, and the source step is 1 / scale as in PyTorch, which can
+/// pick other pixels than size = (Ho, Wo) would). Bilinear maps pixel centres onto each other
+/// unless `align_corners`, which maps the corner pixels' centres (and ignores the scale factor's
+/// step, as PyTorch does); `align_corners` requires kBilinear. Requires a 4-D float input with H,
+/// W >= 1. A channels-last input is read through a contiguous copy; the result is contiguous. The
+/// gradient is the transpose of the same weights; 16-bit math in float32.
+Variable interpolate(const Variable& x, std::optional<Size2d> size, std::optional<Scale2d> scale_factor = std::nullopt,
+                     InterpolateMode mode = InterpolateMode::kNearest, bool align_corners = false);
 
 }  // namespace dpl

@@ -1,14 +1,16 @@
-// CPU-vs-CUDA agreement of conv2d (oneDNN against cuDNN): forward, the input, weight and bias
-// gradients, written fresh and accumulated, in NCHW and channels-last, for float32 (TF32 off),
-// bfloat16 and float16.
+// CPU-vs-CUDA agreement of conv2d and conv_transpose2d (oneDNN against cuDNN, on the same three
+// convolution kernels): forward, the input, weight and bias gradients, written fresh and
+// accumulated, in NCHW and channels-last, for float32 (TF32 off), bfloat16 and float16.
 //
 // Tolerances: float32 rtol 1e-4 / atol 1e-4 (sums of up to 36 products per output in a different
 // order); 16-bit: both sides compute in float32 from the same 16-bit inputs, the CPU rounds once
 // and the GPU twice for a biased output (the convolution's result, then the bias add), so they
 // differ by up to two units in the last place: rtol 2^-6 (bfloat16) or 2^-9 (float16), with
 // atol 1e-2 for values near zero.
+// conv_transpose2d's bias is a separate broadcast add on both devices, so the same bound holds.
 //
 // Pooling (image_agreement.hpp): in float32 exact up to the order of an average's sum (1e-6).
+// dropout2d: the same mask on both devices, so products of the same two numbers, each rounded once.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -77,8 +79,17 @@ class ConvTest : public CudaTest {
   }
 
   void check(const Geometry& g, DType dtype, bool nhwc) {
-    SCOPED_TRACE(std::string(g.name) + " " + dtype_name(dtype) + (nhwc ? " channels-last" : " nchw"));
-    const Tensor x = input(g.x, dtype, nhwc), w = input(g.w, dtype, nhwc), b = input({g.w[0]}, dtype, false);
+    check_op(g.name, g.x, g.w, g.w[0], dtype, nhwc, [&g](const Variable& x, const Variable& w, const Variable& b) {
+      return conv2d(x, w, b, g.stride, g.padding, g.dilation, g.groups);
+    });
+  }
+
+  // op(x, w, b) of x (shape xs), weight (ws) and bias (bias_size,) on both devices.
+  template <typename Op>
+  void check_op(const std::string& name, const Shape& xs, const Shape& ws, std::int64_t bias_size, DType dtype,
+                bool nhwc, const Op& op) {
+    SCOPED_TRACE(name + " " + dtype_name(dtype) + (nhwc ? " channels-last" : " nchw"));
+    const Tensor x = input(xs, dtype, nhwc), w = input(ws, dtype, nhwc), b = input({bias_size}, dtype, false);
     for (bool accumulate : {false, true}) {
       Variable xc(x.clone(), true), wc(w.clone(), true), bc(b.clone(), true);
       Variable xg(to_gpu(x), true), wg(to_gpu(w), true), bg(to_gpu(b), true);
@@ -92,8 +103,7 @@ class ConvTest : public CudaTest {
           ++k;
         }
       }
-      const Variable yc = conv2d(xc, wc, bc, g.stride, g.padding, g.dilation, g.groups);
-      const Variable yg = conv2d(xg, wg, bg, g.stride, g.padding, g.dilation, g.groups);
+      const Variable yc = op(xc, wc, bc), yg = op(xg, wg, bg);
       // The output keeps the input's memory format (x.clone() on the host is contiguous, so the
       // GPU result's format is compared with the format asked for).
       EXPECT_TRUE(nhwc ? yg.data().is_channels_last() : yg.data().is_contiguous());
@@ -130,6 +140,33 @@ TEST_F(ConvTest, Float16AgreesWithTheCpu) {
     for (bool nhwc : {false, true}) check(g, kFloat16, nhwc);
 }
 
+// conv_transpose2d's geometries: weight (in, out/groups, kh, kw); output_padding below the stride.
+struct TransposedGeometry {
+  const char* name;
+  Shape x, w;
+  Conv2dPair stride, padding, output_padding, dilation;
+  std::int64_t groups;
+};
+
+const std::vector<TransposedGeometry> kTransposedGeometries = {
+    {"transposed 3x3", {2, 4, 6, 5}, {4, 6, 3, 3}, {1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+    {"transposed upsampling", {2, 8, 5, 6}, {8, 4, 4, 4}, {2, 2}, {1, 1}, {0, 0}, {1, 1}, 1},
+    {"transposed output_padding", {1, 3, 5, 4}, {3, 5, 3, 2}, {2, 3}, {1, 0}, {1, 2}, {1, 1}, 1},
+    {"transposed dilated", {1, 4, 5, 5}, {4, 4, 3, 3}, {1, 1}, {2, 2}, {0, 0}, {2, 2}, 1},
+    {"transposed grouped", {2, 8, 4, 4}, {8, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 2},
+};
+
+TEST_F(ConvTest, TransposedAgreesWithTheCpuInEveryDtype) {
+  DPL_SKIP_WITHOUT_CPU_REFERENCE();
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (const auto& g : kTransposedGeometries)
+      for (bool nhwc : {false, true})
+        check_op(g.name, g.x, g.w, g.w[1] * g.groups, t, nhwc,
+                 [&g](const Variable& x, const Variable& w, const Variable& b) {
+                   return conv_transpose2d(x, w, b, g.stride, g.padding, g.output_padding, g.groups, g.dilation);
+                 });
+}
+
 // A second call of a shape reuses the algorithm the first one chose (forward algorithms are
 // deterministic), so it gives the same bits.
 TEST_F(ConvTest, RepeatedCallsReuseTheChosenAlgorithm) {
@@ -160,6 +197,15 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
       check("global_avg_pool2d", {3, 4, 7, 5}, t, nhwc, [](const Variable& x) { return global_avg_pool2d(x); },
             rtol_of(t, 1e-6f), 1e-6f);
     }
+}
+
+TEST_F(NormPoolTest, Dropout2dDrawsTheSameChannelMaskOnBothDevices) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (bool nhwc : {false, true})
+      check("dropout2d", {4, 16, 5, 6}, t, nhwc, [](const Variable& x) {
+        Generator g(21);  // one state per call: both devices see the same seed
+        return dropout2d(x, 0.4f, g);
+      }, rtol_of(t, 1e-6f), 1e-6f);
 }
 
 // A window holding a NaN pools to NaN (the channels-last kernels let a NaN win), so that a
