@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The op and optimizer measurements of docs/performance.md on a GPU machine, in one round:
-#   configure (CUDA on) -> build the GPU tests and the two benchmarks -> the GPU tests -> bench_ops
+#   configure (CUDA on) -> build the GPU tests and the two benchmarks -> the GPU tests and
+#   docs/own-models.md's program on the GPU -> bench_ops
 #   beside torch_ops_peer.py in each of PEER_MODES, bench_optimizer_step (AdamW, one group and two)
 #   beside torch_optimizer_peer.py (fused and foreach), alternating dpl and PyTorch -> the tables,
 #   printed last.
@@ -37,6 +38,10 @@ step build cmake --build "$BUILD" -j "$JOBS" --target dpl_cuda_tests bench_ops b
 if [ "${TESTS:-1}" != 0 ]; then
   step gpu-tests "$BUILD/tests/cuda/dpl_cuda_tests"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/gpu-tests.log" | sort | uniq -c | head -40
+  # docs/own-models.md's program (an autoencoder and a classifier of one's own) on the GPU.
+  step build-own-models cmake --build "$BUILD" -j "$JOBS" --target own_models_example
+  step own-models-cuda mpiexec --allow-run-as-root -n 1 "$BUILD/examples/own_models_example" cuda
+  cat "$OUT/own-models-cuda.log"
 fi
 for r in $(seq 1 "$REPS"); do
   step "ops-dpl-$r" "$BUILD/benchmarks/bench_ops" --device cuda --dtype "$DTYPE" "${filter_args[@]}"
