@@ -29,6 +29,15 @@ ImageLoaderOptions options(std::int64_t batch, int workers, int prefetch = 2) {
   return o;
 }
 
+// In order, skipping failed examples; keep_size replaces them instead of leaving them out.
+ImageLoaderOptions skipping(std::int64_t batch, int workers, bool keep_size) {
+  ImageLoaderOptions o = options(batch, workers);
+  o.shuffle = false;
+  o.skip_bad = true;
+  o.keep_batch_size = keep_size;
+  return o;
+}
+
 std::vector<std::int32_t> labels_of(const ImageBatch& b) { return b.labels().to_vector<std::int32_t>(); }
 
 TEST(ImageLoader, EveryEpochServesEachIndexOnceInANewOrder) {
@@ -150,9 +159,7 @@ TEST(ImageLoader, MissingJpegFileIsReportedWithListAndLine) {
 
 TEST(ImageLoader, SkippedExamplesAreCompactedOutOfTheirBatch) {
   auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
-  ImageLoaderOptions o = options(4, 2);
-  o.shuffle = false;
-  o.skip_bad = true;
+  const ImageLoaderOptions o = skipping(4, 2, false);
   ImageLoader loader(ds, ImageTransform::validation(8), o);
   const ImageBatch a = loader.next();
   const ImageBatch b = loader.next();
@@ -167,10 +174,7 @@ TEST(ImageLoader, SkippedExamplesAreCompactedOutOfTheirBatch) {
 
 TEST(ImageLoader, KeepingTheBatchSizeReplacesAFailedExampleByTheNextThatLoaded) {
   auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
-  ImageLoaderOptions o = options(4, 2);
-  o.shuffle = false;
-  o.skip_bad = true;
-  o.keep_batch_size = true;
+  const ImageLoaderOptions o = skipping(4, 2, true);
   ImageLoader loader(ds, ImageTransform::validation(8), o);
   const ImageBatch a = loader.next();
   const ImageBatch b = loader.next();
@@ -186,10 +190,7 @@ TEST(ImageLoader, KeepingTheBatchSizeReplacesAFailedExampleByTheNextThatLoaded) 
 
 TEST(ImageLoader, SkipReportsCountPerEpochAndKeepTheFirstMessagesInBatchOrder) {
   auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
-  ImageLoaderOptions o = options(4, 3);
-  o.shuffle = false;
-  o.skip_bad = true;
-  o.keep_batch_size = true;
+  const ImageLoaderOptions o = skipping(4, 3, true);
   ImageLoader loader(ds, ImageTransform::validation(8), o);
   EXPECT_EQ(loader.skipped_report().count, 0);
   (void)loader.next();
@@ -216,10 +217,7 @@ TEST(ImageLoader, SkipReportsCountPerEpochAndKeepTheFirstMessagesInBatchOrder) {
 
 TEST(ImageLoader, ABatchWithNoExampleThatLoadedCannotKeepItsSize) {
   auto ds = std::make_shared<Synthetic>(4, std::vector<std::int64_t>{2, 3});
-  ImageLoaderOptions o = options(2, 1);
-  o.shuffle = false;
-  o.skip_bad = true;
-  o.keep_batch_size = true;
+  const ImageLoaderOptions o = skipping(2, 1, true);
   ImageLoader loader(ds, ImageTransform::validation(8), o);
   EXPECT_EQ(loader.next().size(), 2);
   DPL_EXPECT_ERROR(loader.next(), AllOf(HasSubstr("every one of the 2 examples of batch 1 of epoch 0 failed to load"),
