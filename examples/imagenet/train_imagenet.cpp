@@ -185,13 +185,14 @@ class SkippedImagesReport : public train::Extension {
       : train_(train), val_(val), rank_(rank) {}
   std::string name() const override { return "SkippedImagesReport"; }
 
-  // Runs at each epoch's end (its default trigger). The epoch is counted here: the loader may
-  // already have handed the next epoch's first batch to the GPU copy. The Evaluator, a writer,
-  // has run this epoch's validation before this reader.
+  // Runs at each epoch's end (its default trigger). The epoch is counted here: on a GPU each
+  // loader may already have handed its next epoch's first batch to the copy stream. The
+  // Evaluator, a writer that also runs every epoch, has run this epoch's validation (the
+  // validation loader's epoch of the same number) before this reader.
   void operator()(train::Trainer&) override {
     const std::int64_t epoch = epochs_seen_++;
     print("epoch " + std::to_string(epoch + 1), train_ ? train_->skipped_report(epoch) : data::SkippedExamples{},
-          val_ && val_->iteration() > 0 ? val_->skipped_report(val_->epoch()) : data::SkippedExamples{}, false);
+          val_ ? val_->skipped_report(epoch) : data::SkippedExamples{}, false);
   }
   void finalize(train::Trainer&) override {
     print("the run", train_ ? train_->skipped_report() : data::SkippedExamples{},
@@ -358,9 +359,9 @@ int run(Options o) {
     vo.workers = std::max(1, o.loaders / 2);
     vo.shuffle = false;  // every evaluation sees the same batches
     vo.drop_last = false;
-    // A validation image that does not decode is left out: a copy of another would count twice in
-    // the accuracy.
-    vo.keep_batch_size = false;
+    // A validation image that does not decode is replaced too (keep_batch_size, from lo): left
+    // out, it could empty a batch of a small shard, and a batch without images cannot be
+    // evaluated. Its batch-mate then counts twice, one image in tens of thousands for ImageNet.
     auto val_loader = std::make_unique<data::ImageLoader>(val_set, std::move(val_idx),
                                                          data::ImageTransform::validation(o.crop_size), vo);
     val_batches = val_loader->batches_per_epoch();
@@ -490,8 +491,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--skip-bad-images", o.skip_bad_images,
-               "Skip an image that cannot be read or decoded (training: replaced by another of its batch; "
-               "validation: left out), and report how many and which at each epoch's end and the run's");
+               "Skip an image that cannot be read or decoded (replaced by a copy of another of its batch), and "
+               "report how many and which at each epoch's end and the run's");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
   CLI11_PARSE(app, argc, argv);

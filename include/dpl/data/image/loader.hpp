@@ -84,7 +84,8 @@ struct ImageLoaderOptions {
   /// With skip_bad: put in the place of each example that failed a copy of one that loaded from
   /// the same batch (the next one after it, wrapping round), so every batch keeps its size: ranks
   /// then keep stepping on equal batches, and the learning rate scaled for the batch still fits.
-  /// A batch in which every example failed is then an error. Without it they are left out.
+  /// A batch in which every example failed is then an error. Without it they are left out, and
+  /// such a batch comes back empty (which ImageBatchSource refuses to deliver).
   bool keep_batch_size = false;
   bool pin_memory = true;        ///< page-locked buffers when a GPU is available
 };
