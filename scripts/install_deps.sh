@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   libturbojpeg0-dev  # JPEG decoding for the image pipeline (optional: without it JPEG calls raise an error)
+  libpng-dev  # PNG decoding for the image pipeline (optional: without it a PNG image raises an error)
   dataset-fashion-mnist
   python3 python3-numpy  # the safetensors test checks files against a reader and writer in numpy
   "$@"

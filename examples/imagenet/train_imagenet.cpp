@@ -7,10 +7,10 @@
 //       [--layout nchw|nhwc] [--lr L] [--momentum 0.9] [--weight-decay 1e-4] [--warmup-epochs 0]
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
-//       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]]
+//       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]] [--skip-bad-images]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
-// decodes, crops and flips its shard's JPEG files into 8-bit batches; with -g those travel to the
+// decodes, crops and flips its shard's JPEG (and PNG) files into 8-bit batches; with -g those travel to the
 // GPU as uint8 on a copy stream and are normalised there, into the model's dtype and layout (on
 // the host without -g); a MultiNodeOptimizer averages the gradients;
 // a Trainer runs the epochs, validation over every rank's validation shard, the report table,
@@ -79,6 +79,7 @@ struct Options {
   bool trace = false;
   bool graph = false;
   bool sync_timing = false;
+  bool skip_bad_images = false;  // an image that does not decode is skipped and reported, not fatal
   parallel::OverlapOptions overlap;
   std::uint64_t seed = 0;
 };
@@ -175,6 +176,49 @@ void add_labels(Labels& labels, const data::LabeledImageDataset& set, const std:
   }
 }
 
+// --skip-bad-images: after each epoch, every rank that skipped images says how many and names the
+// first few with their reasons (each rank decodes only its own shard); at the end of the run every
+// rank gives its totals, zero included, so a run that skipped nothing says so too.
+class SkippedImagesReport : public train::Extension {
+ public:
+  SkippedImagesReport(const data::ImageLoader* train, const data::ImageLoader* val, int rank)
+      : train_(train), val_(val), rank_(rank) {}
+  std::string name() const override { return "SkippedImagesReport"; }
+
+  // Runs at each epoch's end (its default trigger). The epoch is counted here: on a GPU each
+  // loader may already have handed its next epoch's first batch to the copy stream. The
+  // Evaluator, a writer that also runs every epoch, has run this epoch's validation (the
+  // validation loader's epoch of the same number) before this reader.
+  void operator()(train::Trainer&) override {
+    const std::int64_t epoch = epochs_seen_++;
+    print("epoch " + std::to_string(epoch + 1), train_ ? train_->skipped_report(epoch) : data::SkippedExamples{},
+          val_ ? val_->skipped_report(epoch) : data::SkippedExamples{}, false);
+  }
+  void finalize(train::Trainer&) override {
+    print("the run", train_ ? train_->skipped_report() : data::SkippedExamples{},
+          val_ ? val_->skipped_report() : data::SkippedExamples{}, true);
+  }
+
+ private:
+  void print(const std::string& when, const data::SkippedExamples& train, const data::SkippedExamples& val,
+             bool always) const {
+    if (!always && train.count == 0 && val.count == 0) return;
+    std::string text = "train_imagenet: " + when + ": rank " + std::to_string(rank_) + " skipped " +
+                       std::to_string(train.count) + " training and " + std::to_string(val.count) +
+                       " validation image(s) that could not be read (--skip-bad-images)";
+    for (const data::SkippedExamples* r : {&train, &val})
+      for (std::size_t i = 0; i < r->first.size(); ++i) text += "\n  " + r->first[i];
+    if (train.count + val.count > static_cast<std::int64_t>(train.first.size() + val.first.size()))
+      text += "\n  ...";
+    std::cerr << text << std::endl;
+  }
+
+  const data::ImageLoader* train_;
+  const data::ImageLoader* val_;
+  int rank_;
+  std::int64_t epochs_seen_ = 0;
+};
+
 int run(Options o) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
   // Ranks started with different flags would run different numbers of steps, or collectives of
@@ -207,6 +251,7 @@ int run(Options o) {
                               {"test run (--test)", o.test ? "on" : "off"},
                               {"seed (--seed)", std::to_string(o.seed)},
                               {"graph capture (--graph)", o.graph ? "on" : "off"},
+                              {"skip bad images (--skip-bad-images)", o.skip_bad_images ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
@@ -265,6 +310,9 @@ int run(Options o) {
   const data::ImageDelivery form = input_form(device, o.dtype, o.nhwc);
   std::shared_ptr<data::BatchSource> train_source, val_source;
   std::int64_t val_batches = 0;
+  // The loaders, owned by the sources: the skip report reads their counts.
+  const data::ImageLoader* train_loader = nullptr;
+  const data::ImageLoader* val_loader_seen = nullptr;
   if (o.synthetic) {
     const std::int64_t per_epoch = o.test ? kTestBatches : kSyntheticBatchesPerEpoch;
     train_source = std::make_shared<SyntheticSource>(o.batchsize, o.crop_size, classes, per_epoch, form,
@@ -292,23 +340,32 @@ int run(Options o) {
     lo.seed = o.seed;
     lo.drop_last = true;  // every step has the global batch the learning rate was scaled for
     lo.pin_memory = o.gpu;
+    // --skip-bad-images: a training image that does not decode is replaced by a copy of another of
+    // its batch, so every rank keeps stepping on full batches of the size the learning rate was
+    // scaled for (a shorter batch on one rank would weigh its images more in the average).
+    lo.skip_bad = o.skip_bad_images;
+    lo.keep_batch_size = true;
     // On the GPU the source keeps the batch whose copy is in flight from one step to the next: one
     // more buffer keeps the decoders as far ahead as on the host.
     if (o.gpu) lo.prefetch = 3;
     data::ImageTransform train_transform = data::ImageTransform::train(o.crop_size);
     train_transform.scale_min = o.crop_scale;
-    train_source = std::make_shared<data::ImageBatchSource>(
-        std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo), mean, scale,
-        form);
+    auto loader = std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo);
+    train_loader = loader.get();
+    train_source = std::make_shared<data::ImageBatchSource>(std::move(loader), mean, scale, form);
 
     data::ImageLoaderOptions vo = lo;
     vo.batch_size = o.val_batchsize;
     vo.workers = std::max(1, o.loaders / 2);
     vo.shuffle = false;  // every evaluation sees the same batches
     vo.drop_last = false;
+    // A validation image that does not decode is replaced too (keep_batch_size, from lo): left
+    // out, it could empty a batch of a small shard, and a batch without images cannot be
+    // evaluated. Its batch-mate then counts twice, one image in tens of thousands for ImageNet.
     auto val_loader = std::make_unique<data::ImageLoader>(val_set, std::move(val_idx),
                                                          data::ImageTransform::validation(o.crop_size), vo);
     val_batches = val_loader->batches_per_epoch();
+    val_loader_seen = val_loader.get();
     val_source = std::make_shared<data::ImageBatchSource>(std::move(val_loader), mean, scale, form);
   }
 
@@ -369,6 +426,7 @@ int run(Options o) {
   trainer.extend(std::make_shared<train::extensions::PrintReport>(), log_trigger);
   trainer.extend(std::make_shared<train::extensions::ProgressBar>());
   trainer.extend(std::make_shared<train::extensions::PhaseSummary>());
+  if (o.skip_bad_images) trainer.extend(std::make_shared<SkippedImagesReport>(train_loader, val_loader_seen, comm->rank()));
   trainer.run();
   // Each rank writes its own timeline; tools/merge_traces.py puts them on one time axis.
   if (o.trace)
@@ -432,6 +490,9 @@ int main(int argc, char** argv) {
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
+  app.add_flag("--skip-bad-images", o.skip_bad_images,
+               "Skip an image that cannot be read or decoded (replaced by a copy of another of its batch), and "
+               "report how many and which at each epoch's end and the run's");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
   CLI11_PARSE(app, argc, argv);

@@ -23,6 +23,7 @@
 
 #include "../common/flags.hpp"
 #include "../common/launch.hpp"
+#include "../common/memory_check.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
@@ -54,6 +55,21 @@ struct Options {
 
 using examples::BadFlag;
 using examples::parse_whole;
+
+// The estimate for nn::MLP (inputs -> units -> units -> classes, ReLU between) in float32 under
+// Adam: parameters, gradients, two moments each; per sample, each layer's output and its ReLU
+// (and the input) kept for backward, with as many gradients.
+examples::MemoryEstimate mlp_memory(std::int64_t inputs, std::int64_t units, std::int64_t batch) {
+  const auto in = static_cast<std::uint64_t>(inputs), u = static_cast<std::uint64_t>(units);
+  const std::uint64_t params = in * u + u + u * u + u + u * kClasses + kClasses;
+  const std::uint64_t per_sample = in + 4 * u + kClasses;
+  examples::MemoryEstimate e;
+  e.parameters = 4 * params;
+  e.gradients = 4 * params;
+  e.optimizer_state = 8 * params;
+  e.activations = 2 * 4 * per_sample * static_cast<std::uint64_t>(batch);
+  return e;
+}
 
 int run(const Options& o) {
   // Ranks started with different communicators are refused here, naming each rank's choice.
@@ -109,6 +125,14 @@ int run(const Options& o) {
       }
     }
   }
+  if (root) {
+    // Train and test images of different shapes would pass the first epoch and fail in its
+    // evaluation: refused now, naming both. load_mnist flattens each image into its pixels.
+    DPL_CHECK(train_all.sample_shape() == test_all.sample_shape(), "train_mnist: the training images (", o.data,
+              "/train-images-idx3-ubyte or its .gz) have ", train_all.sample_numel(),
+              " pixels each, but the test images (", o.data, "/t10k-images-idx3-ubyte or its .gz) have ",
+              test_all.sample_numel(), "; expected images of one shape in both");
+  }
   const data::Dataset train = data::scatter_dataset(train_all, *comm, true, o.seed, true);
   const data::Dataset test = data::scatter_dataset(test_all, *comm, true, o.seed + 1, false);
   train_all = test_all = data::Dataset();
@@ -117,6 +141,9 @@ int run(const Options& o) {
             "set (", train.size(), " samples on each of ", comm->size(), " processes); a batch would repeat samples, "
             "so use -b ", train.size(), " or less");
 
+  // The MLP's parameters are allocated next: first check that they, Adam's state and a step fit.
+  examples::check_memory_fits(mlp_memory(train.sample_numel(), o.units, o.batchsize), device, comm->host_size(),
+                              "train_mnist", "lower -u (units per hidden layer) or -b (batch size)");
   Generator init(o.seed);
   nn::MLP model(o.units, train.sample_numel(), kClasses, init);
   model.to(device);

@@ -22,6 +22,8 @@ namespace cuda_api {
 int device_count() noexcept;
 /// Counters of device's caching allocator (zeros when the device has not been used yet).
 cuda::MemoryStats memory_stats(int device);
+/// Bytes the driver reports free on device (cudaMemGetInfo); leaves the current device as it was.
+std::size_t driver_free_memory(int device);
 /// Sets device's peak to its current use.
 void reset_peak(int device);
 /// Returns device's wholly free cached segments to the driver.

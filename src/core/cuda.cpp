@@ -35,6 +35,11 @@ MemoryStats memory_stats(int device) {
   return backend::cuda_api::memory_stats(device);
 }
 
+std::size_t available_memory(int device) {
+  check_device(device, "available_memory");
+  return backend::cuda_api::driver_free_memory(device) + backend::cuda_api::memory_stats(device).cached;
+}
+
 void reset_peak(int device) {
   check_device(device, "reset_peak");
   backend::cuda_api::reset_peak(device);

@@ -96,6 +96,9 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
                                  "a whole number of ranks per node from 1 (\"2\"), or a comma-separated list of "
                                  "node sizes from 1 in rank order (\"2,1\")");
   s.num_threads = positive(lookup, "DPL_NUM_THREADS");
+  if (s.num_threads && *s.num_threads > kMaxNumThreads)
+    bad_value("DPL_NUM_THREADS", value_of(lookup, "DPL_NUM_THREADS"),
+              ("a whole number of host threads per process from 1 to " + std::to_string(kMaxNumThreads)).c_str());
   s.omp_num_threads_set = value_of(lookup, "OMP_NUM_THREADS") != nullptr;
   s.cpu_caching = !flag(lookup, "DPL_CPU_NO_CACHING").value_or(false);
   s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
@@ -129,7 +132,7 @@ const std::vector<SettingInfo>& settings_table() {
        "k: group ranks [0,k), [k,2k), ... into virtual nodes of k ranks, so one host can play several nodes "
        "(k must divide the number of ranks); a,b,...: uneven virtual nodes of a, b, ... ranks in rank order "
        "(\"2,1\": ranks 0-1 and rank 2; the sizes must add up to the number of ranks)"},
-      {"DPL_NUM_THREADS", "unset (cores / processes on the host)", "Host threads per process"},
+      {"DPL_NUM_THREADS", "unset (cores / processes on the host)", "Host threads per process, 1 to 1024"},
       {"DPL_CPU_NO_CACHING", "0", "1: large host blocks go back to the system when freed (for memory checkers)"},
       {"DPL_CUDA_NO_CACHING", "0", "1: every device allocation and free goes to the driver (for compute-sanitizer)"},
       {"DPL_CUDA_TF32", "0", "1: matrix products may use TF32 tensor cores from the start"},

@@ -1,6 +1,8 @@
 // Writes the fuzzing harnesses' seed corpora with dpl's own writers (and zlib), so that every seed
 // is a valid input that the fuzzer then mutates: fuzz_make_seeds <folder>, normally
-// tests/fuzz/seeds. Files that inputs found by fuzzing left there (regression-*) are kept.
+// tests/fuzz/seeds. Files it does not write are kept: the inputs findings left there
+// (regression-*), and the jpeg harness's CMYK and YCCK JPEGs and PNGs (fixture-*, copies of
+// tests/golden/images/, written by tests/golden/make_image_fixtures.py), which dpl cannot encode.
 #include <zlib.h>
 
 #include <cstdint>

@@ -31,6 +31,10 @@ struct MemoryStats {
 /// The counters of device's allocator. Requires 0 <= device < cuda_device_count(); a device that
 /// has not been used yet reports zeros.
 MemoryStats memory_stats(int device = 0);
+/// Bytes a new allocation on device can still get: what the driver reports free
+/// (cudaMemGetInfo) plus what dpl's allocator holds cached and unused. Same requirement as
+/// memory_stats; throws dpl::Error naming the device when the driver cannot say.
+std::size_t available_memory(int device = 0);
 /// Sets device's `peak` to its `current`. Same requirement as memory_stats.
 void reset_peak(int device = 0);
 /// Returns device's wholly free cached segments to the driver (waits for the device first).

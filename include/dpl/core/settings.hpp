@@ -17,13 +17,18 @@ enum class OutputSetting { kAuto, kPlain, kTerminal };
 enum class WindowStoresSetting { kMeasured, kCached, kStreaming };
 
 /// dpl's configuration from the environment. A variable that is unset or empty takes its default.
+/// The most host threads per process DPL_NUM_THREADS may ask for. Far more than any host has
+/// cores: a larger value is a typo, and would ask OpenMP for more threads than it starts (the
+/// process then ran with fewer, without a word).
+constexpr int kMaxNumThreads = 1024;
+
 struct Settings {
   /// DPL_RANKS_PER_NODE: virtual nodes instead of the real ones (empty: unset, the real nodes).
   /// One element k: nodes of k ranks each ("2"); several: the size of each node in rank order
   /// ("2,1": ranks 0-1 form node 0, rank 2 node 1), for uneven nodes.
   std::vector<int> ranks_per_node;
-  /// DPL_NUM_THREADS: host threads per process (unset: cores / processes on the host, unless
-  /// OMP_NUM_THREADS is set, which then decides).
+  /// DPL_NUM_THREADS: host threads per process, 1 to kMaxNumThreads (unset: cores / processes on
+  /// the host, unless OMP_NUM_THREADS is set, which then decides). A value out of range is refused.
   std::optional<int> num_threads;
   /// Whether OMP_NUM_THREADS is set (its value is OpenMP's to parse).
   bool omp_num_threads_set = false;

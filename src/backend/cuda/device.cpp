@@ -236,6 +236,17 @@ cuda::MemoryStats memory_stats(int device) {
   return d ? d->allocator().stats() : cuda::MemoryStats{};
 }
 
+std::size_t driver_free_memory(int device) {
+  int previous = 0;
+  DPL_CUDA_CHECK(cudaGetDevice(&previous));
+  DPL_CUDA_CHECK(cudaSetDevice(device));
+  std::size_t free = 0, total = 0;
+  const cudaError_t rc = cudaMemGetInfo(&free, &total);
+  DPL_CUDA_CHECK(cudaSetDevice(previous));
+  DPL_CUDA_CHECK(rc);
+  return free;
+}
+
 void reset_peak(int device) {
   if (CudaDevice* d = CudaDevice::get_if_created(device)) d->allocator().reset_peak();
 }

@@ -12,7 +12,7 @@
 
 #include "core/stable_hash.hpp"
 #include "dpl/core/error.hpp"
-#include "dpl/data/image/jpeg.hpp"
+#include "dpl/data/image/decode.hpp"
 
 namespace dpl::data {
 
@@ -91,17 +91,20 @@ std::vector<std::uint8_t> LabeledImageDataset::read_bytes(std::int64_t i) const 
 
 Example LabeledImageDataset::get(std::int64_t i) const {
   const std::vector<std::uint8_t> bytes = read_bytes(i);
-  return Example{decode_jpeg(bytes.data(), bytes.size(), where(i)), entries_[static_cast<std::size_t>(i)].label};
+  return Example{decode_image(bytes.data(), bytes.size(), where(i)), entries_[static_cast<std::size_t>(i)].label};
 }
 
 CroppedExample LabeledImageDataset::get_for_crop(std::int64_t i, const CropPlanner& plan) const {
   const std::vector<std::uint8_t> bytes = read_bytes(i);
   const std::string name = where(i);
-  const JpegSize full = read_jpeg_size(bytes.data(), bytes.size(), name);
+  const JpegSize full = read_image_size(bytes.data(), bytes.size(), name);
   const CropRequest req = plan(full.height, full.width);
-  const ScaleFactor s = choose_jpeg_scale(req.box.width, req.box.height, req.out_width, req.out_height);
+  // A PNG has no reduced decode: it comes at full size, and the region stays as planned.
+  const ScaleFactor s = image_format(bytes.data(), bytes.size()) == ImageFormat::kPng
+                            ? ScaleFactor{}
+                            : choose_jpeg_scale(req.box.width, req.box.height, req.out_width, req.out_height);
   CroppedExample out;
-  out.image = decode_jpeg(bytes.data(), bytes.size(), name, s);
+  out.image = decode_image(bytes.data(), bytes.size(), name, s);
   out.label = entries_[static_cast<std::size_t>(i)].label;
   // The region in the decoded image: its edges scaled outwards, so it never shrinks below the
   // output size that the factor was chosen to cover.

@@ -54,6 +54,7 @@ struct ImageLoader::State {
     std::int64_t remaining = 0;  // examples not yet finished
     std::shared_ptr<const std::vector<std::int64_t>> order;  // that batch's epoch order
     std::vector<char> failed;    // skip_bad: which examples failed
+    std::vector<std::string> reasons;  // skip_bad: their messages
     std::exception_ptr error;    // the failure of the lowest-placed example, without skip_bad
     std::int64_t error_pos = -1;
   };
@@ -77,6 +78,8 @@ struct ImageLoader::State {
   std::int64_t consumed = 0;     // batches returned by next()
   std::exception_ptr broken;     // the error next() threw; thrown again by every later call
   std::int64_t skipped = 0;
+  std::map<std::int64_t, SkippedExamples> skipped_by_epoch;  // of the batches returned
+  SkippedExamples skipped_in_run;
   std::vector<std::thread> workers;
 
   std::int64_t batch_count(std::int64_t batch) const {
@@ -118,6 +121,7 @@ struct ImageLoader::State {
         s.remaining = s.count;
         s.order = order_of(b / per_epoch);
         s.failed.assign(static_cast<std::size_t>(s.count), 0);
+        s.reasons.assign(static_cast<std::size_t>(s.count), std::string());
         s.error = nullptr;
         s.error_pos = -1;
         fill_batch = b;
@@ -133,17 +137,22 @@ struct ImageLoader::State {
       // The slot cannot be reused before this example is finished (remaining > 0), so it is
       // written without the lock.
       std::exception_ptr error;
+      std::string reason;
       try {
         s.labels.data<std::int32_t>()[pos] = transform_example(*dataset, index, transform, options.seed, epoch, dst);
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        reason = e.what();
       } catch (...) {
         error = std::current_exception();
+        reason = "an exception that is not a std::exception";
       }
 
       lock.lock();
       if (error) {
         if (options.skip_bad) {
           s.failed[static_cast<std::size_t>(pos)] = 1;
-          ++skipped;
+          s.reasons[static_cast<std::size_t>(pos)] = std::move(reason);
         } else if (s.error_pos < 0 || pos < s.error_pos) {
           // The lowest position's error, so which error is reported does not depend on timing.
           s.error = error;
@@ -155,6 +164,40 @@ struct ImageLoader::State {
         ready_cv.notify_all();
       }
     }
+  }
+
+  // skip_bad: counts the slot's failed examples and keeps the first messages. Called with the
+  // lock held, as the batch is returned, so the reports follow the order of the batches.
+  void count_skips(const Slot& s) {
+    const std::int64_t epoch = s.batch / per_epoch;
+    SkippedExamples& in_epoch = skipped_by_epoch[epoch];
+    for (std::size_t i = 0; i < s.failed.size(); ++i) {
+      if (!s.failed[i]) continue;
+      ++skipped;
+      for (SkippedExamples* r : {&in_epoch, &skipped_in_run}) {
+        ++r->count;
+        if (r->first.size() < kSkipReasonsKept) r->first.push_back(s.reasons[i]);
+      }
+    }
+  }
+
+  // keep_batch_size: copies into each failed position the next example after it that loaded
+  // (wrapping round); returns the batch's size, or throws when no example of it loaded.
+  std::int64_t fill_in(Slot& s) const {
+    auto* px = static_cast<std::uint8_t*>(s.pixels->data());
+    std::int32_t* lab = s.labels.data<std::int32_t>();
+    const auto n = static_cast<std::size_t>(s.count);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!s.failed[i]) continue;
+      std::size_t from = (i + 1) % n;
+      while (from != i && s.failed[from]) from = (from + 1) % n;
+      DPL_CHECK(from != i, "ImageLoader: every one of the ", s.count, " examples of batch ", s.batch % per_epoch,
+                " of epoch ", s.batch / per_epoch, " failed to load, so none can stand in for the others; the first: ",
+                s.reasons[0]);
+      std::memcpy(px + i * sample_bytes, px + from * sample_bytes, sample_bytes);
+      lab[i] = lab[from];
+    }
+    return s.count;
   }
 
   // skip_bad: moves the examples that loaded to the front of the slot; returns how many.
@@ -264,7 +307,19 @@ ImageBatch ImageLoader::next() {
     st.shut_down();
     std::rethrow_exception(st.broken);
   }
-  const std::int64_t count = st.options.skip_bad ? st.compact(s) : s.count;
+  std::int64_t count = s.count;
+  if (st.options.skip_bad) {
+    st.count_skips(s);
+    try {
+      count = st.options.keep_batch_size ? st.fill_in(s) : st.compact(s);
+    } catch (...) {
+      st.broken = std::current_exception();
+      s.phase = State::Slot::Phase::kHeld;
+      lock.unlock();
+      st.shut_down();
+      throw;
+    }
+  }
   s.phase = State::Slot::Phase::kHeld;
   ++st.consumed;
 
@@ -303,6 +358,13 @@ bool ImageLoader::is_new_epoch() const {
 std::int64_t ImageLoader::skipped() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->skipped;
+}
+
+SkippedExamples ImageLoader::skipped_report(std::int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (epoch < 0) return state_->skipped_in_run;
+  const auto it = state_->skipped_by_epoch.find(epoch);
+  return it == state_->skipped_by_epoch.end() ? SkippedExamples{} : it->second;
 }
 
 bool ImageLoader::pinned() const { return state_->pinned; }

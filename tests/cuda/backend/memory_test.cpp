@@ -95,6 +95,20 @@ TEST_F(MemoryTest, TrainingLoopStopsCallingTheDriver) {
   EXPECT_EQ(after.current, warm.current) << "the step leaks device memory";
 }
 
+TEST_F(MemoryTest, AvailableMemoryCountsTheCacheAsAvailable) {
+  if (!cuda::caching_enabled()) GTEST_SKIP() << "DPL_CUDA_NO_CACHING is set";
+  const std::size_t before = cuda::available_memory(0);
+  EXPECT_GT(before, 64 * kMiB);
+  {
+    Tensor t = Tensor::empty({std::int64_t{16 << 18}}, gpu());  // 16 MiB of float32
+    // Other processes may allocate meanwhile: only a bound is certain.
+    EXPECT_LE(cuda::available_memory(0), before);
+  }
+  // The freed block stays in dpl's cache, which a new allocation can still get.
+  EXPECT_GE(stats().cached, 16 * kMiB);
+  EXPECT_GE(cuda::available_memory(0) + 4 * kMiB, before);
+}
+
 TEST_F(MemoryTest, ZeroSizedTensors) {
   Tensor z = Tensor::empty({0, 5}, gpu());
   EXPECT_EQ(z.numel(), 0);

@@ -93,6 +93,14 @@ TEST(Settings, RanksPerNodeTakesOneSizeOrAListOfNodeSizes) {
   EXPECT_THAT(parse({{"DPL_RANKS_PER_NODE", "1,3,2"}}).ranks_per_node, ElementsAre(1, 3, 2));
 }
 
+TEST(Settings, HostThreadsAreTakenUpToTheirLimit) {
+  EXPECT_EQ(parse({{"DPL_NUM_THREADS", "1"}}).num_threads, 1);
+  EXPECT_EQ(parse({{"DPL_NUM_THREADS", "1024"}}).num_threads, kMaxNumThreads);
+  DPL_EXPECT_ERROR(parse({{"DPL_NUM_THREADS", "100000"}}),
+                   HasSubstr("environment variable DPL_NUM_THREADS: expected a whole number of host threads per "
+                             "process from 1 to 1024, got '100000'"));
+}
+
 TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
   const struct {
     const char* name;
@@ -105,6 +113,8 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_RANKS_PER_NODE", "2;1", "\"2,1\""},    {"DPL_RANKS_PER_NODE", "2,+1", "whole number"},
       {"DPL_NUM_THREADS", "-4", "whole number"},
       {"DPL_NUM_THREADS", "99999999999999999999", "whole number"},
+      {"DPL_NUM_THREADS", "100000", "from 1 to 1024"},
+      {"DPL_NUM_THREADS", "1025", "from 1 to 1024"},
       {"DPL_CUDA_TF32", "yes", "0 or 1"},          {"DPL_CUDA_NO_CACHING", "2", "0 or 1"},
       {"DPL_CUDNN_BENCHMARK", "on", "0 or 1"},
       {"DPL_CPU_NO_CACHING", "true", "0 or 1"},    {"DPL_MPI_CUDA_AWARE", " 1", "0 or 1"},

@@ -48,7 +48,9 @@ JpegSize read_jpeg_size(const std::uint8_t* data, std::size_t size, const std::s
 
 /// Decodes the JPEG in data[0, size) to 8-bit RGB (channels 3) or grayscale (channels 1), HWC,
 /// scaled by `scale` (one of jpeg_scale_factors()) in the DCT domain: the result is
-/// scaled_extent(height, scale) x scaled_extent(width, scale).
+/// scaled_extent(height, scale) x scaled_extent(width, scale). CMYK and YCCK JPEGs are decoded
+/// too, read in Adobe's inverted-CMYK convention (the one Photoshop writes): R = C * K / 255, and G
+/// from M, B from Y, without a colour profile.
 /// Throws dpl::Error "<name>: corrupt or truncated JPEG: <decoder's reason>" for data the decoder
 /// rejects, including any warning it raises (a truncated file is an error, not a grey tail), and
 /// names the factor when it is not supported or channels is not 1 or 3.

@@ -1,6 +1,6 @@
 #pragma once
-// Chainer's LabeledImageDataset: a list file of "relative/path.jpg label" lines, and the JPEG
-// files it names, decoded on demand.
+// Chainer's LabeledImageDataset: a list file of "relative/path.jpg label" lines, and the JPEG or
+// PNG files it names, decoded on demand.
 
 #include <cstdint>
 #include <string>
@@ -25,7 +25,8 @@ struct ImageListEntry {
 /// negative; expected a class index >= 0", and "cannot open image list <list>: <system reason>".
 std::vector<ImageListEntry> read_image_list(const std::string& list_path);
 
-/// The images of a list file, each decoded (JPEG, to RGB) when it is read. Safe to read from
+/// The images of a list file, each decoded (JPEG or PNG, told apart by their bytes, to RGB: see
+/// decode_image) when it is read. Safe to read from
 /// several threads at once: every call opens and decodes its own file.
 class LabeledImageDataset : public RandomAccessDataset {
  public:
@@ -38,11 +39,11 @@ class LabeledImageDataset : public RandomAccessDataset {
   /// The image at full resolution. Throws dpl::Error "<list>:<line>: cannot open <path>: <system
   /// reason>" for a file that cannot be read, "<list>:<line>: <path> is a folder; expected an
   /// image file" for a folder, and "<list>:<line>: <path>: corrupt or truncated
-  /// JPEG: <decoder's reason>" for one that does not decode.
+  /// JPEG: <decoder's reason>" (or PNG) for one that does not decode.
   Example get(std::int64_t i) const override;
-  /// Decodes at the strongest DCT-domain downscale that still leaves plan's region at least as
-  /// large as its output (choose_jpeg_scale), and maps the region to the decoded image. Errors as
-  /// get().
+  /// Decodes a JPEG at the strongest DCT-domain downscale that still leaves plan's region at least
+  /// as large as its output (choose_jpeg_scale), a PNG at full size, and maps the region to the
+  /// decoded image. Errors as get().
   CroppedExample get_for_crop(std::int64_t i, const CropPlanner& plan) const override;
 
   /// The list's entries, in order.

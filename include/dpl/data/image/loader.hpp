@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dpl/data/image/transforms.hpp"
@@ -80,7 +81,21 @@ struct ImageLoaderOptions {
   std::uint64_t seed = 0;        ///< seeds the shuffles and every sample's crop and flip
   bool drop_last = false;        ///< leave out an epoch's final short batch
   bool skip_bad = false;         ///< leave out examples that fail to load (counted) instead of failing
+  /// With skip_bad: put in the place of each example that failed a copy of one that loaded from
+  /// the same batch (the next one after it, wrapping round), so every batch keeps its size: ranks
+  /// then keep stepping on equal batches, and the learning rate scaled for the batch still fits.
+  /// A batch in which every example failed is then an error. Without it they are left out, and
+  /// such a batch comes back empty (which ImageBatchSource refuses to deliver).
+  bool keep_batch_size = false;
   bool pin_memory = true;        ///< page-locked buffers when a GPU is available
+};
+
+/// The examples an ImageLoader skipped (skip_bad) in the batches it returned: how many, and the
+/// error messages of the first few (the data set's, e.g. "train.txt:12: a.jpg: corrupt or
+/// truncated JPEG: ...") in the order of the batches and of the examples within each.
+struct SkippedExamples {
+  std::int64_t count = 0;
+  std::vector<std::string> first;  ///< at most ImageLoader::kSkipReasonsKept messages
 };
 
 /// Serves batches of transformed images from a data set, for ever, epoch after epoch.
@@ -94,9 +109,13 @@ struct ImageLoaderOptions {
 /// Errors: an example that fails to load fails the batch it belongs to; next() rethrows that
 /// error (the data set's dpl::Error, e.g. "train.txt:12: cannot open a.jpg: No such file or
 /// directory") when the caller reaches that batch, and every later call rethrows it again. With
-/// skip_bad, failed examples are left out of their batch and counted in skipped() instead.
+/// skip_bad, failed examples are left out of their batch (or, with keep_batch_size, replaced by
+/// a copy of another example of it) and counted in skipped() instead.
 class ImageLoader {
  public:
+  /// How many skip messages skipped_report() keeps, per epoch and for the whole run.
+  static constexpr std::size_t kSkipReasonsKept = 5;
+
   /// Loads the examples at `indices` of dataset (each in [0, dataset->size())).
   /// Requires: a dataset, a non-empty index list, options in range, and with drop_last at least
   /// one full batch; throws dpl::Error naming the option or the first bad index otherwise.
@@ -124,8 +143,12 @@ class ImageLoader {
   std::int64_t epoch() const;
   /// True when the last batch returned was its epoch's last.
   bool is_new_epoch() const;
-  /// Examples left out so far because they failed to load (skip_bad only).
+  /// Examples left out (or replaced) because they failed to load, in the batches returned so far
+  /// (skip_bad only).
   std::int64_t skipped() const;
+  /// The examples skipped in the batches of `epoch` returned so far (0-based), or, for epoch -1,
+  /// in all of them; see SkippedExamples.
+  SkippedExamples skipped_report(std::int64_t epoch = -1) const;
   /// Whether the batch buffers are page-locked.
   bool pinned() const;
 

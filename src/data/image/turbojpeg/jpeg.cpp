@@ -43,6 +43,28 @@ tjhandle compressor() {
   return h.get();
 }
 
+// CMYK and YCCK JPEGs (Photoshop's, and about 22 files of ImageNet's train set) come decoded
+// as CMYK bytes in Adobe's inverted convention, the one Photoshop writes with its APP14 marker:
+// a byte is 255 minus the ink, so 255 is no ink. Without a colour profile, the RGB of such a
+// pixel is the light that cyan, magenta and yellow each let through, dimmed by black:
+// R = C * K / 255 (and G from M, B from Y), rounded; grey from that RGB with JPEG's luma weights
+// (what TurboJPEG gives for a colour JPEG asked for grey). PIL and libjpeg's djpeg agree.
+void cmyk_to_rgb_or_grey(const std::vector<std::uint8_t>& cmyk, Image& img) {
+  const std::size_t n = static_cast<std::size_t>(img.height) * static_cast<std::size_t>(img.width);
+  const auto mul = [](unsigned a, unsigned k) { return static_cast<std::uint8_t>((a * k + 127) / 255); };
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* p = &cmyk[4 * i];
+    const std::uint8_t r = mul(p[0], p[3]), g = mul(p[1], p[3]), b = mul(p[2], p[3]);
+    if (img.channels == 3) {
+      img.pixels[3 * i] = r;
+      img.pixels[3 * i + 1] = g;
+      img.pixels[3 * i + 2] = b;
+    } else {
+      img.pixels[i] = static_cast<std::uint8_t>((19595u * r + 38470u * g + 7471u * b + 32768u) >> 16);
+    }
+  }
+}
+
 bool supported(ScaleFactor s) {
   for (const ScaleFactor& f : jpeg_scale_factors())
     if (f.num * s.denom == s.num * f.denom) return true;
@@ -65,13 +87,26 @@ std::vector<ScaleFactor> jpeg_scale_factors() {
   return out;
 }
 
-JpegSize read_jpeg_size(const std::uint8_t* data, std::size_t size, const std::string& name) {
+namespace {
+
+struct Header {
+  JpegSize size;
+  int colorspace = 0;
+};
+
+Header read_header(const std::uint8_t* data, std::size_t size, const std::string& name) {
   tjhandle h = decompressor();
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &width, &height, &subsamp, &colorspace) != 0)
     fail(h, name, "not a readable JPEG header");
   DPL_CHECK(width > 0 && height > 0, name, ": not a readable JPEG header: it gives a size of ", width, " x ", height);
-  return {width, height};
+  return {{width, height}, colorspace};
+}
+
+}  // namespace
+
+JpegSize read_jpeg_size(const std::uint8_t* data, std::size_t size, const std::string& name) {
+  return read_header(data, size, name).size;
 }
 
 Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string& name, ScaleFactor scale,
@@ -80,7 +115,8 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
             channels);
   DPL_CHECK(scale.num > 0 && scale.denom > 0 && supported(scale), "decode_jpeg: ", name, ": the scaling factor ",
             scale.num, "/", scale.denom, " is not one the decoder supports (see jpeg_scale_factors())");
-  const JpegSize full = read_jpeg_size(data, size, name);
+  const Header header = read_header(data, size, name);
+  const JpegSize full = header.size;
   Image img;
   img.height = scaled_extent(full.height, scale);
   img.width = scaled_extent(full.width, scale);
@@ -90,8 +126,17 @@ Image decode_jpeg(const std::uint8_t* data, std::size_t size, const std::string&
   tjhandle h = decompressor();
   // Warnings (a premature end of data, a corrupt marker) are failures: a truncated file would
   // otherwise decode into an image whose lower part is grey, and train on that silently.
+  const int flags = TJFLAG_STOPONWARNING;
+  if (header.colorspace == TJCS_CMYK || header.colorspace == TJCS_YCCK) {
+    std::vector<std::uint8_t> cmyk(static_cast<std::size_t>(img.height) * static_cast<std::size_t>(img.width) * 4);
+    if (tjDecompress2(h, data, static_cast<unsigned long>(size), cmyk.data(), img.width, 0, img.height, TJPF_CMYK,
+                      flags) != 0)
+      fail(h, name, "corrupt or truncated JPEG");
+    cmyk_to_rgb_or_grey(cmyk, img);
+    return img;
+  }
   const int rc = tjDecompress2(h, data, static_cast<unsigned long>(size), img.pixels.data(), img.width, 0,
-                               img.height, channels == 3 ? TJPF_RGB : TJPF_GRAY, TJFLAG_STOPONWARNING);
+                               img.height, channels == 3 ? TJPF_RGB : TJPF_GRAY, flags);
   if (rc != 0) fail(h, name, "corrupt or truncated JPEG");
   return img;
 }

@@ -29,6 +29,15 @@ ImageLoaderOptions options(std::int64_t batch, int workers, int prefetch = 2) {
   return o;
 }
 
+// In order, skipping failed examples; keep_size replaces them instead of leaving them out.
+ImageLoaderOptions skipping(std::int64_t batch, int workers, bool keep_size) {
+  ImageLoaderOptions o = options(batch, workers);
+  o.shuffle = false;
+  o.skip_bad = true;
+  o.keep_batch_size = keep_size;
+  return o;
+}
+
 std::vector<std::int32_t> labels_of(const ImageBatch& b) { return b.labels().to_vector<std::int32_t>(); }
 
 TEST(ImageLoader, EveryEpochServesEachIndexOnceInANewOrder) {
@@ -150,9 +159,7 @@ TEST(ImageLoader, MissingJpegFileIsReportedWithListAndLine) {
 
 TEST(ImageLoader, SkippedExamplesAreCompactedOutOfTheirBatch) {
   auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
-  ImageLoaderOptions o = options(4, 2);
-  o.shuffle = false;
-  o.skip_bad = true;
+  const ImageLoaderOptions o = skipping(4, 2, false);
   ImageLoader loader(ds, ImageTransform::validation(8), o);
   const ImageBatch a = loader.next();
   const ImageBatch b = loader.next();
@@ -163,6 +170,59 @@ TEST(ImageLoader, SkippedExamplesAreCompactedOutOfTheirBatch) {
   transform_example(*ds, 6, ImageTransform::validation(8), o.seed, 0, want.data());
   EXPECT_TRUE(std::equal(want.begin(), want.end(), b.images() + want.size()));
   EXPECT_EQ(loader.skipped(), 2);
+}
+
+TEST(ImageLoader, KeepingTheBatchSizeReplacesAFailedExampleByTheNextThatLoaded) {
+  auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
+  const ImageLoaderOptions o = skipping(4, 2, true);
+  ImageLoader loader(ds, ImageTransform::validation(8), o);
+  const ImageBatch a = loader.next();
+  const ImageBatch b = loader.next();
+  // Example 3, last of its batch, wraps round to example 0; example 5 takes example 6's place.
+  EXPECT_EQ(labels_of(a), (std::vector<std::int32_t>{0, 1, 2, 0}));
+  EXPECT_EQ(labels_of(b), (std::vector<std::int32_t>{4, 6, 6, 7}));
+  std::vector<std::uint8_t> want(8 * 8 * 3);
+  transform_example(*ds, 6, ImageTransform::validation(8), o.seed, 0, want.data());
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), b.images() + want.size()));
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), b.images() + 2 * want.size()));
+  EXPECT_EQ(loader.skipped(), 2);
+}
+
+TEST(ImageLoader, SkipReportsCountPerEpochAndKeepTheFirstMessagesInBatchOrder) {
+  auto ds = std::make_shared<Synthetic>(8, std::vector<std::int64_t>{3, 5});
+  const ImageLoaderOptions o = skipping(4, 3, true);
+  ImageLoader loader(ds, ImageTransform::validation(8), o);
+  EXPECT_EQ(loader.skipped_report().count, 0);
+  (void)loader.next();
+  // Only the batches returned count, whatever the workers have prepared ahead.
+  EXPECT_EQ(loader.skipped_report(0).count, 1);
+  (void)loader.next();
+  (void)loader.next();  // the first batch of epoch 1
+  const SkippedExamples first = loader.skipped_report(0);
+  EXPECT_EQ(first.count, 2);
+  ASSERT_EQ(first.first.size(), 2u);
+  EXPECT_THAT(first.first[0], HasSubstr("synthetic.txt:4: example 3 is broken"));
+  EXPECT_THAT(first.first[1], HasSubstr("synthetic.txt:6: example 5 is broken"));
+  EXPECT_EQ(loader.skipped_report(1).count, 1);
+  EXPECT_EQ(loader.skipped_report(2).count, 0);
+  const SkippedExamples run = loader.skipped_report();
+  EXPECT_EQ(run.count, 3);
+  EXPECT_EQ(run.first.size(), 3u);
+  EXPECT_EQ(loader.skipped(), 3);
+  // The kept messages stop at kSkipReasonsKept; the count goes on.
+  for (int i = 0; i < 8; ++i) (void)loader.next();
+  EXPECT_EQ(loader.skipped_report().count, 11);
+  EXPECT_EQ(loader.skipped_report().first.size(), ImageLoader::kSkipReasonsKept);
+}
+
+TEST(ImageLoader, ABatchWithNoExampleThatLoadedCannotKeepItsSize) {
+  auto ds = std::make_shared<Synthetic>(4, std::vector<std::int64_t>{2, 3});
+  const ImageLoaderOptions o = skipping(2, 1, true);
+  ImageLoader loader(ds, ImageTransform::validation(8), o);
+  EXPECT_EQ(loader.next().size(), 2);
+  DPL_EXPECT_ERROR(loader.next(), AllOf(HasSubstr("every one of the 2 examples of batch 1 of epoch 0 failed to load"),
+                                        HasSubstr("synthetic.txt:3: example 2 is broken")));
+  DPL_EXPECT_ERROR(loader.next(), HasSubstr("every one of the 2 examples"));
 }
 
 TEST(ImageLoader, HoldingEveryBufferIsAnErrorNotAHang) {
