@@ -3,7 +3,8 @@
 # log entry is below that of the first; then that a list naming a missing file, and one naming a
 # corrupt JPEG, stop the run with the list's file:line and the reason.
 # Inputs (-D): TOOL (idx_to_jpeg; empty without TurboJPEG), DATA (the IDX folder), OUT (a scratch
-# folder), RUN (mpiexec and its arguments and the program, words separated by |).
+# folder), RUN (mpiexec and its arguments and the program, words separated by |), and optionally
+# EXTRA (more train_imagenet flags, separated by |) and TRAIN_ONLY (1: only the training run).
 if(NOT TOOL)
   message("SKIPPED: this build has no TurboJPEG, so no JPEG decoder and no idx_to_jpeg")
   return()
@@ -20,9 +21,10 @@ if(NOT rc EQUAL 0)
 endif()
 
 string(REPLACE "|" ";" RUN "${RUN}")
+string(REPLACE "|" ";" EXTRA "${EXTRA}")
 string(TIMESTAMP start "%s")
 execute_process(COMMAND ${RUN} ${OUT}/data/train.txt ${OUT}/data/val.txt --root ${OUT}/data -a resnet18 -E 2
-                        -B 16 --crop-size 32 -j 1 --lr 0.005 -o ${OUT}/result
+                        -B 16 --crop-size 32 -j 1 --lr 0.005 -o ${OUT}/result ${EXTRA}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 200)
 string(TIMESTAMP stop "%s")
 math(EXPR seconds "${stop} - ${start}")
@@ -45,6 +47,9 @@ if(NOT last_loss LESS first_loss)
   message(FATAL_ERROR "the training loss went from ${first_loss} (first entry) to ${last_loss} (last); expected it to fall")
 endif()
 message("the training loss fell from ${first_loss} to ${last_loss} (validation loss ${val_loss}) in ${seconds} s")
+if(TRAIN_ONLY)
+  return()
+endif()
 
 # A bad image among 32 lines: with 2 processes and -B 16 every line is in a batch of the first
 # epoch, so the run must stop there, naming the list line.

@@ -8,6 +8,7 @@
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
 //       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]] [--skip-bad-images]
+//       [--sync-bn]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
 // decodes, crops and flips its shard's JPEG (and PNG) files into 8-bit batches; with -g those travel to the
@@ -80,6 +81,7 @@ struct Options {
   bool graph = false;
   bool sync_timing = false;
   bool skip_bad_images = false;  // an image that does not decode is skipped and reported, not fatal
+  bool sync_bn = false;          // BatchNorm statistics over every rank's batch (parallel::convert_sync_batchnorm)
   parallel::OverlapOptions overlap;
   std::uint64_t seed = 0;
 };
@@ -252,6 +254,8 @@ int run(Options o) {
                               {"seed (--seed)", std::to_string(o.seed)},
                               {"graph capture (--graph)", o.graph ? "on" : "off"},
                               {"skip bad images (--skip-bad-images)", o.skip_bad_images ? "on" : "off"},
+                              // Every synchronised layer is a collective: all ranks or none.
+                              {"synchronised BatchNorm (--sync-bn)", o.sync_bn ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
@@ -376,6 +380,7 @@ int run(Options o) {
   ro.num_classes = classes;
   auto net = models::resnet(o.arch, ro, init);
   if (o.nhwc) nn::to_channels_last(*net);
+  if (o.sync_bn) parallel::convert_sync_batchnorm(*net, comm);
   Classifier model(net, form);
   model.to(device);
   if (root) std::cout << "Num parameters: " << model.num_parameters() << std::endl;
@@ -486,6 +491,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-timing", o.sync_timing,
                "Wait for the device and the other ranks at the end of each phase: phase times that include GPU work");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
+  app.add_flag("--sync-bn", o.sync_bn,
+               "Synchronised BatchNorm: training statistics over every process's batch together");
   app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
@@ -536,6 +543,9 @@ int main(int argc, char** argv) {
                     std::string(o.train_list.empty() ? "neither" : "only TRAIN_LIST")};
     if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
     if (o.graph && !o.gpu) throw BadFlag{"--graph records the step as a CUDA graph and needs -g"};
+    if (o.sync_bn && (o.graph || o.overlap.enabled))
+      throw BadFlag{"--sync-bn runs a collective in every BatchNorm layer, which neither a recorded step (--graph) nor "
+                    "the overlapped allreduce (--overlap) can interleave with; drop one of them"};
     if (o.graph && o.dtype == kFloat16)
       throw BadFlag{"--graph cannot record float16 steps (loss scaling changes on the host); use --dtype bf16"};
   } catch (const BadFlag& e) {
