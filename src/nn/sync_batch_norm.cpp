@@ -59,14 +59,19 @@ Variable BatchNormBase::normalize_synchronized(const Variable& x) {
   const Variable shifted = sub(xf, Variable(k.reshape(per_channel)));
   const std::vector<std::int64_t> dims{0, 2, 3};
   const auto local_count = static_cast<float>(s[0] * s[2] * s[3]);
-  const Variable sums = summed_over_processes(
-      cat({sum(shifted, dims), sum(mul(shifted, shifted), dims), Variable(Tensor::full({1}, local_count, TensorOptions(kFloat32, device)))}, 0),
-      statistics_sum_);
-  const float n = sums.data().narrow(0, 2 * c, 1).to(Device::cpu()).item();
-  DPL_CHECK(n >= 2.f, "BatchNorm (synchronised): training mode needs at least 2 values per channel over all ",
-            "processes, got ", n);
-  const Variable shifted_mean = narrow(sums, 0, 0, c) / n;
-  const Variable var = sub(narrow(sums, 0, c, c) / n, mul(shifted_mean, shifted_mean));  // biased, as normalising uses
+  const Variable local_count_var(Tensor::full({1}, local_count, TensorOptions(kFloat32, device)));
+  const Variable sums =
+      summed_over_processes(cat({sum(shifted, dims), sum(mul(shifted, shifted), dims), local_count_var}, 0), statistics_sum_);
+  // The count stays on the device: reading it back would wait for the device in every layer of
+  // every step. Only a local batch too small to guarantee 2 values per channel reads it.
+  const Variable count = narrow(sums, 0, 2 * c, 1);
+  if (local_count < 2.f) {
+    const float n = count.data().to(Device::cpu()).item();
+    DPL_CHECK(n >= 2.f, "BatchNorm (synchronised): training mode needs at least 2 values per channel over all ",
+              "processes, got ", n);
+  }
+  const Variable shifted_mean = div(narrow(sums, 0, 0, c), count);
+  const Variable var = sub(div(narrow(sums, 0, c, c), count), mul(shifted_mean, shifted_mean));  // biased, as normalising uses
   const Variable invstd = rsqrt(var + static_cast<float>(options_.eps()));
   Variable y = mul(sub(shifted, reshape(shifted_mean, per_channel)), reshape(invstd, per_channel));
   if (weight_.defined())
@@ -77,8 +82,10 @@ Variable BatchNormBase::normalize_synchronized(const Variable& x) {
   const Tensor mean = shifted_mean.data() + k;
   Tensor running_mean = running_mean_.data(), running_var = running_var_.data();
   running_mean.copy_((running_mean.to(kFloat32) * (1.f - momentum) + mean * momentum).to(running_mean.dtype()));
-  running_var.copy_(
-      (running_var.to(kFloat32) * (1.f - momentum) + var.data() * (momentum * n / (n - 1.f))).to(running_var.dtype()));
+  const Tensor& n = count.data();
+  // (C,) times (1,) on the device, outside the graph.
+  const Tensor unbiased = mul(Variable(var.data()), Variable(n / (n - 1.f))).data();
+  running_var.copy_((running_var.to(kFloat32) * (1.f - momentum) + unbiased * momentum).to(running_var.dtype()));
   count_batch();
   return cast(y, x.dtype());
 }

@@ -126,13 +126,17 @@ Tensor Optimizer::RangeStep::state(const Tensor& arena_layout) const {
 }
 
 std::vector<Optimizer::RangeStep> Optimizer::range_steps(nn::ParameterArena& arena) const {
+  // A group's values are the same for each of its ranges (which may be many: the 1-D parameters
+  // of a ResNet alternate with the others), so they are computed once per group.
+  std::vector<std::vector<float>> values(group_count());
+  for (std::size_t g = 0; g < values.size(); ++g) values[g] = step_values(group_lr(g), group_weight_decay(g));
   std::vector<RangeStep> out;
   for (const GroupRange& r : group_ranges(arena)) {
     RangeStep s;
     s.range = r;
     s.param = arena.params().narrow(0, r.begin, r.numel);
     s.grad = arena.grads().narrow(0, r.begin, r.numel);
-    s.values = step_values(r.lr, r.weight_decay);
+    s.values = values[r.group];
     s.device_values = detail::group_values(replay_mode(), replay_values_on_device(), r.group, s.values.size());
     out.push_back(std::move(s));
   }
