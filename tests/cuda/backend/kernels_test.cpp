@@ -8,6 +8,7 @@
 // products atol 1e-6*K + rtol 1e-5 (different summation orders over K terms; TF32 would miss
 // this by two orders of magnitude); comparisons and copies exact.
 #include <cstring>
+#include <tuple>
 
 #include "backend/cuda/cast.hpp"
 #include "backend/cuda/cuda_device.hpp"
@@ -569,17 +570,29 @@ TEST_F(KernelsTest, ActivationsDropoutSoftmaxArgmaxAndMseEveryDtype) {
     for (const Shape& s : {Shape{7, 13}, Shape{2, 3, 64}, Shape{3, 1000}}) {
       const std::string where = std::string(" ") + dtype_name(dt) + " shape=" + shape_str(s);
       const Tensor x = rand_as(*this, dt, s, -4.f, 4.f), gy = rand_as(*this, dt, s), g0 = rand_as(*this, dt, s);
-      for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
-        const std::string what = "activation " + std::to_string(static_cast<int>(f)) + where;
+      // (f, slope, upper): pow's exponents with a special case on the GPU (and 1.5, which has
+      // none) on positive inputs, and clamp with both bounds in one pass.
+      const Tensor xpos = rand_as(*this, dt, s, 0.25f, 4.f);
+      const std::vector<std::tuple<Activation, float, float, const Tensor*>> cases = {
+          {Activation::kLeakyRelu, 0.1f, 0.f, &x},  {Activation::kSigmoid, 0.1f, 0.f, &x},
+          {Activation::kTanh, 0.1f, 0.f, &x},       {Activation::kGelu, 0.1f, 0.f, &x},
+          {Activation::kPow, 2.f, 0.f, &x},         {Activation::kPow, 3.f, 0.f, &x},
+          {Activation::kPow, 1.f, 0.f, &x},         {Activation::kPow, 0.5f, 0.f, &xpos},
+          {Activation::kPow, -1.f, 0.f, &xpos},     {Activation::kPow, -0.5f, 0.f, &xpos},
+          {Activation::kPow, 1.5f, 0.f, &xpos},     {Activation::kClamp, -1.5f, 2.f, &x},
+          {Activation::kClampMin, -1.5f, 0.f, &x},  {Activation::kClampMax, 2.f, 0.f, &x}};
+      for (const auto& [f, slope, upper, in] : cases) {
+        const std::string what = "activation " + std::to_string(static_cast<int>(f)) + " slope " +
+                                 std::to_string(slope) + " upper " + std::to_string(upper) + where;
         Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
-        backend::activation(f, 0.1f, x, want);
-        backend::activation(f, 0.1f, on_gpu(x), got);
+        backend::activation(f, slope, upper, *in, want);
+        backend::activation(f, slope, upper, on_gpu(*in), got);
         close(got, want, what);
-        const Tensor saved = backend::backward_reads_output(f) ? want : x;
+        const Tensor saved = backend::backward_reads_output(f) ? want : *in;
         for (float beta : {0.f, 1.f}) {
           Tensor wg = g0.clone(), gg = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
-          backend::activation_backward(f, 0.1f, saved, gy, beta, wg);
-          backend::activation_backward(f, 0.1f, on_gpu(saved), on_gpu(gy), beta, gg);
+          backend::activation_backward(f, slope, upper, saved, gy, beta, wg);
+          backend::activation_backward(f, slope, upper, on_gpu(saved), on_gpu(gy), beta, gg);
           close(gg, wg, what + " backward");
         }
       }

@@ -57,7 +57,14 @@ TEST_F(ElementwiseDtypes, UnaryMath) {
     check_dtypes("abs", {s}, [](const auto& x) { return abs(x[0]); });
     check_dtypes("neg", {s}, [](const auto& x) { return neg(x[0]); });
     check_dtypes("pow 3", {s}, [](const auto& x) { return pow(x[0], 3.f); });
+    check_dtypes("pow 2", {s}, [](const auto& x) { return pow(x[0], 2.f); });
+    check_dtypes("pow 1", {s}, [](const auto& x) { return pow(x[0], 1.f); });
+    check_dtypes(
+        "pow 0.5", {s}, [](const auto& x) { return pow(x[0], 0.5f); }, 0.25f, 2.f);
+    check_dtypes(
+        "pow -1", {s}, [](const auto& x) { return pow(x[0], -1.f); }, 0.25f, 2.f);
     check_dtypes("clamp", {s}, [](const auto& x) { return clamp(x[0], -0.5f, 0.25f); });
+    check_dtypes("clamp bounds crossed", {s}, [](const auto& x) { return clamp(x[0], 0.25f, -0.5f); });
     check_dtypes("clamp min", {s}, [](const auto& x) { return clamp(x[0], 0.1f, std::nullopt); });
     check_dtypes("clamp max", {s}, [](const auto& x) { return clamp(x[0], std::nullopt, -0.1f); });
     check_dtypes(
