@@ -398,6 +398,55 @@ TEST_F(KernelsTest, HalfElementwiseNd) {
   }
 }
 
+// Operands that broadcast over leading dimensions only (same shape, a row, a scalar, a causal
+// mask's (1, 1, T, T)) take the GPU's periodic path, 16 bytes per thread where extents and
+// alignment allow; (3,5,7) and the misaligned view take it element by element, and (2,1,16) the
+// general broadcast index.
+TEST_F(KernelsTest, BinaryAndWhereBroadcastOverLeadingDimensionsEveryDtype) {
+  const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{2, 3, 16}, {2, 3, 16}}, {{2, 3, 16}, {1, 1, 16}}, {{2, 3, 16}, {1, 3, 16}}, {{1, 1, 16}, {2, 3, 16}},
+      {{2, 3, 16}, {1, 1, 1}},  {{3, 5, 7}, {1, 5, 7}},   {{3, 5, 7}, {3, 5, 7}},   {{2, 3, 16}, {2, 1, 16}}};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    const auto close = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+      if (dt == kFloat32) expect_close(got, want, 1e-6f, 0.f, what);
+      else expect_close_half(got, want, 1e-6f, what);
+    };
+    for (const auto& [sa, sb] : pairs) {
+      Shape so(sa.size());
+      for (std::size_t k = 0; k < sa.size(); ++k) so[k] = std::max(sa[k], sb[k]);
+      const std::string what = std::string(" ") + dtype_name(dt) + " " + shape_str(sa) + " and " + shape_str(sb);
+      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kMul, BinaryOp::kDiv}) {
+        for (float beta : {0.f, 1.f}) {
+          const Tensor a = rand_as(*this, dt, sa), b = rand_as(*this, dt, sb, 0.5f, 2.f), o0 = rand_as(*this, dt, so);
+          Tensor want = o0.clone();
+          backend::binary(op, Broadcast::kShape, a, b, beta, want);
+          Tensor got = beta == 0.f ? poisoned_as(dt, so) : on_gpu(o0);
+          backend::binary(op, Broadcast::kShape, on_gpu(a), on_gpu(b), beta, got);
+          close(got, want, "binary op=" + std::to_string(static_cast<int>(op)) + " beta=" + std::to_string(beta) + what);
+        }
+      }
+      // where with the condition shaped as b, a as a, and the other value a scalar or out-shaped.
+      std::vector<std::uint8_t> bits(static_cast<std::size_t>(shape_numel(sb)));
+      for (auto& bit : bits) bit = static_cast<std::uint8_t>(gen_.below(2));
+      const Tensor cond = Tensor::from_vector(bits, sb);
+      for (const Shape& sc : {Shape(so.size(), 1), so}) {
+        const Tensor a = rand_as(*this, dt, sa), c = rand_as(*this, dt, sc);
+        Tensor want = Tensor::empty(so, dt), got = poisoned_as(dt, so);
+        backend::where(cond, a, c, want);
+        backend::where(on_gpu(cond), on_gpu(a), on_gpu(c), got);
+        close(got, want, "where other=" + shape_str(sc) + what);
+      }
+    }
+    // A view one element into its buffer is not 16-byte aligned: the element-by-element path.
+    const Tensor big = rand_as(*this, dt, {1 + 4 * 16}), b = rand_as(*this, dt, {1, 16}, 0.5f, 2.f);
+    const Tensor a = big.view_range(1, {4, 16});
+    Tensor want = Tensor::empty({4, 16}, dt), got = poisoned_as(dt, {4, 16});
+    backend::binary(BinaryOp::kDiv, Broadcast::kShape, a, b, 0.f, want);
+    backend::binary(BinaryOp::kDiv, Broadcast::kShape, on_gpu(big).view_range(1, {4, 16}), on_gpu(b), 0.f, got);
+    close(got, want, std::string("binary misaligned ") + dtype_name(dt));
+  }
+}
+
 TEST_F(KernelsTest, HalfReductions) {
   for (DType dt : kHalfTypes) {
     for (const Shape& s : {Shape{4, 25, 40}, Shape{1000, 7}, Shape{3, 33}}) {

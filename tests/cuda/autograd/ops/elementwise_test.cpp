@@ -102,5 +102,23 @@ TEST_F(ElementwiseDtypes, WhereAndMaskedFill) {
   check_dtypes("masked_fill", {{3, 5, 4}}, [&](const auto& x) { return masked_fill(x[0], beside(mask, x[0]), -2.f); });
 }
 
+TEST_F(ElementwiseDtypes, WhereMaskedFillAndDivBroadcastOverLeadingDimensions) {
+  // A causal mask (1, 1, T, T) over (B, H, T, T) as attention fills it, a condition of the
+  // operands' shape, and a division by a row: the GPU's periodic paths, vectorised.
+  std::vector<std::uint8_t> causal(16 * 16);
+  for (std::size_t i = 0; i < 16; ++i)
+    for (std::size_t j = 0; j < 16; ++j) causal[i * 16 + j] = j > i ? 1 : 0;
+  const Tensor mask = Tensor::from_vector(causal, {1, 1, 16, 16});
+  check_dtypes("masked_fill causal", {{2, 3, 16, 16}},
+               [&](const auto& x) { return masked_fill(x[0], beside(mask, x[0]), -1e4f); });
+  std::vector<std::uint8_t> bits(4 * 24);
+  for (auto& b : bits) b = static_cast<std::uint8_t>(gen_.below(2));
+  const Tensor cond = Tensor::from_vector(bits, {4, 24});
+  check_dtypes("where same shape", {{4, 24}, {4, 24}},
+               [&](const auto& x) { return where(beside(cond, x[0]), x[0], x[1]); });
+  check_dtypes(
+      "div row", {{2, 4, 24}, {24}}, [](const auto& x) { return div(x[0], x[1]); }, 0.5f, 2.f);
+}
+
 }  // namespace
 }  // namespace dpl::test
