@@ -1,5 +1,6 @@
 // Strided copies and fills of device tensors of any dtype. Both move raw element bits, so one
-// kernel per element width serves every dtype of that width.
+// kernel per element width serves every dtype of that width; a copy whose rows are contiguous
+// on both sides (cat, a transpose of middle dimensions, most pads) moves 16-byte units instead.
 #include <cstring>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -58,23 +59,28 @@ StridedLayout merge_dims(const Shape& shape, const Strides* src, const Strides& 
 // kernels
 // ============================================================================================
 
-__device__ __forceinline__ void offsets(const StridedLayout& l, std::int64_t i, std::int64_t& so, std::int64_t& dof) {
+// I is the index type: 32-bit where every index and offset of the copy fits (the common case),
+// since a 64-bit division by a run-time extent costs several times a 32-bit one and the copy
+// does one per dimension per element.
+template <typename I = std::int64_t>
+__device__ __forceinline__ void offsets(const StridedLayout& l, I i, I& so, I& dof) {
   so = 0;
   dof = 0;
   for (int k = l.ndim - 1; k >= 0; --k) {
-    const std::int64_t q = i / l.shape[k];
-    const std::int64_t r = i - q * l.shape[k];
-    so += r * l.src_stride[k];
-    dof += r * l.dst_stride[k];
+    const auto extent = static_cast<I>(l.shape[k]);
+    const I q = i / extent;
+    const I r = i - q * extent;
+    so += r * static_cast<I>(l.src_stride[k]);
+    dof += r * static_cast<I>(l.dst_stride[k]);
     i = q;
   }
 }
 
-template <typename T>
-__global__ void copy_strided_kernel(const T* src, T* dst, std::int64_t n, StridedLayout l) {
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    std::int64_t so, dof;
-    offsets(l, i, so, dof);
+template <typename T, typename I>
+__global__ void copy_strided_kernel(const T* src, T* dst, I n, StridedLayout l) {
+  for (I i = static_cast<I>(global_thread()); i < n; i += static_cast<I>(grid_threads())) {
+    I so, dof;
+    offsets<I>(l, i, so, dof);
     dst[dof] = src[so];
   }
 }
@@ -97,16 +103,55 @@ __global__ void fill_strided_kernel(T* dst, std::int64_t n, StridedLayout l, T v
 // launchers
 // ============================================================================================
 
+/// Whether every index and offset of a copy of n elements in layout l fits in 32 bits (strides
+/// are not negative).
+bool fits_32_bits(std::int64_t n, const StridedLayout& l) {
+  constexpr std::int64_t kMax = 0x7fffffff;
+  std::int64_t src_end = 0, dst_end = 0;
+  for (int k = 0; k < l.ndim; ++k) {
+    if (l.src_stride[k] < 0 || l.dst_stride[k] < 0) return false;
+    src_end += (l.shape[k] - 1) * l.src_stride[k];
+    dst_end += (l.shape[k] - 1) * l.dst_stride[k];
+  }
+  return n <= kMax && src_end <= kMax && dst_end <= kMax;
+}
+
 template <typename T>
 void launch_copy_strided_typed(const void* src, void* dst, std::int64_t n, const StridedLayout& l, int device,
                                cudaStream_t stream) {
-  copy_strided_kernel<T><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(static_cast<const T*>(src),
-                                                                                  static_cast<T*>(dst), n, l);
+  const unsigned grid = grid_for(n, kThreads, device);
+  const auto* s = static_cast<const T*>(src);
+  auto* d = static_cast<T*>(dst);
+  if (fits_32_bits(n, l)) copy_strided_kernel<T, std::uint32_t><<<grid, kThreads, 0, stream>>>(s, d, n, l);
+  else copy_strided_kernel<T, std::int64_t><<<grid, kThreads, 0, stream>>>(s, d, n, l);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_copy_strided(std::size_t elem, const void* src, void* dst, std::int64_t n, const StridedLayout& l,
+/// The layout of l in units of `width` elements, when its innermost dimension is contiguous in
+/// both tensors and every extent and stride allows it (with 16-byte aligned pointers, the copy
+/// then moves 16 bytes per thread: the rows of a cat along the last dimension or of a transpose of
+/// middle dimensions). False otherwise.
+bool widen(StridedLayout& l, std::int64_t width, const void* src, const void* dst) {
+  const int last = l.ndim - 1;
+  if (last < 0 || l.src_stride[last] != 1 || l.dst_stride[last] != 1 || l.shape[last] % width != 0) return false;
+  if (!aligned16(src) || !aligned16(dst)) return false;
+  for (int k = 0; k < last; ++k)
+    if (l.src_stride[k] % width != 0 || l.dst_stride[k] % width != 0) return false;
+  l.shape[last] /= width;
+  for (int k = 0; k < last; ++k) {
+    l.src_stride[k] /= width;
+    l.dst_stride[k] /= width;
+  }
+  return true;
+}
+
+void launch_copy_strided(std::size_t elem, const void* src, void* dst, std::int64_t n, StridedLayout l,
                          int device, cudaStream_t stream) {
+  const auto width = static_cast<std::int64_t>(16 / elem);
+  if (elem <= 16 && 16 % elem == 0 && widen(l, width, src, dst)) {
+    launch_copy_strided_typed<uint4>(src, dst, n / width, l, device, stream);
+    return;
+  }
   switch (elem) {
     case 1: launch_copy_strided_typed<std::uint8_t>(src, dst, n, l, device, stream); break;
     case 2: launch_copy_strided_typed<std::uint16_t>(src, dst, n, l, device, stream); break;
