@@ -82,6 +82,11 @@ DPL_DECLARE_KERNEL(synchronize, any(), void(Device device));
 /// dst = src for tensors of one shape and dtype with any strides (up to 8 non-mergeable
 /// dimensions on the GPU).
 DPL_DECLARE_KERNEL(copy_strided, same(), void(const Tensor& src, Tensor& dst));
+/// out = inputs joined along dimension dim (0 <= dim < out's rank): each input contiguous, of
+/// out's dtype and rank and of out's extents except at dim, where theirs sum to out's; out
+/// contiguous. One pass over out on the GPU. The dispatcher sees out only (the op checks the
+/// inputs' devices and dtypes).
+DPL_DECLARE_KERNEL(cat, any(), void(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out));
 /// Every element of t (any strides) = value converted to t's dtype (16-bit: nearest even).
 DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
 /// dst (float32, contiguous, as many elements as values) = values, in stream order. On a GPU the

@@ -2,6 +2,7 @@
 // kernel per element width serves every dtype of that width; a copy whose rows are contiguous
 // on both sides (cat, a transpose of middle dimensions, most pads) moves 16-byte units instead.
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
@@ -85,6 +86,34 @@ __global__ void copy_strided_kernel(const T* src, T* dst, I n, StridedLayout l) 
   }
 }
 
+/// Most inputs one launch of the cat kernel joins; more take one launch per group of this many.
+constexpr int kMaxCatInputs = 16;
+
+/// A group of cat's inputs in units of U (an element, or 16 bytes): out viewed as (outer, out_row)
+/// units, input k fills columns [start[k], start[k + 1]) of every row from its own rows of
+/// start[k + 1] - start[k] units. Passed by value.
+struct CatGroup {
+  int count = 0;
+  const void* src[kMaxCatInputs] = {};
+  std::int64_t start[kMaxCatInputs + 1] = {};  // relative to start[0], the group's first column
+  std::int64_t first = 0;                      // the group's first column in out's rows
+  std::int64_t out_row = 0;
+};
+
+// One thread per unit of the group's columns of out, so the writes are coalesced; each finds its
+// input by a scan of at most kMaxCatInputs column starts.
+template <typename U, typename I>
+__global__ void cat_kernel(CatGroup g, U* out, I n) {
+  const auto width = static_cast<I>(g.start[g.count]);
+  for (I i = static_cast<I>(global_thread()); i < n; i += static_cast<I>(grid_threads())) {
+    const I o = i / width, c = i - o * width;
+    int k = 0;
+    while (c >= static_cast<I>(g.start[k + 1])) ++k;
+    const auto lo = static_cast<I>(g.start[k]), row = static_cast<I>(g.start[k + 1]) - lo;
+    out[static_cast<std::int64_t>(o) * g.out_row + g.first + c] = static_cast<const U*>(g.src[k])[o * row + c - lo];
+  }
+}
+
 template <typename T>
 __global__ void fill_kernel(T* dst, std::int64_t n, T value) {
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) dst[i] = value;
@@ -161,6 +190,43 @@ void launch_copy_strided(std::size_t elem, const void* src, void* dst, std::int6
   }
 }
 
+template <typename U>
+void launch_cat_group(const CatGroup& g, void* out, std::int64_t outer, int device, cudaStream_t stream) {
+  const std::int64_t n = outer * g.start[g.count];
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (n <= 0x7fffffff && outer * g.out_row <= 0x7fffffff)
+    cat_kernel<U, std::uint32_t><<<grid, kThreads, 0, stream>>>(g, static_cast<U*>(out), static_cast<std::uint32_t>(n));
+  else
+    cat_kernel<U, std::int64_t><<<grid, kThreads, 0, stream>>>(g, static_cast<U*>(out), n);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+/// Joins rows of `rows[k]` bytes of src[k] into rows of out, outer rows in all, in units of U:
+/// every length is a multiple of sizeof(U) (the caller checks).
+template <typename U>
+void launch_cat(const std::vector<const void*>& src, const std::vector<std::int64_t>& rows, void* out,
+                std::int64_t outer, int device, cudaStream_t stream) {
+  std::int64_t out_row = 0;
+  for (std::int64_t r : rows) out_row += r;
+  const auto unit = static_cast<std::int64_t>(sizeof(U));
+  CatGroup g;
+  g.out_row = out_row / unit;
+  std::int64_t column = 0;
+  for (std::size_t k = 0; k < src.size(); ++k) {
+    if (g.count == kMaxCatInputs) {
+      launch_cat_group<U>(g, out, outer, device, stream);
+      g.count = 0;
+      g.first = column;
+    }
+    g.src[g.count] = src[k];
+    g.start[g.count + 1] = g.start[g.count] + rows[k] / unit;
+    ++g.count;
+    column += rows[k] / unit;
+  }
+  if (g.count > 0) launch_cat_group<U>(g, out, outer, device, stream);
+}
+
 template <typename T>
 void launch_fill(void* dst, std::int64_t n, const StridedLayout* l, T value, int device, cudaStream_t stream) {
   const unsigned grid = grid_for(n, kThreads, device);
@@ -188,6 +254,36 @@ void copy_strided_cuda(const Tensor& src, Tensor& dst) {
   DeviceGuard guard(d.device());
   cuda_detail::launch_copy_strided(dtype_size(src.dtype()), src.raw_data(), dst.raw_data(), n, l, d.device(),
                                    d.stream());
+}
+
+void cat_cuda(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out) {
+  if (out.numel() == 0) return;
+  const auto es = static_cast<std::int64_t>(dtype_size(out.dtype()));
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t k = 0; k < dim; ++k) outer *= out.size(k);
+  for (std::int64_t k = dim + 1; k < out.dim(); ++k) inner *= out.size(k);
+  std::vector<const void*> src;
+  std::vector<std::int64_t> rows;  // bytes
+  bool wide = cuda_detail::aligned16(out.raw_data());
+  for (const Tensor& in : inputs) {
+    if (in.numel() == 0) continue;
+    src.push_back(in.raw_data());
+    rows.push_back(in.size(dim) * inner * es);
+    wide = wide && rows.back() % 16 == 0 && cuda_detail::aligned16(in.raw_data());
+  }
+  CudaDevice& d = cuda_device_of(out);
+  DeviceGuard guard(d.device());
+  if (wide) {
+    cuda_detail::launch_cat<uint4>(src, rows, out.raw_data(), outer, d.device(), d.stream());
+    return;
+  }
+  switch (es) {
+    case 1: cuda_detail::launch_cat<std::uint8_t>(src, rows, out.raw_data(), outer, d.device(), d.stream()); break;
+    case 2: cuda_detail::launch_cat<std::uint16_t>(src, rows, out.raw_data(), outer, d.device(), d.stream()); break;
+    case 4: cuda_detail::launch_cat<std::uint32_t>(src, rows, out.raw_data(), outer, d.device(), d.stream()); break;
+    case 8: cuda_detail::launch_cat<std::uint64_t>(src, rows, out.raw_data(), outer, d.device(), d.stream()); break;
+    default: DPL_FAIL("cat: elements of ", es, " bytes are not supported on the GPU");
+  }
 }
 
 void fill_cuda(Tensor& t, double value) {
@@ -241,6 +337,7 @@ void fill_cuda(Tensor& t, double value) {
 }  // namespace
 
 DPL_REGISTER_KERNEL(copy_strided, kCuda, copy_strided_cuda);
+DPL_REGISTER_KERNEL(cat, kCuda, cat_cuda);
 DPL_REGISTER_KERNEL(fill, kCuda, fill_cuda);
 
 }  // namespace dpl::backend
