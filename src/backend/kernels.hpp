@@ -82,6 +82,11 @@ DPL_DECLARE_KERNEL(synchronize, any(), void(Device device));
 /// dst = src for tensors of one shape and dtype with any strides (up to 8 non-mergeable
 /// dimensions on the GPU).
 DPL_DECLARE_KERNEL(copy_strided, same(), void(const Tensor& src, Tensor& dst));
+/// out = inputs joined along dimension dim (0 <= dim < out's rank): each input contiguous, of
+/// out's dtype and rank and of out's extents except at dim, where theirs sum to out's; out
+/// contiguous. One pass over out on the GPU. The dispatcher sees out only (the op checks the
+/// inputs' devices and dtypes).
+DPL_DECLARE_KERNEL(cat, any(), void(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out));
 /// Every element of t (any strides) = value converted to t's dtype (16-bit: nearest even).
 DPL_DECLARE_KERNEL(fill, any(), void(Tensor& t, double value));
 /// dst (float32, contiguous, as many elements as values) = values, in stream order. On a GPU the
@@ -458,6 +463,8 @@ enum class Activation {
   kPow,        // x^slope (derivative slope * x^(slope-1), 0 when slope == 0)
   kClampMin,   // max(x, slope); derivative 1 where x >= slope, else 0 (NaN stays NaN)
   kClampMax,   // min(x, slope); derivative 1 where x <= slope, else 0 (NaN stays NaN)
+  kClamp,      // min(max(x, slope), upper) in one pass; derivative 1 where x >= slope and
+               // max(x, slope) <= upper, else 0 (NaN stays NaN)
 };
 
 /// True when `activation_backward` reads the activation's output y; false when it reads its input x.
@@ -484,12 +491,14 @@ DPL_HOST_DEVICE inline bool dropout_keeps(std::uint64_t seed, std::uint64_t i, f
   return (z >> 32) >= threshold;
 }
 
-/// y = f(x) elementwise, any rank; `slope`: leaky ReLU's slope, pow's exponent, clamp's bound, else unused.
-DPL_DECLARE_KERNEL(activation, floating(), void(Activation f, float slope, const Tensor& x, Tensor& y));
-/// gx = beta*gx + gy * f'(x), any rank. `saved` is f's output y when backward_reads_output(f), its
-/// input x otherwise (the cheaper form of each derivative).
+/// y = f(x) elementwise, any rank; `slope`: leaky ReLU's slope, pow's exponent, clamp's (lower)
+/// bound, else unused; `upper`: kClamp's upper bound, else unused.
+DPL_DECLARE_KERNEL(activation, floating(), void(Activation f, float slope, float upper, const Tensor& x, Tensor& y));
+/// gx = beta*gx + gy * f'(x), any rank; slope and upper as for `activation`. `saved` is f's output
+/// y when backward_reads_output(f), its input x otherwise (the cheaper form of each derivative).
 DPL_DECLARE_KERNEL(activation_backward, floating(),
-                   void(Activation f, float slope, const Tensor& saved, const Tensor& gy, float beta, Tensor& gx));
+                   void(Activation f, float slope, float upper, const Tensor& saved, const Tensor& gy, float beta,
+                        Tensor& gx));
 /// y = beta*y + x * keep(i) / (1 - p), any rank, where keep(i) is 1 with probability 1 - p for flat
 /// index i: a counter-based hash of (seed, i), identical on every device, so that backward
 /// (the same call on the gradient) and the CPU and GPU draw the same mask. Requires p in [0, 1).

@@ -198,26 +198,28 @@ class ActivationNode final : public Node {
   const char* op = "";
   Activation f = Activation::kSigmoid;
   float slope = 0.f;
+  float upper = 0.f;
   Tensor saved;  // the input or the output, as backend::backward_reads_output(f) says
   const char* name() const override { return op; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
     if (!t[0].needed()) return;
     const MemoryFormat format = saved.memory_format();
     const Tensor g = in_format(gy, format);
-    write_in(t[0], format, [&](float beta, Tensor& gx) { backend::activation_backward(f, slope, saved, g, beta, gx); });
+    write_in(t[0], format, [&](float beta, Tensor& gx) { backend::activation_backward(f, slope, upper, saved, g, beta, gx); });
   }
   void release() override { saved = Tensor(); }
 };
 
-Variable activation(const char* op, Activation f, float slope, const Variable& x) {
+Variable activation(const char* op, Activation f, float slope, const Variable& x, float upper = 0.f) {
   const Tensor tx = float_input(op, x);
   Tensor out = Tensor::empty_like(tx);
-  backend::activation(f, slope, tx, out);
+  backend::activation(f, slope, upper, tx, out);
   if (!any_requires_grad({&x})) return Variable(out);
   auto node = std::make_shared<ActivationNode>();
   node->op = op;
   node->f = f;
   node->slope = slope;
+  node->upper = upper;
   node->saved = backend::backward_reads_output(f) ? out : tx;
   node->set_inputs({x});
   return Variable::make_result(out, node);
@@ -343,8 +345,8 @@ Variable clamp(const Variable& x, std::optional<float> min, std::optional<float>
   DPL_CHECK(min.has_value() || max.has_value(), op, ": expected at least one of min and max, got neither");
   float_input(op, x);
   if (!min.has_value()) return activation(op, Activation::kClampMax, *max, x);
-  const Variable lower = activation(op, Activation::kClampMin, *min, x);
-  return max.has_value() ? activation(op, Activation::kClampMax, *max, lower) : lower;
+  if (!max.has_value()) return activation(op, Activation::kClampMin, *min, x);
+  return activation(op, Activation::kClamp, *min, x, *max);
 }
 
 Variable where(const Tensor& cond, const Variable& a, const Variable& b) { return where_impl("where", cond, a, b); }

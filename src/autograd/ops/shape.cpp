@@ -412,14 +412,16 @@ Variable cat(const std::vector<Variable>& xs, std::int64_t dim) {
   Tensor out = empty_on(out_shape, first);
   auto node = std::make_shared<CatNode>();
   node->dim = d;
+  std::vector<Tensor> inputs;
   std::int64_t start = 0;
   for (const Variable& x : xs) {
     const std::int64_t n = x.data().size(d);
-    sliced(out, d, start, n, 1).copy_(x.data());
+    inputs.push_back(dense(x.data()));
     node->starts.push_back(start);
     node->lengths.push_back(n);
     start += n;
   }
+  backend::cat(inputs, d, out);
   bool record = false;
   for (const Variable& x : xs) record = record || any_requires_grad({&x});
   if (!record) return Variable(out);

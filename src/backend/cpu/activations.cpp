@@ -18,7 +18,7 @@ void write_beta(std::int64_t n, float beta, float* o, V&& v) {
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 
-void activation_cpu(Activation f, float slope, const Tensor& x, Tensor& y) {
+void activation_cpu(Activation f, float slope, float upper, const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
   float* py = y.data<float>();
   const std::int64_t n = x.numel();
@@ -47,11 +47,17 @@ void activation_cpu(Activation f, float slope, const Tensor& x, Tensor& y) {
     case Activation::kClampMax:
       for_each_index(n, [&](std::int64_t i) { py[i] = px[i] > slope ? slope : px[i]; });
       break;
+    case Activation::kClamp:
+      for_each_index(n, [&](std::int64_t i) {
+        const float lower = px[i] < slope ? slope : px[i];
+        py[i] = lower > upper ? upper : lower;
+      });
+      break;
   }
 }
 
-void activation_backward_cpu(Activation f, float slope, const Tensor& saved, const Tensor& gy, float beta,
-                             Tensor& gx) {
+void activation_backward_cpu(Activation f, float slope, float upper, const Tensor& saved, const Tensor& gy,
+                             float beta, Tensor& gx) {
   const float* s = saved.data<float>();
   const float* g = gy.data<float>();
   float* o = gx.data<float>();
@@ -89,6 +95,13 @@ void activation_backward_cpu(Activation f, float slope, const Tensor& saved, con
       break;
     case Activation::kClampMax:
       write_beta(n, beta, o, [&](std::int64_t i) { return s[i] <= slope ? g[i] : 0.f; });
+      break;
+    // The product of kClampMin's and kClampMax's masks, the second taken at max(x, slope).
+    case Activation::kClamp:
+      write_beta(n, beta, o, [&](std::int64_t i) {
+        const float lower = s[i] < slope ? slope : s[i];
+        return s[i] >= slope && lower <= upper ? g[i] : 0.f;
+      });
       break;
   }
 }

@@ -25,6 +25,26 @@ void copy_bytes_cpu(Device, void* dst, const void* src, std::size_t nbytes) {
 
 void synchronize_cpu(Device) {}
 
+// out viewed as (outer, out's extent at dim * inner): each input fills its run of every row.
+void cat_cpu(const std::vector<Tensor>& inputs, std::int64_t dim, Tensor& out) {
+  const std::size_t es = dtype_size(out.dtype());
+  std::int64_t outer = 1, inner = 1;
+  for (std::int64_t k = 0; k < dim; ++k) outer *= out.size(k);
+  for (std::int64_t k = dim + 1; k < out.dim(); ++k) inner *= out.size(k);
+  const auto out_row = static_cast<std::size_t>(out.size(dim) * inner) * es;
+  char* d = static_cast<char*>(out.raw_data());
+  std::size_t start = 0;
+  for (const Tensor& in : inputs) {
+    const auto row = static_cast<std::size_t>(in.size(dim) * inner) * es;
+    const char* s = static_cast<const char*>(in.raw_data());
+    for (std::int64_t o = 0; o < outer && row > 0; ++o) {
+      const auto uo = static_cast<std::size_t>(o);
+      std::memcpy(d + uo * out_row + start, s + uo * row, row);
+    }
+    start += row;
+  }
+}
+
 void copy_strided_cpu(const Tensor& src, Tensor& dst) {
   const std::size_t es = dtype_size(src.dtype());
   const std::int64_t n = src.numel();
@@ -103,6 +123,7 @@ DPL_REGISTER_KERNEL(deallocate, kCpu, deallocate_cpu);
 DPL_REGISTER_KERNEL(copy_bytes, kCpu, copy_bytes_cpu);
 DPL_REGISTER_KERNEL(synchronize, kCpu, synchronize_cpu);
 DPL_REGISTER_KERNEL(copy_strided, kCpu, copy_strided_cpu);
+DPL_REGISTER_KERNEL(cat, kCpu, cat_cpu);
 DPL_REGISTER_KERNEL(fill, kCpu, fill_cpu);
 
 }  // namespace dpl::backend::cpu

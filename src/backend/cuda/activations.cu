@@ -25,8 +25,27 @@ constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 // kernels
 // ============================================================================================
 
+// x^e with PyTorch's special cases: its pow kernels multiply, divide or take the square root for
+// these exponents instead of calling powf, which costs tens of instructions per element. The
+// branch is uniform across the grid (e is one value per launch).
+__device__ __forceinline__ float pow_scalar(float x, float e) {
+  if (e == 2.f) return x * x;
+  if (e == 0.5f) return sqrtf(x);
+  if (e == -0.5f) return 1.f / sqrtf(x);
+  if (e == 1.f) return x;
+  if (e == -1.f) return 1.f / x;
+  if (e == 3.f) return x * x * x;
+  if (e == 0.f) return 1.f;
+  return powf(x, e);
+}
+
+// min(max(x, lo), hi) as kClampMin then kClampMax: comparisons, not fmaxf/fminf, so that NaN
+// passes as in PyTorch.
+__device__ __forceinline__ float clamp_lower(float x, float lo) { return x < lo ? lo : x; }
+__device__ __forceinline__ float clamp_upper(float x, float hi) { return x > hi ? hi : x; }
+
 template <Activation f>
-__device__ __forceinline__ float activate(float x, float slope) {
+__device__ __forceinline__ float activate(float x, float slope, float upper) {
   if constexpr (f == Activation::kLeakyRelu) return x > 0.f || isnan(x) ? x : slope * x;
   if constexpr (f == Activation::kSigmoid) return 1.f / (1.f + expf(-x));
   if constexpr (f == Activation::kTanh) return tanhf(x);
@@ -35,16 +54,16 @@ __device__ __forceinline__ float activate(float x, float slope) {
   if constexpr (f == Activation::kSqrt) return sqrtf(x);
   if constexpr (f == Activation::kRsqrt) return 1.f / sqrtf(x);  // as the CPU: rsqrtf is not correctly rounded
   if constexpr (f == Activation::kAbs) return fabsf(x);
-  if constexpr (f == Activation::kPow) return powf(x, slope);
-  // Comparisons, not fmaxf/fminf, so that NaN passes as in PyTorch.
-  if constexpr (f == Activation::kClampMin) return x < slope ? slope : x;
-  if constexpr (f == Activation::kClampMax) return x > slope ? slope : x;
+  if constexpr (f == Activation::kPow) return pow_scalar(x, slope);
+  if constexpr (f == Activation::kClampMin) return clamp_lower(x, slope);
+  if constexpr (f == Activation::kClampMax) return clamp_upper(x, slope);
+  if constexpr (f == Activation::kClamp) return clamp_upper(clamp_lower(x, slope), upper);
   return 0.5f * x * (1.f + erff(x * kInvSqrt2));
 }
 
 // s is the saved input or output (backward_reads_output in kernels.hpp says which).
 template <Activation f>
-__device__ __forceinline__ float derivative(float s, float slope) {
+__device__ __forceinline__ float derivative(float s, float slope, float upper) {
   if constexpr (f == Activation::kLeakyRelu) return s > 0.f ? 1.f : slope;
   if constexpr (f == Activation::kSigmoid) return s * (1.f - s);
   if constexpr (f == Activation::kTanh) return 1.f - s * s;
@@ -53,9 +72,10 @@ __device__ __forceinline__ float derivative(float s, float slope) {
   if constexpr (f == Activation::kSqrt) return 1.f / (2.f * s);
   if constexpr (f == Activation::kRsqrt) return -0.5f * s * s * s;
   if constexpr (f == Activation::kAbs) return s > 0.f ? 1.f : s < 0.f ? -1.f : 0.f;
-  if constexpr (f == Activation::kPow) return slope == 0.f ? 0.f : slope * powf(s, slope - 1.f);
+  if constexpr (f == Activation::kPow) return slope == 0.f ? 0.f : slope * pow_scalar(s, slope - 1.f);
   if constexpr (f == Activation::kClampMin) return s >= slope ? 1.f : 0.f;
   if constexpr (f == Activation::kClampMax) return s <= slope ? 1.f : 0.f;
+  if constexpr (f == Activation::kClamp) return s >= slope && clamp_lower(s, slope) <= upper ? 1.f : 0.f;
   return 0.5f * (1.f + erff(s * kInvSqrt2)) + s * kInvSqrt2Pi * expf(-0.5f * s * s);
 }
 
@@ -70,7 +90,7 @@ __device__ __forceinline__ bool aligned16(const void* a, const void* b, const vo
 }
 
 template <Activation f, typename T>
-__global__ void activation_kernel(float slope, const T* x, T* y, std::int64_t n) {
+__global__ void activation_kernel(float slope, float upper, const T* x, T* y, std::int64_t n) {
   constexpr int V = kPack<T>;
   std::int64_t done = 0;
   if (aligned16(x, y)) {
@@ -79,17 +99,17 @@ __global__ void activation_kernel(float slope, const T* x, T* y, std::int64_t n)
       float v[V];
       load_vec<V>(x + k * V, v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = activate<f>(v[j], slope);
+      for (int j = 0; j < V; ++j) v[j] = activate<f>(v[j], slope, upper);
       store_vec<V>(y + k * V, v);
     }
     done = packs * V;
   }
   for (std::int64_t i = done + global_thread(); i < n; i += grid_threads())
-    y[i] = from_float<T>(activate<f>(to_float(x[i]), slope));
+    y[i] = from_float<T>(activate<f>(to_float(x[i]), slope, upper));
 }
 
 template <Activation f, bool acc, typename T>
-__global__ void activation_backward_kernel(float slope, const T* s, const T* gy, T* gx, std::int64_t n) {
+__global__ void activation_backward_kernel(float slope, float upper, const T* s, const T* gy, T* gx, std::int64_t n) {
   constexpr int V = kPack<T>;
   std::int64_t done = 0;
   if (aligned16(s, gy, gx)) {
@@ -101,7 +121,7 @@ __global__ void activation_backward_kernel(float slope, const T* s, const T* gy,
       if constexpr (acc) load_vec<V>(gx + k * V, out);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float v = gv[j] * derivative<f>(sv[j], slope);
+        const float v = gv[j] * derivative<f>(sv[j], slope, upper);
         out[j] = acc ? out[j] + v : v;
       }
       store_vec<V>(gx + k * V, out);
@@ -109,7 +129,7 @@ __global__ void activation_backward_kernel(float slope, const T* s, const T* gy,
     done = packs * V;
   }
   for (std::int64_t i = done + global_thread(); i < n; i += grid_threads()) {
-    const float v = to_float(gy[i]) * derivative<f>(to_float(s[i]), slope);
+    const float v = to_float(gy[i]) * derivative<f>(to_float(s[i]), slope, upper);
     gx[i] = from_float<T>(acc ? to_float(gx[i]) + v : v);
   }
 }
@@ -237,27 +257,30 @@ void with_activation(Activation f, Launch&& launch) {
     case Activation::kPow: launch(std::integral_constant<Activation, Activation::kPow>{}); break;
     case Activation::kClampMin: launch(std::integral_constant<Activation, Activation::kClampMin>{}); break;
     case Activation::kClampMax: launch(std::integral_constant<Activation, Activation::kClampMax>{}); break;
+    case Activation::kClamp: launch(std::integral_constant<Activation, Activation::kClamp>{}); break;
   }
 }
 
 template <typename T>
-void launch_activation(Activation f, float slope, const T* x, T* y, std::int64_t n, int device, cudaStream_t stream) {
+void launch_activation(Activation f, float slope, float upper, const T* x, T* y, std::int64_t n, int device,
+                       cudaStream_t stream) {
   if (n == 0) return;
   with_activation(f, [&](auto c) {
-    activation_kernel<decltype(c)::value><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(slope, x, y, n);
+    activation_kernel<decltype(c)::value><<<grid_for(n, kThreads, device), kThreads, 0, stream>>>(slope, upper, x, y,
+                                                                                                   n);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
-void launch_activation_backward(Activation f, float slope, const T* s, const T* gy, bool acc, T* gx, std::int64_t n,
-                                int device, cudaStream_t stream) {
+void launch_activation_backward(Activation f, float slope, float upper, const T* s, const T* gy, bool acc, T* gx,
+                                std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned grid = grid_for(n, kThreads, device);
   with_activation(f, [&](auto c) {
     constexpr Activation a = decltype(c)::value;
-    if (acc) activation_backward_kernel<a, true><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
-    else activation_backward_kernel<a, false><<<grid, kThreads, 0, stream>>>(slope, s, gy, gx, n);
+    if (acc) activation_backward_kernel<a, true><<<grid, kThreads, 0, stream>>>(slope, upper, s, gy, gx, n);
+    else activation_backward_kernel<a, false><<<grid, kThreads, 0, stream>>>(slope, upper, s, gy, gx, n);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -337,18 +360,18 @@ using cuda_detail::out_ptr;
 std::int64_t cols_of(const Tensor& x) { return x.dim() ? x.size(-1) : 1; }
 std::int64_t rows_of(const Tensor& x) { return cols_of(x) ? x.numel() / cols_of(x) : 0; }
 
-void activation_cuda(Activation f, float slope, const Tensor& x, Tensor& y) {
+void activation_cuda(Activation f, float slope, float upper, const Tensor& x, Tensor& y) {
   on_device_typed(x, "activation", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_activation(f, slope, in_ptr<T>(x), out_ptr<T>(y), x.numel(), d.device(), d.stream());
+    cuda_detail::launch_activation(f, slope, upper, in_ptr<T>(x), out_ptr<T>(y), x.numel(), d.device(), d.stream());
   });
 }
 
-void activation_backward_cuda(Activation f, float slope, const Tensor& saved, const Tensor& gy, float beta,
-                              Tensor& gx) {
+void activation_backward_cuda(Activation f, float slope, float upper, const Tensor& saved, const Tensor& gy,
+                              float beta, Tensor& gx) {
   on_device_typed(saved, "activation_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_activation_backward(f, slope, in_ptr<T>(saved), in_ptr<T>(gy), beta != 0.f, out_ptr<T>(gx),
+    cuda_detail::launch_activation_backward(f, slope, upper, in_ptr<T>(saved), in_ptr<T>(gy), beta != 0.f, out_ptr<T>(gx),
                                             saved.numel(), d.device(), d.stream());
   });
 }

@@ -95,33 +95,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// The arg-max of row x (cols elements) across one warp: each lane scans elements lane, lane + 32,
-/// ..., then the lanes combine in a fixed shuffle tree. beats(av, ai, bv, bi) says whether value
-/// av at index ai wins over bv at bi, index cols meaning "none yet". Every lane of the warp must
-/// call it; each gets the winning index (cols for an empty row).
-template <typename T, typename Beats>
-__device__ __forceinline__ std::int64_t warp_argmax(const T* x, std::int64_t cols, Beats beats) {
-  float best = 0.f;
-  std::int64_t arg = cols;
-  for (std::int64_t j = threadIdx.x & 31; j < cols; j += 32) {
-    const float v = to_float(x[j]);
-    if (beats(v, j, best, arg)) {
-      best = v;
-      arg = j;
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-    const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
-    if (beats(ob, oa, best, arg)) {
-      best = ob;
-      arg = oa;
-    }
-  }
-  return arg;
-}
-
 /// Sum over the block; the result is valid in thread 0. Every thread of the block must call it.
 /// The fixed shuffle tree makes the result independent of timing.
 __device__ __forceinline__ double block_sum(double v) {
@@ -199,6 +172,40 @@ __device__ __forceinline__ void store_vec(T* p, const float (&in)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) p[j] = from_float<T>(in[j]);
   }
+}
+
+/// The arg-max of row x (cols elements) across one warp: each lane scans elements lane, lane + 32,
+/// ..., (with V > 1: packs of V elements lane, lane + 32, ..., loaded 16 bytes at a time, which
+/// requires cols % V == 0 and x 16-byte aligned), then the lanes combine in a fixed shuffle tree.
+/// beats(av, ai, bv, bi) says whether value av at index ai wins over bv at bi, index cols meaning
+/// "none yet"; it must make the winner independent of the order of the comparisons (the first
+/// extreme, say), since V changes that order. Every lane of the warp must call it; each gets the
+/// winning index (cols for an empty row).
+template <int V = 1, typename T, typename Beats>
+__device__ __forceinline__ std::int64_t warp_argmax(const T* x, std::int64_t cols, Beats beats) {
+  float best = 0.f;
+  std::int64_t arg = cols;
+  for (std::int64_t k = threadIdx.x & 31; k < cols / V; k += 32) {
+    float v[V];
+    load_vec<V>(x + k * V, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (beats(v[j], k * V + j, best, arg)) {
+        best = v[j];
+        arg = k * V + j;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const std::int64_t oa = __shfl_xor_sync(0xffffffffu, arg, o);
+    if (beats(ob, oa, best, arg)) {
+      best = ob;
+      arg = oa;
+    }
+  }
+  return arg;
 }
 
 /// Whether every operand allows V-wide accesses: c a multiple of v and 16-byte aligned pointers

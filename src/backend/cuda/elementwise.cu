@@ -2,6 +2,10 @@
 // and its backward, column sums (bias gradients) and the sum of all elements.
 //
 // Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
+// PyTorch-style broadcasts (Broadcast::kShape, where) whose operands repeat over leading
+// dimensions only take a periodic index instead of the per-dimension one (see load_period).
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/broadcast.hpp"
@@ -49,6 +53,105 @@ __global__ void where_kernel(BroadcastIndex ix, const std::uint8_t* cond, const 
     ix.offsets(i, off);
     out[i] = cond[off[0]] != 0 ? a[off[1]] : b[off[2]];
   }
+}
+
+// --- operands broadcast over leading dimensions only ----------------------------------------
+// An operand whose shape, after its leading 1s, is the output's trailing extents repeats with
+// period m (its element count): output element i reads its element i % m. Same-shape operands
+// (m == n), scalars (m == 1), rows (m == the last extent) and masks such as a causal (1, 1, T, T)
+// over (B, H, T, T) all take this form, which needs no per-dimension index. Where every operand
+// allows, a thread moves V elements (16 bytes of the output) with vector accesses.
+
+/// The period of an operand that does not repeat (the output itself).
+constexpr std::int64_t kNoPeriod = INT64_MAX;
+
+/// V raw elements of an operand of period m, for output elements i .. i+V-1. When V > 1, m is 1
+/// or a multiple of V and p is aligned to V elements' bytes (the launcher checks).
+template <int V, typename T>
+__device__ __forceinline__ void load_period(const T* p, std::int64_t m, std::int64_t i, T (&v)[V]) {
+  if (m == 1) {
+    const T s = p[0];
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = s;
+    return;
+  }
+  const T* q = p + (i < m ? i : i % m);
+  if constexpr (V * sizeof(T) == 16) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(q);
+    std::memcpy(v, &raw, 16);
+  } else if constexpr (V * sizeof(T) == 8) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(q);
+    std::memcpy(v, &raw, 8);
+  } else if constexpr (V * sizeof(T) == 4 && V > 1) {
+    const unsigned raw = *reinterpret_cast<const unsigned*>(q);
+    std::memcpy(v, &raw, 4);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = q[j];
+  }
+}
+
+/// Stores V raw elements at p (16 bytes, aligned, when V > 1).
+template <int V, typename T>
+__device__ __forceinline__ void store_raw(T* p, const T (&v)[V]) {
+  if constexpr (V > 1) {
+    static_assert(V * sizeof(T) == 16, "a vector store moves 16 bytes");
+    uint4 raw;
+    std::memcpy(&raw, v, 16);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+    p[0] = v[0];
+  }
+}
+
+template <BinaryOp op, bool acc, int V, typename T>
+__device__ __forceinline__ void binary_period_at(const T* a, std::int64_t ma, const T* b, std::int64_t mb, T* out,
+                                                 std::int64_t i) {
+  T x[V], y[V], o[V];
+  load_period<V>(a, ma, i, x);
+  load_period<V>(b, mb, i, y);
+  if constexpr (acc) load_period<V>(static_cast<const T*>(out), kNoPeriod, i, o);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float v = apply<op>(to_float(x[j]), to_float(y[j]));
+    o[j] = from_float<T>(acc ? to_float(o[j]) + v : v);
+  }
+  store_raw<V>(out + i, o);
+}
+
+// Output elements [0, n - n % V) V at a time, the rest one at a time.
+template <BinaryOp op, bool acc, int V, typename T>
+__global__ void binary_period_kernel(const T* a, std::int64_t ma, const T* b, std::int64_t mb, T* out,
+                                     std::int64_t n) {
+  const std::int64_t packs = n / V;
+  for (std::int64_t k = global_thread(); k < packs; k += grid_threads())
+    binary_period_at<op, acc, V>(a, ma, b, mb, out, k * V);
+  for (std::int64_t i = packs * V + global_thread(); i < n; i += grid_threads())
+    binary_period_at<op, acc, 1>(a, ma, b, mb, out, i);
+}
+
+template <int V, typename T>
+__device__ __forceinline__ void where_period_at(const std::uint8_t* cond, std::int64_t mc, const T* a,
+                                                std::int64_t ma, const T* b, std::int64_t mb, T* out,
+                                                std::int64_t i) {
+  std::uint8_t c[V];
+  T x[V], y[V];
+  load_period<V>(cond, mc, i, c);
+  load_period<V>(a, ma, i, x);
+  load_period<V>(b, mb, i, y);
+#pragma unroll
+  for (int j = 0; j < V; ++j) x[j] = c[j] != 0 ? x[j] : y[j];
+  store_raw<V>(out + i, x);
+}
+
+template <int V, typename T>
+__global__ void where_period_kernel(const std::uint8_t* cond, std::int64_t mc, const T* a, std::int64_t ma,
+                                    const T* b, std::int64_t mb, T* out, std::int64_t n) {
+  const std::int64_t packs = n / V;
+  for (std::int64_t k = global_thread(); k < packs; k += grid_threads())
+    where_period_at<V>(cond, mc, a, ma, b, mb, out, k * V);
+  for (std::int64_t i = packs * V + global_thread(); i < n; i += grid_threads())
+    where_period_at<1>(cond, mc, a, ma, b, mb, out, i);
 }
 
 // out may alias a (linear adds its bias in place).
@@ -245,6 +348,56 @@ void launch_binary_shape(BinaryOp op, bool acc, const BroadcastIndex& ix, const 
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+/// The period of an operand of shape s that broadcasts to out over leading dimensions only (see
+/// load_period): its element count; -1 when it broadcasts otherwise (a 1 inside its extents).
+std::int64_t broadcast_period(const Shape& s, const Shape& out) {
+  if (s.size() > out.size()) return -1;
+  const std::size_t lead = out.size() - s.size();
+  std::size_t k = 0;
+  while (k < s.size() && s[k] == 1) ++k;
+  std::int64_t m = 1;
+  for (; k < s.size(); ++k) {
+    if (s[k] != out[lead + k]) return -1;
+    m *= s[k];
+  }
+  return m;
+}
+
+/// Whether operand p of period m and `elem`-byte elements allows V-element accesses.
+bool period_fits(const void* p, std::int64_t m, int v, std::size_t elem) {
+  return m == 1 || (m % v == 0 && reinterpret_cast<std::uintptr_t>(p) % (v * elem) == 0);
+}
+
+template <typename T>
+void launch_binary_period(BinaryOp op, bool acc, const T* a, std::int64_t ma, const T* b, std::int64_t mb, T* out,
+                          std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kV = kPack<T>;
+  const bool vec = aligned16(out) && period_fits(a, ma, kV, sizeof(T)) && period_fits(b, mb, kV, sizeof(T));
+  const unsigned grid = grid_for(vec ? n / kV + 1 : n, kThreads, device);
+  with_binary_op(op, [&](auto c) {
+    constexpr BinaryOp o = decltype(c)::value;
+    if (vec && acc) binary_period_kernel<o, true, kV><<<grid, kThreads, 0, stream>>>(a, ma, b, mb, out, n);
+    else if (vec) binary_period_kernel<o, false, kV><<<grid, kThreads, 0, stream>>>(a, ma, b, mb, out, n);
+    else if (acc) binary_period_kernel<o, true, 1><<<grid, kThreads, 0, stream>>>(a, ma, b, mb, out, n);
+    else binary_period_kernel<o, false, 1><<<grid, kThreads, 0, stream>>>(a, ma, b, mb, out, n);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_where_period(const std::uint8_t* cond, std::int64_t mc, const T* a, std::int64_t ma, const T* b,
+                         std::int64_t mb, T* out, std::int64_t n, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  constexpr int kV = kPack<T>;
+  const bool vec = aligned16(out) && period_fits(cond, mc, kV, 1) && period_fits(a, ma, kV, sizeof(T)) &&
+                   period_fits(b, mb, kV, sizeof(T));
+  const unsigned grid = grid_for(vec ? n / kV + 1 : n, kThreads, device);
+  if (vec) where_period_kernel<kV><<<grid, kThreads, 0, stream>>>(cond, mc, a, ma, b, mb, out, n);
+  else where_period_kernel<1><<<grid, kThreads, 0, stream>>>(cond, mc, a, ma, b, mb, out, n);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_binary(BinaryOp op, Broadcast bc, bool acc, const T* a, const T* b, T* out, std::int64_t n,
                    std::int64_t cols, int device, cudaStream_t stream) {
@@ -360,6 +513,13 @@ void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, fl
   on_device_typed(a, "binary", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     if (bc == Broadcast::kShape) {
+      const std::int64_t ma = cuda_detail::broadcast_period(a.shape(), o.shape());
+      const std::int64_t mb = cuda_detail::broadcast_period(b.shape(), o.shape());
+      if (ma > 0 && mb > 0) {
+        cuda_detail::launch_binary_period(op, beta != 0.f, in_ptr<T>(a), ma, in_ptr<T>(b), mb, out_ptr<T>(o),
+                                          o.numel(), d.device(), d.stream());
+        return;
+      }
       cuda_detail::launch_binary_shape(op, beta != 0.f, make_broadcast_index(o.shape(), {&a.shape(), &b.shape()}),
                                        in_ptr<T>(a), in_ptr<T>(b), out_ptr<T>(o), o.numel(), d.device(), d.stream());
       return;
@@ -372,6 +532,15 @@ void binary_cuda(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, fl
 void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& o) {
   on_device_typed(a, "where", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
+    const auto* c = static_cast<const std::uint8_t*>(cond.raw_data());
+    const std::int64_t mc = cuda_detail::broadcast_period(cond.shape(), o.shape());
+    const std::int64_t ma = cuda_detail::broadcast_period(a.shape(), o.shape());
+    const std::int64_t mb = cuda_detail::broadcast_period(b.shape(), o.shape());
+    if (mc > 0 && ma > 0 && mb > 0) {
+      cuda_detail::launch_where_period(c, mc, in_ptr<T>(a), ma, in_ptr<T>(b), mb, out_ptr<T>(o), o.numel(),
+                                       d.device(), d.stream());
+      return;
+    }
     cuda_detail::launch_where(make_broadcast_index(o.shape(), {&cond.shape(), &a.shape(), &b.shape()}),
                               static_cast<const std::uint8_t*>(cond.raw_data()), in_ptr<T>(a), in_ptr<T>(b),
                               out_ptr<T>(o), o.numel(), d.device(), d.stream());

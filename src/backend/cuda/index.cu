@@ -40,14 +40,30 @@ struct GatherGeometry {
 // kernels
 // ============================================================================================
 
-template <typename T, typename I>
+// Each thread copies V elements of a row (16 bytes as one access when V > 1: rows of embeddings
+// are long and aligned), or writes V NaNs for an index out of range. inner is a multiple of V;
+// packs is the output's element count / V.
+template <int V, typename T, typename I>
 __global__ void index_select_kernel(const T* x, const I* index, T* out, std::int64_t n, std::int64_t m,
-                                    std::int64_t inner, std::int64_t total) {
-  for (std::int64_t i = global_thread(); i < total; i += grid_threads()) {
-    const std::int64_t r = i / inner, k = i - r * inner;
+                                    std::int64_t inner, std::int64_t packs) {
+  const std::int64_t packs_per_row = inner / V;
+  for (std::int64_t p = global_thread(); p < packs; p += grid_threads()) {
+    const std::int64_t r = p / packs_per_row, k = (p - r * packs_per_row) * V;
     const std::int64_t o = r / m, j = r - o * m;
     const std::int64_t v = index[j];
-    out[i] = (v >= 0 && v < n) ? x[(o * n + v) * inner + k] : from_float<T>(CUDART_NAN_F);
+    T* dst = out + p * V;
+    if (v < 0 || v >= n) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) dst[e] = from_float<T>(CUDART_NAN_F);
+      continue;
+    }
+    const T* src = x + (o * n + v) * inner + k;
+    if constexpr (V > 1) {
+      static_assert(V * sizeof(T) == 16, "a pack is 16 bytes");
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      dst[0] = src[0];
+    }
   }
 }
 
@@ -176,8 +192,16 @@ void index_select_cuda(const Tensor& x, std::int64_t dim, const Tensor& index, T
     using I = typename decltype(itag)::type;
     const IndexedDims s = indexed_dims(x.shape(), dim);
     const std::int64_t m = index.numel();
-    cuda_detail::launch_over(s.outer * m * s.inner, d.device(), d.stream(), cuda_detail::index_select_kernel<T, I>,
-                             in_ptr<T>(x), in_ptr<I>(index), out_ptr<T>(out), s.mid, m, s.inner);
+    constexpr int kV = cuda_detail::kPack<T>;
+    const bool packed =
+        s.inner % kV == 0 && cuda_detail::aligned16(x.raw_data()) && cuda_detail::aligned16(out.raw_data());
+    const std::int64_t total = s.outer * m * s.inner;
+    if (packed)
+      cuda_detail::launch_over(total / kV, d.device(), d.stream(), cuda_detail::index_select_kernel<kV, T, I>,
+                               in_ptr<T>(x), in_ptr<I>(index), out_ptr<T>(out), s.mid, m, s.inner);
+    else
+      cuda_detail::launch_over(total, d.device(), d.stream(), cuda_detail::index_select_kernel<1, T, I>,
+                               in_ptr<T>(x), in_ptr<I>(index), out_ptr<T>(out), s.mid, m, s.inner);
   });
 }
 

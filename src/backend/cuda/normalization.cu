@@ -3,10 +3,13 @@
 //
 // Rows (a sample's group, or a layer-norm row) are contiguous: one block per row sums it (mean,
 // then squared deviations: two passes keep the variance's precision when the mean is large; the
-// row is re-read from L2) and writes it. Backward gives each row to a block for the input's
+// row is re-read from L2) and writes it. Rows of channels with inner 1 (layer norm) that fit in a
+// warp's registers go to one warp each instead, forward and input gradient. Backward gives each row to a block for the input's
 // gradient; the affine parameters' gradients are column sums over the rows, by a block of 32
 // channels (layer norm, coalesced across the row) or one block per channel (group norm, whose
 // channels are runs of `inner` elements).
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -98,6 +101,120 @@ __global__ void groups_input_grad_kernel(NormGroups g, const T* x, const T* gy, 
   }
 }
 
+// --- rows with inner == 1 (layer norm), a warp per row ---------------------------------------
+// A row of up to 32 * V * kMaxPacks elements (768 in GPT-2) fits in the registers of one warp: each
+// lane holds its P packs of V elements (16 bytes each; P the least of 1, 2, 4, 8 that holds the
+// row, so that short rows do not pay in registers and occupancy for long ones), so the row is read from memory once, the
+// sums are warp shuffles instead of block-wide barriers, and a block serves kRowsPerBlock rows.
+// The statistics are the same two-pass ones as the block kernels'.
+constexpr int kMaxPacks = 8;
+constexpr int kRowsPerBlock = kThreads / 32;
+
+__device__ __forceinline__ std::int64_t first_warp_row() {
+  return static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+}
+__device__ __forceinline__ std::int64_t warp_row_stride() {
+  return static_cast<std::int64_t>(gridDim.x) * kRowsPerBlock;
+}
+
+/// Loads this lane's packs of row xr (len elements, len / V packs) into v; the packs past the row
+/// are left unset.
+template <int V, int P, typename T>
+__device__ __forceinline__ void load_row_packs(const T* xr, std::int64_t packs, float (&v)[P][V]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const std::int64_t k = lane + 32 * p;
+    if (k < packs) load_vec<V>(xr + k * V, v[p]);
+  }
+}
+
+template <int V, int P, typename T>
+__global__ void normalize_rows_warp_kernel(NormGroups g, const T* x, const float* w, const float* b, float eps, T* y,
+                                           float* mean, float* rstd) {
+  const std::int64_t len = g.channels / g.groups, rows = g.n * g.groups, packs = len / V;
+  const int lane = threadIdx.x & 31;
+  for (std::int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
+    float v[P][V];
+    load_row_packs<V, P>(x + r * len, packs, v);
+    float s = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (lane + 32 * p < packs)
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += v[p][j];
+    const float m = warp_sum(s) / static_cast<float>(len);
+    float sq = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (lane + 32 * p < packs)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float d = v[p][j] - m;
+          sq += d * d;
+        }
+    const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(len) + eps);
+    if (lane == 0) {
+      mean[r] = m;
+      rstd[r] = inv;
+    }
+    const float* wr = w + (r % g.groups) * len;
+    const float* br = b + (r % g.groups) * len;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const std::int64_t k = lane + 32 * p;
+      if (k >= packs) continue;
+      float o[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) o[j] = (v[p][j] - m) * inv * wr[k * V + j] + br[k * V + j];
+      store_vec<V>(y + r * len + k * V, o);
+    }
+  }
+}
+
+// The input's gradient of normalize_rows_warp_kernel's rows, as groups_input_grad_kernel.
+template <int V, int P, bool acc, typename T>
+__global__ void rows_input_grad_warp_kernel(NormGroups g, const T* x, const T* gy, const float* w, const float* mean,
+                                            const float* rstd, T* gx) {
+  const std::int64_t len = g.channels / g.groups, rows = g.n * g.groups, packs = len / V;
+  const int lane = threadIdx.x & 31;
+  for (std::int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
+    float xv[P][V], gv[P][V];
+    load_row_packs<V, P>(x + r * len, packs, xv);
+    load_row_packs<V, P>(gy + r * len, packs, gv);
+    const float m = mean[r], s = rstd[r];
+    const float* wr = w + (r % g.groups) * len;
+    float a = 0.f, bsum = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const std::int64_t k = lane + 32 * p;
+      if (k >= packs) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float gw = gv[p][j] * wr[k * V + j];
+        a += gw;
+        bsum += gw * (xv[p][j] - m) * s;
+      }
+    }
+    const float ma = warp_sum(a) / static_cast<float>(len), mb = warp_sum(bsum) / static_cast<float>(len);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const std::int64_t k = lane + 32 * p;
+      if (k >= packs) continue;
+      T* out = gx + r * len + k * V;
+      float o[V];
+      if constexpr (acc) load_vec<V>(out, o);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xhat = (xv[p][j] - m) * s;
+        const float v = s * (gv[p][j] * wr[k * V + j] - ma - xhat * mb);
+        o[j] = acc ? o[j] + v : v;
+      }
+      store_vec<V>(out, o);
+    }
+  }
+}
+
 // inner == 1: block (kColumnTile, kColumnRowSlices) owns kColumnTile consecutive channels; a warp
 // reads one row's slice of them (coalesced), the slices' partials meet in shared memory.
 template <typename T>
@@ -158,11 +275,42 @@ __global__ void groups_affine_grad_channel_kernel(NormGroups g, const T* x, cons
 // One block per row (or per channel), at most what keeps every SM busy; the kernels stride.
 unsigned block_grid(std::int64_t items, int device) { return grid_for(items, 1, device); }
 
+/// Whether the rows of g take the warp kernels with V-element packs: inner 1, rows that fill at
+/// most kMaxPacks packs per lane, and 16-byte aligned row operands (null ones are not checked).
+template <typename T>
+bool rows_fit_warp(const NormGroups& g, std::initializer_list<const void*> pointers) {
+  constexpr int kV = kPack<T>;
+  const std::int64_t len = g.groups > 0 ? g.channels / g.groups : 0;
+  return g.inner == 1 && len > 0 && len <= 32 * kV * kMaxPacks && packs_fit(static_cast<int>(len), kV, pointers);
+}
+
+unsigned warp_row_grid(std::int64_t rows, int device) { return grid_for(rows, kRowsPerBlock, device); }
+
+/// Calls launch(std::integral_constant<int, P>) with the least P of 1, 2, 4, 8 (kMaxPacks) for which
+/// 32 lanes of P packs hold a row of `packs` packs.
+template <typename Launch>
+void with_packs_per_lane(std::int64_t packs, Launch&& launch) {
+  static_assert(kMaxPacks == 8, "the cases below go up to kMaxPacks");
+  if (packs <= 32) launch(std::integral_constant<int, 1>{});
+  else if (packs <= 64) launch(std::integral_constant<int, 2>{});
+  else if (packs <= 128) launch(std::integral_constant<int, 4>{});
+  else launch(std::integral_constant<int, 8>{});
+}
+
 template <typename T>
 void launch_normalize_groups(const NormGroups& g, const T* x, const float* w, const float* b, float eps, T* y,
                              float* mean, float* rstd, int device, cudaStream_t stream) {
   const std::int64_t rows = g.n * g.groups;
   if (rows == 0) return;
+  if (rows_fit_warp<T>(g, {x, y})) {
+    constexpr int kV = kPack<T>;
+    with_packs_per_lane(g.channels / g.groups / kV, [&](auto p) {
+      normalize_rows_warp_kernel<kV, decltype(p)::value>
+          <<<warp_row_grid(rows, device), kThreads, 0, stream>>>(g, x, w, b, eps, y, mean, rstd);
+    });
+    DPL_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   normalize_groups_kernel<<<block_grid(rows, device), kThreads, 0, stream>>>(g, x, w, b, eps, y, mean, rstd);
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -172,6 +320,17 @@ void launch_groups_input_grad(const NormGroups& g, const T* x, const T* gy, cons
                               const float* rstd, bool acc, T* gx, int device, cudaStream_t stream) {
   const std::int64_t rows = g.n * g.groups;
   if (rows == 0) return;
+  if (rows_fit_warp<T>(g, {x, gy, gx})) {
+    constexpr int kV = kPack<T>;
+    const unsigned grid = warp_row_grid(rows, device);
+    with_packs_per_lane(g.channels / g.groups / kV, [&](auto p) {
+      constexpr int kP = decltype(p)::value;
+      if (acc) rows_input_grad_warp_kernel<kV, kP, true><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);
+      else rows_input_grad_warp_kernel<kV, kP, false><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);
+    });
+    DPL_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const unsigned grid = block_grid(rows, device);
   if (acc) groups_input_grad_kernel<true><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);
   else groups_input_grad_kernel<false><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx);

@@ -35,8 +35,9 @@ __device__ __forceinline__ bool beats(float v, std::int64_t i, float b, std::int
   return kind == ReduceKind::kMax ? v > b : v < b;
 }
 
-// One warp per output; inner == 1.
-template <ReduceKind kind, typename T>
+// One warp per output; inner == 1. Max and min read V elements per lane at a time (16 bytes where
+// the launcher allows): their winner does not depend on the order of the comparisons.
+template <ReduceKind kind, int V, typename T>
 __global__ void reduce_rows_kernel(float alpha, const T* x, T* out, std::int64_t* indices, std::int64_t rows,
                                    std::int64_t n) {
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -50,7 +51,7 @@ __global__ void reduce_rows_kernel(float alpha, const T* x, T* out, std::int64_t
       acc = warp_sum(acc);
       if (lane == 0) out[r] = from_float<T>(alpha * acc);
     } else {
-      const std::int64_t arg = warp_argmax(
+      const std::int64_t arg = warp_argmax<V>(
           xr, n, [n](float v, std::int64_t i, float b, std::int64_t j) { return beats<kind>(v, i, b, j, n); });
       if (lane == 0) {
         out[r] = xr[arg];
@@ -132,8 +133,12 @@ template <ReduceKind kind, typename T>
 void launch_reduce_as(float alpha, const T* x, T* out, std::int64_t* indices, std::int64_t outer, std::int64_t n,
                       std::int64_t inner, int device, cudaStream_t stream) {
   if (inner == 1) {
-    reduce_rows_kernel<kind><<<grid_for(outer, kWarpsPerBlock, device), kThreads, 0, stream>>>(alpha, x, out, indices,
-                                                                                                outer, n);
+    const unsigned grid = grid_for(outer, kWarpsPerBlock, device);
+    constexpr int kV = kPack<T>;
+    if (kind != ReduceKind::kSum && n % kV == 0 && aligned16(x))
+      reduce_rows_kernel<kind, kV><<<grid, kThreads, 0, stream>>>(alpha, x, out, indices, outer, n);
+    else
+      reduce_rows_kernel<kind, 1><<<grid, kThreads, 0, stream>>>(alpha, x, out, indices, outer, n);
   } else {
     const dim3 block(32, kColumnsY);
     const dim3 grid(static_cast<unsigned>((inner + 31) / 32), static_cast<unsigned>(outer < 65535 ? outer : 65535));

@@ -8,6 +8,7 @@
 // products atol 1e-6*K + rtol 1e-5 (different summation orders over K terms; TF32 would miss
 // this by two orders of magnitude); comparisons and copies exact.
 #include <cstring>
+#include <tuple>
 
 #include "backend/cuda/cast.hpp"
 #include "backend/cuda/cuda_device.hpp"
@@ -397,6 +398,55 @@ TEST_F(KernelsTest, HalfElementwiseNd) {
   }
 }
 
+// Operands that broadcast over leading dimensions only (same shape, a row, a scalar, a causal
+// mask's (1, 1, T, T)) take the GPU's periodic path, 16 bytes per thread where extents and
+// alignment allow; (3,5,7) and the misaligned view take it element by element, and (2,1,16) the
+// general broadcast index.
+TEST_F(KernelsTest, BinaryAndWhereBroadcastOverLeadingDimensionsEveryDtype) {
+  const std::vector<std::pair<Shape, Shape>> pairs = {
+      {{2, 3, 16}, {2, 3, 16}}, {{2, 3, 16}, {1, 1, 16}}, {{2, 3, 16}, {1, 3, 16}}, {{1, 1, 16}, {2, 3, 16}},
+      {{2, 3, 16}, {1, 1, 1}},  {{3, 5, 7}, {1, 5, 7}},   {{3, 5, 7}, {3, 5, 7}},   {{2, 3, 16}, {2, 1, 16}}};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    const auto close = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+      if (dt == kFloat32) expect_close(got, want, 1e-6f, 0.f, what);
+      else expect_close_half(got, want, 1e-6f, what);
+    };
+    for (const auto& [sa, sb] : pairs) {
+      Shape so(sa.size());
+      for (std::size_t k = 0; k < sa.size(); ++k) so[k] = std::max(sa[k], sb[k]);
+      const std::string what = std::string(" ") + dtype_name(dt) + " " + shape_str(sa) + " and " + shape_str(sb);
+      for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kMul, BinaryOp::kDiv}) {
+        for (float beta : {0.f, 1.f}) {
+          const Tensor a = rand_as(*this, dt, sa), b = rand_as(*this, dt, sb, 0.5f, 2.f), o0 = rand_as(*this, dt, so);
+          Tensor want = o0.clone();
+          backend::binary(op, Broadcast::kShape, a, b, beta, want);
+          Tensor got = beta == 0.f ? poisoned_as(dt, so) : on_gpu(o0);
+          backend::binary(op, Broadcast::kShape, on_gpu(a), on_gpu(b), beta, got);
+          close(got, want, "binary op=" + std::to_string(static_cast<int>(op)) + " beta=" + std::to_string(beta) + what);
+        }
+      }
+      // where with the condition shaped as b, a as a, and the other value a scalar or out-shaped.
+      std::vector<std::uint8_t> bits(static_cast<std::size_t>(shape_numel(sb)));
+      for (auto& bit : bits) bit = static_cast<std::uint8_t>(gen_.below(2));
+      const Tensor cond = Tensor::from_vector(bits, sb);
+      for (const Shape& sc : {Shape(so.size(), 1), so}) {
+        const Tensor a = rand_as(*this, dt, sa), c = rand_as(*this, dt, sc);
+        Tensor want = Tensor::empty(so, dt), got = poisoned_as(dt, so);
+        backend::where(cond, a, c, want);
+        backend::where(on_gpu(cond), on_gpu(a), on_gpu(c), got);
+        close(got, want, "where other=" + shape_str(sc) + what);
+      }
+    }
+    // A view one element into its buffer is not 16-byte aligned: the element-by-element path.
+    const Tensor big = rand_as(*this, dt, {1 + 4 * 16}), b = rand_as(*this, dt, {1, 16}, 0.5f, 2.f);
+    const Tensor a = big.view_range(1, {4, 16});
+    Tensor want = Tensor::empty({4, 16}, dt), got = poisoned_as(dt, {4, 16});
+    backend::binary(BinaryOp::kDiv, Broadcast::kShape, a, b, 0.f, want);
+    backend::binary(BinaryOp::kDiv, Broadcast::kShape, on_gpu(big).view_range(1, {4, 16}), on_gpu(b), 0.f, got);
+    close(got, want, std::string("binary misaligned ") + dtype_name(dt));
+  }
+}
+
 TEST_F(KernelsTest, HalfReductions) {
   for (DType dt : kHalfTypes) {
     for (const Shape& s : {Shape{4, 25, 40}, Shape{1000, 7}, Shape{3, 33}}) {
@@ -569,17 +619,29 @@ TEST_F(KernelsTest, ActivationsDropoutSoftmaxArgmaxAndMseEveryDtype) {
     for (const Shape& s : {Shape{7, 13}, Shape{2, 3, 64}, Shape{3, 1000}}) {
       const std::string where = std::string(" ") + dtype_name(dt) + " shape=" + shape_str(s);
       const Tensor x = rand_as(*this, dt, s, -4.f, 4.f), gy = rand_as(*this, dt, s), g0 = rand_as(*this, dt, s);
-      for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
-        const std::string what = "activation " + std::to_string(static_cast<int>(f)) + where;
+      // (f, slope, upper): pow's exponents with a special case on the GPU (and 1.5, which has
+      // none) on positive inputs, and clamp with both bounds in one pass.
+      const Tensor xpos = rand_as(*this, dt, s, 0.25f, 4.f);
+      const std::vector<std::tuple<Activation, float, float, const Tensor*>> cases = {
+          {Activation::kLeakyRelu, 0.1f, 0.f, &x},  {Activation::kSigmoid, 0.1f, 0.f, &x},
+          {Activation::kTanh, 0.1f, 0.f, &x},       {Activation::kGelu, 0.1f, 0.f, &x},
+          {Activation::kPow, 2.f, 0.f, &x},         {Activation::kPow, 3.f, 0.f, &x},
+          {Activation::kPow, 1.f, 0.f, &x},         {Activation::kPow, 0.5f, 0.f, &xpos},
+          {Activation::kPow, -1.f, 0.f, &xpos},     {Activation::kPow, -0.5f, 0.f, &xpos},
+          {Activation::kPow, 1.5f, 0.f, &xpos},     {Activation::kClamp, -1.5f, 2.f, &x},
+          {Activation::kClampMin, -1.5f, 0.f, &x},  {Activation::kClampMax, 2.f, 0.f, &x}};
+      for (const auto& [f, slope, upper, in] : cases) {
+        const std::string what = "activation " + std::to_string(static_cast<int>(f)) + " slope " +
+                                 std::to_string(slope) + " upper " + std::to_string(upper) + where;
         Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
-        backend::activation(f, 0.1f, x, want);
-        backend::activation(f, 0.1f, on_gpu(x), got);
+        backend::activation(f, slope, upper, *in, want);
+        backend::activation(f, slope, upper, on_gpu(*in), got);
         close(got, want, what);
-        const Tensor saved = backend::backward_reads_output(f) ? want : x;
+        const Tensor saved = backend::backward_reads_output(f) ? want : *in;
         for (float beta : {0.f, 1.f}) {
           Tensor wg = g0.clone(), gg = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
-          backend::activation_backward(f, 0.1f, saved, gy, beta, wg);
-          backend::activation_backward(f, 0.1f, on_gpu(saved), on_gpu(gy), beta, gg);
+          backend::activation_backward(f, slope, upper, saved, gy, beta, wg);
+          backend::activation_backward(f, slope, upper, on_gpu(saved), on_gpu(gy), beta, gg);
           close(gg, wg, what + " backward");
         }
       }

@@ -36,32 +36,35 @@ std::string what(const char* kernel, DType dt, DType it, float beta = 0.f) {
 }
 
 TEST_F(ShapeKernelsTest, IndexSelectAndIndexAddEveryDtype) {
-  const Shape x_shape{3, 7, 5};
-  for (DType dt : kTypes)
-    for (DType it : {kInt64, kInt32})
-      for (std::int64_t dim : {0, 1, 2}) {
-        const Tensor x = rand(x_shape).to(dt);
-        const Tensor index = random_index(*this, {11}, x_shape[static_cast<std::size_t>(dim)], it);
-        Shape out_shape = x_shape;
-        out_shape[static_cast<std::size_t>(dim)] = 11;
-        Tensor want = Tensor::empty(out_shape, dt);
-        backend::index_select(x, dim, index, want);
-        Tensor got = poisoned(out_shape).to(dt);
-        backend::index_select(on_gpu(x), dim, on_gpu(index), got);
-        expect_close(got.to(kFloat32), want.to(kFloat32), 0.f, 0.f, what("index_select", dt, it));
+  // (3,5,16) along dimensions 0 and 1 has rows of 80 and 16 elements, which index_select copies
+  // 16 bytes at a time; (3,7,5) one element at a time.
+  for (const Shape& x_shape : {Shape{3, 7, 5}, Shape{3, 5, 16}}) {
+    for (DType dt : kTypes)
+      for (DType it : {kInt64, kInt32})
+        for (std::int64_t dim : {0, 1, 2}) {
+          const Tensor x = rand(x_shape).to(dt);
+          const Tensor index = random_index(*this, {11}, x_shape[static_cast<std::size_t>(dim)], it);
+          Shape out_shape = x_shape;
+          out_shape[static_cast<std::size_t>(dim)] = 11;
+          Tensor want = Tensor::empty(out_shape, dt);
+          backend::index_select(x, dim, index, want);
+          Tensor got = poisoned(out_shape).to(dt);
+          backend::index_select(on_gpu(x), dim, on_gpu(index), got);
+          expect_close(got.to(kFloat32), want.to(kFloat32), 0.f, 0.f, what("index_select", dt, it));
 
-        const Tensor g = rand(out_shape).to(dt);
-        for (float beta : {0.f, 1.f})
-          for (std::int64_t skip : {std::int64_t{-1}, std::int64_t{1}}) {
-            const Tensor prior = rand(x_shape).to(dt);
-            Tensor want_g = prior.clone();
-            backend::index_add(index, dim, skip, g, beta, want_g);
-            Tensor got_g = beta == 0.f ? poisoned(x_shape).to(dt) : on_gpu(prior);
-            backend::index_add(on_gpu(index), dim, skip, on_gpu(g), beta, got_g);
-            expect_close(got_g.to(kFloat32), want_g.to(kFloat32), ulp_of(dt), 1e-6f,
-                         what("index_add", dt, it, beta) + " skip " + std::to_string(skip));
-          }
-      }
+          const Tensor g = rand(out_shape).to(dt);
+          for (float beta : {0.f, 1.f})
+            for (std::int64_t skip : {std::int64_t{-1}, std::int64_t{1}}) {
+              const Tensor prior = rand(x_shape).to(dt);
+              Tensor want_g = prior.clone();
+              backend::index_add(index, dim, skip, g, beta, want_g);
+              Tensor got_g = beta == 0.f ? poisoned(x_shape).to(dt) : on_gpu(prior);
+              backend::index_add(on_gpu(index), dim, skip, on_gpu(g), beta, got_g);
+              expect_close(got_g.to(kFloat32), want_g.to(kFloat32), ulp_of(dt), 1e-6f,
+                           what("index_add", dt, it, beta) + " skip " + std::to_string(skip));
+            }
+        }
+  }
 }
 
 TEST_F(ShapeKernelsTest, GatherAndScatterAddEveryDtype) {
@@ -100,6 +103,15 @@ TEST_F(ShapeKernelsTest, OutOfRangeIndicesGiveNaNAndNoGradientOnTheDevice) {
   Tensor gx = on_gpu(Tensor::zeros({3, 2}));
   backend::index_add(index, 0, -1, on_gpu(Tensor::ones({3, 2})), 0.f, gx);
   EXPECT_EQ(gx.to_vector<float>(), (std::vector<float>{1, 1, 0, 0, 0, 0}));
+
+  // Rows of 16 elements: whole 16-byte packs of NaN for the rows out of range.
+  for (DType dt : kTypes) {
+    Tensor wide = poisoned({3, 16}).to(dt);
+    backend::index_select(on_gpu(rand({3, 16}).to(dt)), 0, index, wide);
+    const std::vector<float> w = wide.to(kFloat32).to_vector<float>();
+    for (std::size_t i = 0; i < 16; ++i) EXPECT_FALSE(std::isnan(w[i])) << dtype_name(dt) << " " << i;
+    for (std::size_t i = 16; i < 48; ++i) EXPECT_TRUE(std::isnan(w[i])) << dtype_name(dt) << " " << i;
+  }
 }
 
 TEST_F(ShapeKernelsTest, GemmBatchedAllTransposesBetasAndDtypes) {

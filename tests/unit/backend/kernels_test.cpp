@@ -352,15 +352,15 @@ TEST_P(HalfKernels, ActivationsNd) {
   for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
     const std::string what = "activation " + std::to_string(static_cast<int>(f));
     Tensor want = Tensor::empty(s), got = Tensor::empty(s, dt());
-    backend::activation(f, 0.125f, x, want);
-    backend::activation(f, 0.125f, half(x), got);
+    backend::activation(f, 0.125f, 0.f, x, want);
+    backend::activation(f, 0.125f, 0.f, half(x), got);
     expect_rounded(got, want, 1e-6f, what);
     // The saved tensor as the op saves it: the 16-bit output, or the input.
     const Tensor saved = backend::backward_reads_output(f) ? got.to(kFloat32) : x;
     for (float beta : {0.f, 1.f}) {
       Tensor wg = g0.clone(), gg = half(g0);
-      backend::activation_backward(f, 0.125f, saved, gy, beta, wg);
-      backend::activation_backward(f, 0.125f, half(saved), half(gy), beta, gg);
+      backend::activation_backward(f, 0.125f, 0.f, saved, gy, beta, wg);
+      backend::activation_backward(f, 0.125f, 0.f, half(saved), half(gy), beta, gg);
       expect_rounded(gg, wg, 1e-6f, what + " backward");
     }
   }

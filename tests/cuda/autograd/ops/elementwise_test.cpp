@@ -57,7 +57,14 @@ TEST_F(ElementwiseDtypes, UnaryMath) {
     check_dtypes("abs", {s}, [](const auto& x) { return abs(x[0]); });
     check_dtypes("neg", {s}, [](const auto& x) { return neg(x[0]); });
     check_dtypes("pow 3", {s}, [](const auto& x) { return pow(x[0], 3.f); });
+    check_dtypes("pow 2", {s}, [](const auto& x) { return pow(x[0], 2.f); });
+    check_dtypes("pow 1", {s}, [](const auto& x) { return pow(x[0], 1.f); });
+    check_dtypes(
+        "pow 0.5", {s}, [](const auto& x) { return pow(x[0], 0.5f); }, 0.25f, 2.f);
+    check_dtypes(
+        "pow -1", {s}, [](const auto& x) { return pow(x[0], -1.f); }, 0.25f, 2.f);
     check_dtypes("clamp", {s}, [](const auto& x) { return clamp(x[0], -0.5f, 0.25f); });
+    check_dtypes("clamp bounds crossed", {s}, [](const auto& x) { return clamp(x[0], 0.25f, -0.5f); });
     check_dtypes("clamp min", {s}, [](const auto& x) { return clamp(x[0], 0.1f, std::nullopt); });
     check_dtypes("clamp max", {s}, [](const auto& x) { return clamp(x[0], std::nullopt, -0.1f); });
     check_dtypes(
@@ -93,6 +100,24 @@ TEST_F(ElementwiseDtypes, WhereAndMaskedFill) {
   check_dtypes("where", {{2, 3, 5, 4}, {5, 1}}, [&](const auto& x) { return where(beside(cond, x[0]), x[0], x[1]); });
   const Tensor mask = Tensor::from_vector(std::vector<std::uint8_t>(bits.begin(), bits.begin() + 4), {4});
   check_dtypes("masked_fill", {{3, 5, 4}}, [&](const auto& x) { return masked_fill(x[0], beside(mask, x[0]), -2.f); });
+}
+
+TEST_F(ElementwiseDtypes, WhereMaskedFillAndDivBroadcastOverLeadingDimensions) {
+  // A causal mask (1, 1, T, T) over (B, H, T, T) as attention fills it, a condition of the
+  // operands' shape, and a division by a row: the GPU's periodic paths, vectorised.
+  std::vector<std::uint8_t> causal(16 * 16);
+  for (std::size_t i = 0; i < 16; ++i)
+    for (std::size_t j = 0; j < 16; ++j) causal[i * 16 + j] = j > i ? 1 : 0;
+  const Tensor mask = Tensor::from_vector(causal, {1, 1, 16, 16});
+  check_dtypes("masked_fill causal", {{2, 3, 16, 16}},
+               [&](const auto& x) { return masked_fill(x[0], beside(mask, x[0]), -1e4f); });
+  std::vector<std::uint8_t> bits(4 * 24);
+  for (auto& b : bits) b = static_cast<std::uint8_t>(gen_.below(2));
+  const Tensor cond = Tensor::from_vector(bits, {4, 24});
+  check_dtypes("where same shape", {{4, 24}, {4, 24}},
+               [&](const auto& x) { return where(beside(cond, x[0]), x[0], x[1]); });
+  check_dtypes(
+      "div row", {{2, 4, 24}, {24}}, [](const auto& x) { return div(x[0], x[1]); }, 0.5f, 2.f);
 }
 
 }  // namespace

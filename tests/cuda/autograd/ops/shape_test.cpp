@@ -1,7 +1,9 @@
-// CPU-vs-CUDA agreement of the shape and indexing ops and of batched matmul (op_agreement.hpp).
+// CPU-vs-CUDA agreement of the shape and indexing ops and of batched matmul (op_agreement.hpp);
+// cat, permute-then-contiguous and pad also in bfloat16 and float16 (dtype_agreement.hpp).
 //
 // Tolerances: rtol 1e-5 / atol 1e-5 for elementwise ops and reductions, atol 1e-4 where a
 // matrix product with inner extent up to 16 is involved.
+#include "dtype_agreement.hpp"
 #include "op_agreement.hpp"
 
 namespace dpl::test {
@@ -44,6 +46,29 @@ TEST_F(AutogradTest, JoinsSplitsAndPaddingOnTheDevice) {
     return mul(p[0], p[2]);
   });
   check("pad", {{2, 3, 4}}, [](const auto& x) { return pad(x[0], {1, 2, -1, 1}, 0.5); });
+}
+
+// cat joins its inputs in one pass over the output (up to 16 inputs per launch), 16 bytes per
+// thread where every row and pointer allows; the strided copy behind contiguous and pad moves 16
+// bytes per thread where the innermost dimension is contiguous on both sides and extents, strides
+// and pointers allow. Odd rows and the odd pads copy element by element.
+using CopyDtypes = DtypeAgreementTest;
+
+TEST_F(CopyDtypes, CatPermutePadInEveryDtype) {
+  check_dtypes("cat of 3 along the last dimension", {{2, 3, 16}, {2, 3, 8}, {2, 3, 24}},
+               [](const auto& x) { return cat({x[0], x[1], x[2]}, -1); });
+  check_dtypes("cat of 3 along dimension 0", {{2, 3, 16}, {1, 3, 16}, {3, 3, 16}},
+               [](const auto& x) { return cat({x[0], x[1], x[2]}, 0); });
+  check_dtypes("cat of odd rows", {{2, 3, 5}, {2, 3, 3}}, [](const auto& x) { return cat({x[0], x[1]}, -1); });
+  check_dtypes("cat of 18 (two launches on the GPU)", std::vector<Shape>(18, Shape{2, 3, 8}),
+               [](const auto& x) { return cat(x, -1); });
+  check_dtypes("cat of 18 odd ones", std::vector<Shape>(18, Shape{2, 1, 3}), [](const auto& x) { return cat(x, 1); });
+  check_dtypes("permute(0, 2, 1, 3).contiguous()", {{2, 5, 3, 16}},
+               [](const auto& x) { return contiguous(permute(x[0], {0, 2, 1, 3})); });
+  check_dtypes("pad the last two dimensions", {{2, 3, 6, 16}},
+               [](const auto& x) { return pad(x[0], {8, 8, 1, 1}, 0.0); });
+  check_dtypes("pad with negative pads", {{2, 3, 6, 7}},
+               [](const auto& x) { return pad(x[0], {-1, 2, 1, -2}, 0.5); });
 }
 
 TEST_F(AutogradTest, IndexingOnTheDevice) {
