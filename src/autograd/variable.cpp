@@ -62,7 +62,9 @@ struct Backprop {
     // network's gradients stay channels-last and its ops need no conversions in backward.
     if (!buffer->defined()) {
       *buffer = gradient_buffer_for(impl);
-      return {buffer, 0.f};
+      GradTarget fresh{buffer, 0.f};
+      fresh.replaceable = impl.creator != nullptr;
+      return fresh;
     }
     return {buffer, 1.f};
   }

@@ -148,6 +148,13 @@ DPL_DECLARE_KERNEL(gemm_batched, floating(),
 /// out = beta*out + (a op b), any rank, with b broadcast as `bc` says; out may alias a.
 DPL_DECLARE_KERNEL(binary, floating(),
                    void(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, float beta, Tensor& out));
+/// pow's two gradients in one pass over a base and an exponent of gy's shape (no broadcast):
+/// grad_base = beta_base*grad_base + gy * kPowGradBase(base, exponent), grad_exponent likewise
+/// with kPowGradExponent. A null output is skipped. The outputs are not checked by the dispatcher:
+/// they have gy's shape, dtype and device.
+DPL_DECLARE_KERNEL(pow_backward, floating(),
+                   void(const Tensor& base, const Tensor& exponent, const Tensor& gy, float beta_base,
+                        Tensor* grad_base, float beta_exponent, Tensor* grad_exponent));
 /// y = beta*y + alpha*x (same number of elements, any rank).
 DPL_DECLARE_KERNEL(axpby, floating(), void(float alpha, const Tensor& x, float beta, Tensor& y));
 /// out (C,) = beta*out + alpha * sum of x (..., C) over every dimension but the last.

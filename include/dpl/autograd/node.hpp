@@ -15,6 +15,11 @@ struct GradTarget {
   Tensor* tensor = nullptr;
   /// 0: overwrite the buffer (it holds garbage); 1: add to it (it holds earlier contributions).
   float beta = 0.f;
+  /// Set by the engine when `tensor` is a fresh buffer (beta 0) for the gradient of an
+  /// intermediate result that nothing else holds: an op whose input gradient is its output
+  /// gradient in another shape (reshape, squeeze) may then make that gradient tensor the buffer
+  /// instead of copying it. Never set for a leaf's gradient.
+  bool replaceable = false;
   /// False when the input needs no gradient; then tensor is null and nothing is written.
   bool needed() const { return tensor != nullptr; }
 };

@@ -117,6 +117,26 @@ class BroadcastBinaryNode final : public Node {
         break;
       }
       case BinaryOp::kPow:
+        if (bc == Broadcast::kNone) {
+          // Both gradients in one pass, straight into the buffers when they are contiguous.
+          Tensor* outs[2] = {nullptr, nullptr};
+          float betas[2] = {0.f, 0.f};
+          Tensor temps[2];
+          for (std::size_t k = 0; k < 2; ++k) {
+            if (!t[k].needed()) continue;
+            if (has_format(*t[k].tensor, MemoryFormat::kContiguous)) {
+              outs[k] = t[k].tensor;
+              betas[k] = t[k].beta;
+            } else {
+              temps[k] = empty_on(out_shape, g);
+              outs[k] = &temps[k];
+            }
+          }
+          backend::pow_backward(a, b, g, betas[0], outs[0], betas[1], outs[1]);
+          for (std::size_t k = 0; k < 2; ++k)
+            if (temps[k].defined()) add_into(temps[k], t[k]);
+          break;
+        }
         if (t[0].needed()) reduce_to_target(grad_times(BinaryOp::kPowGradBase, a, b), 1.f, t[0]);
         if (t[1].needed()) reduce_to_target(grad_times(BinaryOp::kPowGradExponent, a, b), 1.f, t[1]);
         break;

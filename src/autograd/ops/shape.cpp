@@ -152,7 +152,7 @@ class ReshapeNode final : public Node {
   Shape in_shape;
   const char* name() const override { return "reshape"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) add_into(dense(gy).reshape(in_shape), t[0]);
+    if (t[0].needed()) pass_into(dense(gy).reshape(in_shape), t[0]);
   }
 };
 
@@ -200,7 +200,7 @@ class ExpandNode final : public Node {
       (repeated ? order : kept).push_back(d);
       if (repeated) repeats *= g.size(d);
     }
-    if (repeats == 1) return add_into(g.reshape(in_shape), t[0]);
+    if (repeats == 1) return pass_into(g.reshape(in_shape), t[0]);
     order.insert(order.end(), kept.begin(), kept.end());
     const std::int64_t n = shape_numel(in_shape);
     const Tensor rows = permuted(g, order).contiguous().reshape({repeats, n});
@@ -283,21 +283,20 @@ Variable permute(const Variable& x, const std::vector<std::int64_t>& dims) {
 
 namespace {
 // x without the dimensions for which drop(d) holds (each of extent 1).
+// Recorded as a reshape (the elements keep their order), so that its gradient passes through
+// without a copy.
 template <typename Drop>
 Variable squeezed(const Variable& x, Drop drop) {
-  return make_view(
-      "squeeze", x,
-      [drop](const Tensor& t) {
-        Shape s;
-        Strides st;
-        for (std::int64_t d = 0; d < t.dim(); ++d) {
-          if (drop(d, t.size(d))) continue;
-          s.push_back(t.size(d));
-          st.push_back(t.strides()[static_cast<std::size_t>(d)]);
-        }
-        return view_of(t, t.offset(), s, st);
-      },
-      true);
+  DPL_CHECK(x.defined(), "squeeze: expected an input, got an undefined Variable");
+  const Tensor& t = x.data();
+  Shape s;
+  Strides st;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (drop(d, t.size(d))) continue;
+    s.push_back(t.size(d));
+    st.push_back(t.strides()[static_cast<std::size_t>(d)]);
+  }
+  return recorded_reshape(x, view_of(t, t.offset(), s, st));
 }
 }  // namespace
 
@@ -314,19 +313,16 @@ Variable squeeze(const Variable& x, std::int64_t dim) {
 Variable unsqueeze(const Variable& x, std::int64_t dim) {
   DPL_CHECK(x.defined(), "unsqueeze: expected an input, got an undefined Variable");
   const std::int64_t d = wrap_dim("unsqueeze", dim, x.data().dim() + 1);
-  return make_view(
-      "unsqueeze", x,
-      [d](const Tensor& t) {
-        Shape s = t.shape();
-        Strides st = t.strides();
-        const auto ud = static_cast<std::size_t>(d);
-        // Any stride serves an extent of 1; the one that keeps a contiguous tensor contiguous.
-        const std::int64_t stride = ud < s.size() ? s[ud] * st[ud] : 1;
-        s.insert(s.begin() + d, 1);
-        st.insert(st.begin() + d, stride);
-        return view_of(t, t.offset(), s, st);
-      },
-      true);
+  const Tensor& t = x.data();
+  Shape s = t.shape();
+  Strides st = t.strides();
+  const auto ud = static_cast<std::size_t>(d);
+  // Any stride serves an extent of 1; the one that keeps a contiguous tensor contiguous.
+  const std::int64_t stride = ud < s.size() ? s[ud] * st[ud] : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stride);
+  // Recorded as a reshape, as squeeze is.
+  return recorded_reshape(x, view_of(t, t.offset(), s, st));
 }
 
 Variable contiguous(const Variable& x) {

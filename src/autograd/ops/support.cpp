@@ -88,6 +88,16 @@ void add_into(const Tensor& g, GradTarget& target) {
   backend::axpby(1.f, flat(in_format(g, buffer.memory_format())), 1.f, flat_buffer);
 }
 
+void pass_into(const Tensor& g, GradTarget& target) {
+  Tensor& buffer = *target.tensor;
+  if (target.replaceable && target.beta == 0.f && g.shape() == buffer.shape() && g.strides() == buffer.strides() &&
+      g.dtype() == buffer.dtype() && g.device() == buffer.device()) {
+    buffer = g;
+    return;
+  }
+  add_into(g, target);
+}
+
 std::vector<Variable> defined_inputs(std::initializer_list<const Variable*> inputs) {
   std::vector<Variable> out;
   for (const Variable* v : inputs)

@@ -70,11 +70,26 @@ struct Arg<Tensor&> {
   Tensor work;
 };
 
+/// An optional output tensor (null when not wanted): as Arg<Tensor&> when given.
+template <>
+struct Arg<Tensor*> {
+  explicit Arg(Tensor* t) : original(t) {
+    if (original != nullptr && is_16bit(original->dtype())) work = Arg<const Tensor&>::widened(*original);
+  }
+  Tensor* get() { return work.defined() ? &work : original; }
+  void finish() {
+    if (work.defined()) convert(work, *original);
+  }
+  Tensor* original;
+  Tensor work;
+};
+
 template <typename T>
 bool is_16bit_tensor(const T&) {
   return false;
 }
 inline bool is_16bit_tensor(const Tensor& t) { return is_16bit(t.dtype()); }
+inline bool is_16bit_tensor(Tensor* t) { return t != nullptr && is_16bit(t->dtype()); }
 
 }  // namespace widen_detail
 

@@ -80,6 +80,26 @@ void binary_cpu(BinaryOp op, Broadcast bc, const Tensor& a, const Tensor& b, flo
   }
 }
 
+void pow_backward_cpu(const Tensor& base, const Tensor& exponent, const Tensor& gy, float beta_base, Tensor* grad_base,
+                      float beta_exponent, Tensor* grad_exponent) {
+  const float* pa = base.data<float>();
+  const float* pb = exponent.data<float>();
+  const float* pg = gy.data<float>();
+  float* ga = grad_base != nullptr ? grad_base->data<float>() : nullptr;
+  float* gb = grad_exponent != nullptr ? grad_exponent->data<float>() : nullptr;
+  const bool acc_a = beta_base != 0.f, acc_b = beta_exponent != 0.f;
+  for_each_index(gy.numel(), [&](std::int64_t i) {
+    if (ga != nullptr) {
+      const float v = pg[i] * apply<BinaryOp::kPowGradBase>(pa[i], pb[i]);
+      ga[i] = acc_a ? ga[i] + v : v;
+    }
+    if (gb != nullptr) {
+      const float v = pg[i] * apply<BinaryOp::kPowGradExponent>(pa[i], pb[i]);
+      gb[i] = acc_b ? gb[i] + v : v;
+    }
+  });
+}
+
 void where_cpu(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
   const BroadcastIndex ix = make_broadcast_index(out.shape(), {&cond.shape(), &a.shape(), &b.shape()});
   const auto* pc = cond.data<std::uint8_t>();
@@ -153,6 +173,7 @@ void relu_backward_cpu(const Tensor& y, const Tensor& gy, float beta, Tensor& gx
 }  // namespace
 
 DPL_REGISTER_CPU_FLOAT_KERNEL(binary, binary_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(pow_backward, pow_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(axpby, axpby_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(sum_rows, sum_rows_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(sum_all, sum_all_cpu);

@@ -130,6 +130,45 @@ __global__ void binary_period_kernel(const T* a, std::int64_t ma, const T* b, st
     binary_period_at<op, acc, 1>(a, ma, b, mb, out, i);
 }
 
+// pow's two gradients at elements i .. i+V-1 (16 bytes per access when V > 1); a null output is
+// skipped.
+template <int V, typename T>
+__device__ __forceinline__ void pow_backward_at(const T* a, const T* b, const T* g, T* ga, bool acc_a, T* gb,
+                                                bool acc_b, std::int64_t i) {
+  T x[V], y[V], d[V], o[V];
+  load_period<V>(a, kNoPeriod, i, x);
+  load_period<V>(b, kNoPeriod, i, y);
+  load_period<V>(g, kNoPeriod, i, d);
+  if (ga != nullptr) {
+    if (acc_a) load_period<V>(static_cast<const T*>(ga), kNoPeriod, i, o);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float v = to_float(d[j]) * apply<BinaryOp::kPowGradBase>(to_float(x[j]), to_float(y[j]));
+      o[j] = from_float<T>(acc_a ? to_float(o[j]) + v : v);
+    }
+    store_raw<V>(ga + i, o);
+  }
+  if (gb != nullptr) {
+    if (acc_b) load_period<V>(static_cast<const T*>(gb), kNoPeriod, i, o);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float v = to_float(d[j]) * apply<BinaryOp::kPowGradExponent>(to_float(x[j]), to_float(y[j]));
+      o[j] = from_float<T>(acc_b ? to_float(o[j]) + v : v);
+    }
+    store_raw<V>(gb + i, o);
+  }
+}
+
+template <int V, typename T>
+__global__ void pow_backward_kernel(const T* a, const T* b, const T* g, T* ga, bool acc_a, T* gb, bool acc_b,
+                                    std::int64_t n) {
+  const std::int64_t packs = n / V;
+  for (std::int64_t k = global_thread(); k < packs; k += grid_threads())
+    pow_backward_at<V>(a, b, g, ga, acc_a, gb, acc_b, k * V);
+  for (std::int64_t i = packs * V + global_thread(); i < n; i += grid_threads())
+    pow_backward_at<1>(a, b, g, ga, acc_a, gb, acc_b, i);
+}
+
 template <int V, typename T>
 __device__ __forceinline__ void where_period_at(const std::uint8_t* cond, std::int64_t mc, const T* a,
                                                 std::int64_t ma, const T* b, std::int64_t mb, T* out,
@@ -547,6 +586,33 @@ void where_cuda(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& o)
   });
 }
 
+void pow_backward_cuda(const Tensor& base, const Tensor& exponent, const Tensor& gy, float beta_base,
+                       Tensor* grad_base, float beta_exponent, Tensor* grad_exponent) {
+  const std::int64_t n = gy.numel();
+  if (n == 0 || (grad_base == nullptr && grad_exponent == nullptr)) return;
+  on_device_typed(gy, "pow_backward", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    constexpr int kV = 16 / sizeof(T);
+    T* ga = grad_base != nullptr ? out_ptr<T>(*grad_base) : nullptr;
+    T* gb = grad_exponent != nullptr ? out_ptr<T>(*grad_exponent) : nullptr;
+    const T *a = in_ptr<T>(base), *b = in_ptr<T>(exponent), *g = in_ptr<T>(gy);
+    using cuda_detail::aligned16;
+    const bool vec = aligned16(a) && aligned16(b) && aligned16(g) && (ga == nullptr || aligned16(ga)) &&
+                     (gb == nullptr || aligned16(gb));
+    const bool acc_a = beta_base != 0.f, acc_b = beta_exponent != 0.f;
+    if (vec) {
+      const unsigned grid = cuda_detail::grid_for(n / kV + 1, cuda_detail::kThreads, d.device());
+      cuda_detail::pow_backward_kernel<kV>
+          <<<grid, cuda_detail::kThreads, 0, d.stream()>>>(a, b, g, ga, acc_a, gb, acc_b, n);
+    } else {
+      const unsigned grid = cuda_detail::grid_for(n, cuda_detail::kThreads, d.device());
+      cuda_detail::pow_backward_kernel<1>
+          <<<grid, cuda_detail::kThreads, 0, d.stream()>>>(a, b, g, ga, acc_a, gb, acc_b, n);
+    }
+    DPL_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
 void axpby_cuda(float alpha, const Tensor& x, float beta, Tensor& y) {
   on_device_typed(x, "axpby", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
@@ -596,6 +662,7 @@ void relu_backward_cuda(const Tensor& y, const Tensor& gy, float beta, Tensor& g
 
 DPL_REGISTER_KERNEL(binary, kCuda, binary_cuda);
 DPL_REGISTER_KERNEL(where, kCuda, where_cuda);
+DPL_REGISTER_KERNEL(pow_backward, kCuda, pow_backward_cuda);
 DPL_REGISTER_KERNEL(axpby, kCuda, axpby_cuda);
 DPL_REGISTER_KERNEL(sum_rows, kCuda, sum_rows_cuda);
 DPL_REGISTER_KERNEL(sum_all, kCuda, sum_all_cuda);

@@ -398,6 +398,46 @@ TEST_F(KernelsTest, HalfElementwiseNd) {
   }
 }
 
+// pow_backward on the GPU against the CPU: 16 bytes per thread when aligned, element by element
+// for an offset view, a length that is no multiple of the pack, either output alone.
+TEST_F(KernelsTest, PowBackwardMatchesCpuEveryDtype) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (const std::int64_t n : {std::int64_t{4099}, std::int64_t{64}}) {
+      for (const bool offset : {false, true}) {
+        for (float beta : {0.f, 1.f}) {
+          for (int wanted : {1, 2, 3}) {
+            const std::int64_t start = offset ? 1 : 0;
+            const Tensor a = rand_as(*this, dt, {n + start}, 0.25f, 2.f).narrow(0, start, n);
+            const Tensor b = rand_as(*this, dt, {n}, -1.5f, 1.5f), g = rand_as(*this, dt, {n});
+            const Tensor ga0 = rand_as(*this, dt, {n}), gb0 = rand_as(*this, dt, {n});
+            Tensor want_a = ga0.clone(), want_b = gb0.clone();
+            Tensor* wa = (wanted & 1) != 0 ? &want_a : nullptr;
+            Tensor* wb = (wanted & 2) != 0 ? &want_b : nullptr;
+            backend::pow_backward(a.contiguous(), b, g, beta, wa, beta, wb);
+            Tensor got_a = on_gpu(ga0), got_b = on_gpu(gb0);
+            Tensor* pa = (wanted & 1) != 0 ? &got_a : nullptr;
+            Tensor* pb = (wanted & 2) != 0 ? &got_b : nullptr;
+            // a on the GPU `start` elements into its storage: misaligned for 16-byte access.
+            Tensor a_gpu = on_gpu(Tensor::zeros({n + start}, TensorOptions(dt))).narrow(0, start, n);
+            a_gpu.copy_(on_gpu(a.contiguous()));
+            backend::pow_backward(a_gpu, on_gpu(b), on_gpu(g), beta, pa, beta, pb);
+            const std::string what = std::string(" ") + dtype_name(dt) + " n=" + std::to_string(n) +
+                                     " offset=" + std::to_string(offset) + " beta=" + std::to_string(beta) +
+                                     " wanted=" + std::to_string(wanted);
+            if (dt == kFloat32) {
+              expect_close(got_a, want_a, 1e-5f, 1e-6f, "pow_backward base" + what);
+              expect_close(got_b, want_b, 1e-5f, 1e-6f, "pow_backward exponent" + what);
+            } else {
+              expect_close_half(got_a, want_a, 1e-5f, "pow_backward base" + what);
+              expect_close_half(got_b, want_b, 1e-5f, "pow_backward exponent" + what);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Operands that broadcast over leading dimensions only (same shape, a row, a scalar, a causal
 // mask's (1, 1, T, T)) take the GPU's periodic path, 16 bytes per thread where extents and
 // alignment allow; (3,5,7) and the misaligned view take it element by element, and (2,1,16) the
@@ -407,8 +447,10 @@ TEST_F(KernelsTest, BinaryAndWhereBroadcastOverLeadingDimensionsEveryDtype) {
       {{2, 3, 16}, {2, 3, 16}}, {{2, 3, 16}, {1, 1, 16}}, {{2, 3, 16}, {1, 3, 16}}, {{1, 1, 16}, {2, 3, 16}},
       {{2, 3, 16}, {1, 1, 1}},  {{3, 5, 7}, {1, 5, 7}},   {{3, 5, 7}, {3, 5, 7}},   {{2, 3, 16}, {2, 1, 16}}};
   for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    // float32 takes an absolute 1e-6 too: with beta 1 the sum o0 + a / b can cancel to a value
+    // near 0, where the GPU's division (within 2 ulp of |a / b| <= 2) is far from 1e-6 relative.
     const auto close = [&](const Tensor& got, const Tensor& want, const std::string& what) {
-      if (dt == kFloat32) expect_close(got, want, 1e-6f, 0.f, what);
+      if (dt == kFloat32) expect_close(got, want, 1e-6f, 1e-6f, what);
       else expect_close_half(got, want, 1e-6f, what);
     };
     for (const auto& [sa, sb] : pairs) {

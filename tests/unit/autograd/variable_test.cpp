@@ -77,6 +77,36 @@ TEST(Autograd, IntermediateUsedTwiceAccumulates) {
   EXPECT_THAT(x.grad().to_vector<float>(), Pointwise(FloatNear(1e-5f), values({21, 39})));
 }
 
+// A reshape (or squeeze, unsqueeze, an expand that repeats nothing) hands its output gradient to
+// its input without a copy when the input is an intermediate seen for the first time. These are
+// the cases where that gradient then takes further contributions or feeds two paths.
+TEST(Autograd, GradientsPassedThroughReshapesStayApart) {
+  // h = 2x reshaped twice and unsqueezed: each view's gradient lands in h's buffer, the first
+  // by hand-over, the others added to it.
+  Variable x(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}), true);
+  const Variable two(Tensor::full({}, 2.0));
+  const Variable h = mul(x, two);
+  const Variable a = reshape(h, {3, 2});
+  const Variable b = reshape(h, {6});
+  const Variable u = unsqueeze(h, 0);
+  const Variable c1(Tensor::from_vector<float>({1, 0, 1, 0, 1, 0}, {3, 2}));
+  const Variable c2(Tensor::from_vector<float>({0, 1, 0, 1, 0, 1}, {6}));
+  add(add(sum(mul(a, c1)), sum(mul(b, c2))), sum(mul(u, u))).backward();
+  // dL/dh = c1 + c2 + 2h = 1 + 2h, and dL/dx = 2 dL/dh = 2 + 8x.
+  EXPECT_THAT(x.grad().to_vector<float>(), Pointwise(FloatNear(1e-5f), values({10, 18, 26, 34, 42, 50})));
+}
+
+TEST(Autograd, ChainsOfViewsAgreeWithFiniteDifferences) {
+  Generator gen(5);
+  const auto f = [](const Vars& v) {
+    const Variable h = mul(v[0], v[0]);                              // (2, 3, 4)
+    const Variable r = squeeze(unsqueeze(reshape(h, {6, 4}), 1), 1);  // (6, 4), passed through
+    const Variable e = expand(reshape(r, {2, 3, 4}), {2, 3, 4});      // repeats nothing
+    return add(matmul(e, v[1]), sum(squeeze(reshape(mul(e, e), {2, 3, 4, 1}), -1), {-1}, true));
+  };
+  EXPECT_TRUE(gradcheck(f, {Tensor::normal({2, 3, 4}, 0, 1, gen), Tensor::normal({4, 1}, 0, 1, gen)}));
+}
+
 TEST(Autograd, SharedUseAgreesWithFiniteDifferences) {
   Generator gen(3);
   const auto f = [](const Vars& v) {

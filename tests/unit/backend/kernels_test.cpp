@@ -110,6 +110,29 @@ TEST_P(HalfKernels, BinaryNdWithEveryBroadcast) {
   expect_rounded(got, want, 1e-6f, "binary in place");
 }
 
+// pow_backward is gy times each partial derivative, in one pass; in 16 bits the optional outputs
+// are widened and rounded back like any other output.
+TEST_P(HalfKernels, PowBackwardIsGyTimesEachPartial) {
+  const Shape s{3, 5, 7};
+  for (float beta : {0.f, 1.f}) {
+    for (int wanted : {1, 2, 3}) {  // bit 0: the base's gradient, bit 1: the exponent's
+      const Tensor a = exact_in(dt(), s, gen_, 0.25f, 2.f), b = exact_in(dt(), s, gen_, -1.5f, 1.5f);
+      const Tensor g = exact_in(dt(), s, gen_), ga0 = exact_in(dt(), s, gen_), gb0 = exact_in(dt(), s, gen_);
+      Tensor want_a = ga0.clone(), want_b = gb0.clone(), d = Tensor::empty(s, kFloat32);
+      backend::binary(BinaryOp::kPowGradBase, Broadcast::kNone, a, b, 0.f, d);
+      backend::binary(BinaryOp::kMul, Broadcast::kNone, d, g, beta, want_a);
+      backend::binary(BinaryOp::kPowGradExponent, Broadcast::kNone, a, b, 0.f, d);
+      backend::binary(BinaryOp::kMul, Broadcast::kNone, d, g, beta, want_b);
+      Tensor got_a = half(ga0), got_b = half(gb0);
+      backend::pow_backward(half(a), half(b), half(g), beta, (wanted & 1) != 0 ? &got_a : nullptr, beta,
+                            (wanted & 2) != 0 ? &got_b : nullptr);
+      const std::string what = "pow_backward beta=" + std::to_string(beta) + " wanted=" + std::to_string(wanted);
+      expect_rounded(got_a, (wanted & 1) != 0 ? want_a : ga0, 1e-5f, what + " (base)");
+      expect_rounded(got_b, (wanted & 2) != 0 ? want_b : gb0, 1e-5f, what + " (exponent)");
+    }
+  }
+}
+
 TEST_P(HalfKernels, MapsNd) {
   const Shape s{3, 2, 5, 4};
   const Tensor x = exact_in(dt(), s, gen_), y0 = exact_in(dt(), s, gen_), gy = exact_in(dt(), s, gen_);
