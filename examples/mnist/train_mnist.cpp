@@ -5,7 +5,7 @@
 //                                           [--snapshot-every N] [--resume PATH]
 //                                           [--non-finite stop|skip|off]
 //                                           [--overlap] [--bucket-mb 25] [--first-bucket-mb 1]
-//                                           [--graph]
+//                                           [--graph] [--shard-optimizer-state]
 //
 // Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
 // MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
@@ -45,6 +45,7 @@ struct Options {
   std::uint64_t seed = 0;
   bool sync_timing = false;
   parallel::OverlapOptions overlap;
+  bool shard_state = false;
   bool trace = false;
   bool graph = false;
   std::int64_t snapshot_every = 0;
@@ -92,6 +93,7 @@ int run(const Options& o) {
                               {"graph capture (--graph)", o.graph ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
+                              {"sharded optimizer state (--shard-optimizer-state)", o.shard_state ? "on" : "off"},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
                               {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_mnist");
@@ -152,7 +154,19 @@ int run(const Options& o) {
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
   optimizer->set_non_finite_policy(o.non_finite);
   optimizer->set_overlap(o.overlap);
+  optimizer->set_shard_optimizer_state(o.shard_state);
   optimizer->setup(model);
+  {
+    // What each rank keeps of Adam's state, and what all ranks keep together (one process's
+    // unsharded state): with --shard-optimizer-state, about 1/p of it each.
+    Tensor bytes = Tensor::from_vector<std::int64_t>({optimizer->optimizer_state_bytes()}, {1});
+    const std::int64_t mine = bytes.to_vector<std::int64_t>()[0];
+    comm->allreduce(bytes, comm::ReduceOp::kSum);
+    if (comm->rank() == 0)
+      std::cout << "optimizer state: " << mine << " bytes on rank 0, " << bytes.to_vector<std::int64_t>()[0]
+                << " on all " << comm->size() << " rank(s) together (" << (o.shard_state ? "sharded" : "a copy on each")
+                << ")" << std::endl;
+  }
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
   // The seed cut the shards: a resume with another one would silently train on other rows.
@@ -198,6 +212,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed for initialisation and shuffling");
   app.add_flag("--sync-timing", o.sync_timing, "Barriers between phases for clean phase times");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
+  app.add_flag("--shard-optimizer-state", o.shard_state,
+               "Keep Adam's state for 1/p of the parameters on each rank (ZeRO stage 1: reduce-scatter, update, "
+               "allgather)");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");

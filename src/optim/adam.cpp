@@ -8,7 +8,6 @@ namespace dpl::optim {
 
 using detail::check_lr;
 using detail::source_of;
-using detail::zeros_like;
 
 MomentOptimizer::MomentOptimizer(const char* who, float lr, float beta1, float beta2, float eps)
     : who_(who), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {
@@ -18,8 +17,8 @@ MomentOptimizer::MomentOptimizer(const char* who, float lr, float beta1, float b
   DPL_CHECK(eps > 0.f, who, ": expected eps > 0, got ", eps);
 }
 void MomentOptimizer::init_state(const nn::ParameterArena& arena) {
-  m_ = zeros_like(arena.params());
-  v_ = zeros_like(arena.params());
+  m_ = state_zeros(arena);
+  v_ = state_zeros(arena);
   moment_steps_ = 0;
 }
 double MomentOptimizer::bias_correction(float beta) const {

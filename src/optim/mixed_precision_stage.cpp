@@ -264,8 +264,21 @@ void MixedPrecisionStage::count_replayed_step(bool taken) {
   next().count_replayed_step(true);
 }
 
+void MixedPrecisionStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
+  DPL_CHECK(numel < 0, "sharded optimizer state: not with optim::MixedPrecision yet (its float32 master weights ",
+            "would need sharding too); train a float32 model, or leave the state unsharded");
+  next().set_state_shard(begin, numel);
+}
+
 std::vector<std::pair<std::string, Tensor>> MixedPrecisionStage::state() const {
   auto out = next().state();
+  out.emplace_back("master", master_arena().params());
+  return out;
+}
+
+// The masters are never sharded (set_state_shard refuses), so they join the gathered rest whole.
+std::vector<std::pair<std::string, Tensor>> MixedPrecisionStage::gathered_state() {
+  auto out = next().gathered_state();
   out.emplace_back("master", master_arena().params());
   return out;
 }

@@ -27,7 +27,10 @@ class MixedPrecisionStage final : public CheckingStage {
   void set_non_finite_policy(NonFinitePolicy policy) override;
 
   std::vector<std::pair<std::string, Tensor>> state() const override;
+  std::vector<std::pair<std::string, Tensor>> gathered_state() override;
   std::map<std::string, double> state_scalars() const override;
+  /// Refuses a shard (dpl::Error): the float32 master weights are not sharded yet.
+  void set_state_shard(std::int64_t begin, std::int64_t numel) override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::map<std::string, double>& scalars) override;
 

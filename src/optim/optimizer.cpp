@@ -30,6 +30,14 @@ void Optimizer::set_weight_decay(float rate) {
 std::int64_t Optimizer::t() const { return rule_->t_; }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return front_->state(); }
+std::vector<std::pair<std::string, Tensor>> Optimizer::gathered_state() { return front_->gathered_state(); }
+std::int64_t Optimizer::state_shard_begin() const { return rule_->shard_begin_; }
+std::int64_t Optimizer::state_shard_numel() const { return rule_->shard_numel_; }
+Tensor Optimizer::state_zeros(const nn::ParameterArena& arena) const {
+  const Tensor& p = arena.params();
+  const std::int64_t n = shard_numel_ < 0 ? p.numel() : shard_numel_;
+  return Tensor::zeros({n}, TensorOptions(p.dtype(), p.device()));
+}
 std::map<std::string, double> Optimizer::state_scalars() const { return front_->state_scalars(); }
 void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                            const std::map<std::string, double>& scalars) {

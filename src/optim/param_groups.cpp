@@ -104,7 +104,27 @@ const std::vector<std::size_t>& Optimizer::entry_groups(const nn::ParameterArena
   return entry_groups_;
 }
 
+namespace {
+// The parts of ranges inside [begin, begin + numel) (a shard of the arena), in order.
+std::vector<GroupRange> clipped(std::vector<GroupRange> ranges, std::int64_t begin, std::int64_t numel) {
+  std::vector<GroupRange> out;
+  for (GroupRange r : ranges) {
+    const std::int64_t lo = std::max(r.begin, begin), hi = std::min(r.begin + r.numel, begin + numel);
+    if (hi <= lo) continue;
+    r.begin = lo;
+    r.numel = hi - lo;
+    out.push_back(r);
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<GroupRange> Optimizer::group_ranges(const nn::ParameterArena& arena) const {
+  std::vector<GroupRange> ranges = all_group_ranges(arena);
+  return shard_numel_ < 0 ? ranges : clipped(std::move(ranges), shard_begin_, shard_numel_);
+}
+
+std::vector<GroupRange> Optimizer::all_group_ranges(const nn::ParameterArena& arena) const {
   if (groups_.empty()) return {{0, arena.numel(), 0, lr(), weight_decay()}};
   const std::vector<std::size_t>& groups = entry_groups(arena);
   const std::vector<nn::ArenaEntry>& entries = arena.entries();
@@ -122,7 +142,7 @@ std::vector<GroupRange> Optimizer::group_ranges(const nn::ParameterArena& arena)
 }
 
 Tensor Optimizer::RangeStep::state(const Tensor& arena_layout) const {
-  return arena_layout.numel() == 0 ? arena_layout : arena_layout.narrow(0, range.begin, range.numel);
+  return arena_layout.numel() == 0 ? arena_layout : arena_layout.narrow(0, state_begin, range.numel);
 }
 
 std::vector<Optimizer::RangeStep> Optimizer::range_steps(nn::ParameterArena& arena) const {
@@ -137,6 +157,7 @@ std::vector<Optimizer::RangeStep> Optimizer::range_steps(nn::ParameterArena& are
     s.param = arena.params().narrow(0, r.begin, r.numel);
     s.grad = arena.grads().narrow(0, r.begin, r.numel);
     s.values = values[r.group];
+    s.state_begin = r.begin - (shard_numel_ < 0 ? 0 : shard_begin_);
     s.device_values = detail::group_values(replay_mode(), replay_values_on_device(), r.group, s.values.size());
     out.push_back(std::move(s));
   }

@@ -53,8 +53,33 @@ void RuleStage::update() {
   rule_.on_step_taken();
 }
 
+void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
+  const char* who = "sharded optimizer state";
+  if (numel >= 0) {
+    DPL_CHECK(rule_.elementwise(), who, ": this optimizer's update is not elementwise (LAMB and LARS take norms over ",
+              "whole parameter tensors), so its state cannot be split between ranks; shard SGD, MomentumSGD, Adam, ",
+              "AdamW, RMSprop or Adagrad, or leave the state unsharded");
+    DPL_CHECK(hooks_.empty(), who, ": the optimizer has ", hooks_.size(), " gradient hook(s) (e.g. clipping), which ",
+              "read the whole averaged gradient; a sharded step averages only each rank's shard. Remove the hooks ",
+              "or leave the state unsharded");
+    DPL_CHECK(!replay_, who, ": not in replay mode (a recorded step); leave replay mode first");
+    DPL_CHECK(begin >= 0, who, ": expected a shard start >= 0, got ", begin);
+  }
+  if (rule_.shard_begin_ == begin && rule_.shard_numel_ == numel) return;
+  rule_.shard_begin_ = begin;
+  rule_.shard_numel_ = numel;
+  if (target_ == nullptr) return;
+  // A new shard is a new layout: the state starts again from zero.
+  nn::ParameterArena& arena = target().arena();
+  rule_.init_state(arena);
+  state_arena_ = arena.id();
+  rule_.lay_out_groups(arena);
+}
+
 void RuleStage::add_gradient_hook(GradientHook hook) {
   DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
+  DPL_CHECK(rule_.shard_numel_ < 0, "Optimizer::add_gradient_hook: the optimizer state is sharded between ranks, and ",
+            "a gradient hook (e.g. clipping) would see only this rank's shard of the averaged gradient");
   hooks_.push_back(std::move(hook));
 }
 

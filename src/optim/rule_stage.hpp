@@ -30,6 +30,11 @@ class RuleStage final : public CheckingStage {
   std::vector<Tensor> adopt_prepared_gradients(const Tensor& flag) override;
 
   std::vector<std::pair<std::string, Tensor>> state() const override { return rule_.own_state(); }
+  /// The rule's state as it is (a shard of it when sharded): gathering is the sharding stage's.
+  std::vector<std::pair<std::string, Tensor>> gathered_state() override { return state(); }
+  /// Refuses a rule that is not elementwise, gradient hooks and replay mode (dpl::Error), then
+  /// lays the state out again for the shard when set up.
+  void set_state_shard(std::int64_t begin, std::int64_t numel) override;
   std::map<std::string, double> state_scalars() const override;
   /// The parameter groups' settings among the state scalars (none without groups).
   std::map<std::string, double> group_scalars() const;

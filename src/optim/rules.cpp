@@ -2,6 +2,7 @@
 // state.cpp with the other rules'.
 #include "dpl/optim/rules.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -63,9 +64,9 @@ void RMSprop::init_state(const nn::ParameterArena& arena) {
   const Tensor& p = arena.params();
   // A state the settings do not use stays empty: the kernel never reads it.
   const Tensor none = Tensor::zeros({0}, TensorOptions(p.dtype(), p.device()));
-  square_avg_ = zeros_like(p);
-  momentum_buffer_ = options_.momentum() > 0.f ? zeros_like(p) : none;
-  grad_avg_ = options_.centered() ? zeros_like(p) : none;
+  square_avg_ = state_zeros(arena);
+  momentum_buffer_ = options_.momentum() > 0.f ? state_zeros(arena) : none;
+  grad_avg_ = options_.centered() ? state_zeros(arena) : none;
 }
 std::vector<float> RMSprop::step_values(float lr, float weight_decay) const {
   return {lr, options_.alpha(), options_.eps(), weight_decay, options_.momentum(), options_.centered() ? 1.f : 0.f};
@@ -93,12 +94,17 @@ void Adagrad::set_lr(float lr) {
   options_.lr(lr);
 }
 void Adagrad::init_state(const nn::ParameterArena& arena) {
-  sum_ = zeros_like(arena.params());
+  sum_ = state_zeros(arena);
+  sum_steps_ = 0;
   // Only the parameters' slots start at the initial value: the padding between them stays zero,
   // as in every arena.
-  if (options_.initial_accumulator_value() != 0.f)
-    for (const nn::ArenaEntry& e : arena.entries()) sum_.narrow(0, e.offset, e.numel).fill_(options_.initial_accumulator_value());
-  sum_steps_ = 0;
+  if (options_.initial_accumulator_value() == 0.f) return;
+  // Sharded, sum_ holds the elements [begin, begin + sum_.numel()) of the arena.
+  const std::int64_t begin = state_shard_numel() < 0 ? 0 : state_shard_begin(), end = begin + sum_.numel();
+  for (const nn::ArenaEntry& e : arena.entries()) {
+    const std::int64_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.numel, end);
+    if (hi > lo) sum_.narrow(0, lo - begin, hi - lo).fill_(options_.initial_accumulator_value());
+  }
 }
 std::vector<float> Adagrad::step_values(float lr, float weight_decay) const {
   const double clr = lr / (1.0 + static_cast<double>(sum_steps_) * options_.lr_decay());

@@ -6,7 +6,6 @@ namespace dpl::optim {
 
 using detail::check_lr;
 using detail::source_of;
-using detail::zeros_like;
 
 SGD::SGD(float lr) : lr_(lr) { check_lr("SGD", lr); }
 SGD::SGD(const SGDOptions& options) : SGD(options.lr()) { set_weight_decay(options.weight_decay()); }
@@ -32,7 +31,7 @@ void MomentumSGD::set_lr(float lr) {
   check_lr("MomentumSGD", lr);
   lr_ = lr;
 }
-void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = zeros_like(arena.params()); }
+void MomentumSGD::init_state(const nn::ParameterArena& arena) { velocity_ = state_zeros(arena); }
 void MomentumSGD::step(nn::ParameterArena& arena) {
   for (RangeStep& s : range_steps(arena)) {
     Tensor velocity = s.state(velocity_);

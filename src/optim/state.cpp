@@ -61,7 +61,19 @@ void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& te
   lay_out_state(arena);
 
   const auto live = state();
-  for (const auto& [name, src] : tensors) {
+  // Sharded, the live per-element state holds this rank's shard: a tensor of the whole arena
+  // (what gathered_state() saved) gives that shard's part.
+  std::vector<std::pair<std::string, Tensor>> own = tensors;
+  if (rule_.shard_numel_ > 0) {
+    for (auto& [name, src] : own) {
+      const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
+      if (it != live.end() && src.defined() && it->second.numel() == rule_.shard_numel_ && src.dim() == 1 &&
+          src.numel() == arena.numel())
+        src = src.narrow(0, rule_.shard_begin_, rule_.shard_numel_);
+    }
+  }
+  const std::vector<std::pair<std::string, Tensor>>& tensors_in = own;
+  for (const auto& [name, src] : tensors_in) {
     const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
     DPL_CHECK(it != live.end(), who, ": unexpected state tensor '", name, "'");
     DPL_CHECK(src.defined() && src.dtype() == it->second.dtype() && src.shape() == it->second.shape(), who,
@@ -103,7 +115,7 @@ void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& te
   rule_.set_weight_decay(static_cast<float>(rate));
   for (const auto& [name, dst] : live) {
     Tensor into = dst;
-    for (const auto& [given, src] : tensors)
+    for (const auto& [given, src] : tensors_in)
       if (given == name) into.copy_(src);
   }
 }

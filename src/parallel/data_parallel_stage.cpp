@@ -1,5 +1,6 @@
 #include "parallel/data_parallel_stage.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -34,9 +35,127 @@ void DataParallelStage::setup(nn::Module& model) {
   if (reducer_->needs_broadcast()) broadcast_parameters();
   if (overlap_.enabled)
     reducer_->check_overlap_supported("MultiNodeOptimizer with overlap", next().gradient_ranges().gradients.defined());
+  shard_arena_numel_ = -1;  // a new model: lay the shard out again
+  if (shard_) lay_out_shard();
+}
+
+void DataParallelStage::set_shard_optimizer_state(bool on) {
+  const char* who = "MultiNodeOptimizer::set_shard_optimizer_state";
+  DPL_CHECK(!(on && overlap_.enabled), who, ": not with overlap yet (the sharded step reduce-scatters after backward); ",
+            "turn overlap off first");
+  DPL_CHECK(!replay_, who, ": not in replay mode; leave it first");
+  shard_ = on;
+  if (model_ == nullptr) return;
+  if (on) {
+    shard_arena_numel_ = -1;
+    lay_out_shard();
+  } else {
+    next().set_state_shard(0, -1);
+    shard_begin_ = 0;
+    shard_numel_ = -1;
+    scatter_send_ = scatter_recv_ = gather_send_ = gather_recv_ = Tensor();
+  }
+}
+
+std::int64_t DataParallelStage::optimizer_state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [name, t] : next().state())
+    bytes += t.numel() * static_cast<std::int64_t>(dtype_size(t.dtype()));
+  return bytes;
+}
+
+void DataParallelStage::lay_out_shard() {
+  nn::ParameterArena& arena = target().arena();
+  if (arena.numel() == shard_arena_numel_ && arena.id() == shard_arena_id_) return;
+  const char* who = "sharded optimizer state";
+  DPL_CHECK(!next().gradient_ranges().gradients.defined(), who, ": expected a float32 model whose own gradients the ",
+            "optimizer reads; this optimizer prepares float32 gradients of its own (optim::MixedPrecision), whose ",
+            "master weights are not sharded yet");
+  DPL_CHECK(arena.dtype() == kFloat32, who, ": expected a float32 model, got parameters of ", arena.dtype());
+  const std::int64_t n = arena.numel(), p = comm_->size(), r = comm_->rank();
+  // Equal blocks, as the reduce-scatter and the allgather move them; the last may be shorter,
+  // and none may be empty (an empty shard would hold no state to tell apart from none).
+  const std::int64_t block = (n + p - 1) / p;
+  DPL_CHECK(n > 0 && (p - 1) * block < n, who, ": the model's ", n, " parameter elements are too few to give each of ",
+            p, " ranks a shard of ", block, "; shard larger models, or leave the state unsharded");
+  shard_block_ = block;
+  shard_begin_ = r * block;
+  shard_numel_ = std::min(block, n - shard_begin_);
+  const TensorOptions o(kFloat32, arena.device());
+  if (p > 1) {
+    // Zeros, so that the padding past the arena's end (the last block) adds nothing odd.
+    scatter_send_ = Tensor::zeros({p * block}, o);
+    scatter_recv_ = Tensor::zeros({block}, o);
+    gather_send_ = Tensor::zeros({block}, o);
+    gather_recv_ = Tensor::zeros({p * block}, o);
+  }
+  next().set_state_shard(shard_begin_, shard_numel_);
+  shard_arena_numel_ = n;
+  shard_arena_id_ = arena.id();
+}
+
+// The sharded step: each rank receives the mean of its shard of the gradients (one
+// reduce-scatter: the bytes of an allreduce's first half), updates the parameters of its shard
+// with the state it holds for them, and the ranks then gather each other's updated shards (the
+// allreduce's second half).
+void DataParallelStage::reduce_scatter_and_step() {
+  if (reducer_->needs_broadcast()) broadcast_parameters();
+  lay_out_shard();
+  const std::vector<Tensor> buffers = prepare_gradients_timed();
+  const bool checked = buffers.size() > 1;
+  if (checked) local_flag_on(buffers.back().device()).copy_(buffers.back());
+  sync_point();
+  if (comm_->size() > 1) {
+    profile::ScopedPhase phase(timer_, "reduce_scatter", iteration_);
+    const Tensor& grads = buffers.front();
+    scatter_send_.narrow(0, 0, grads.numel()).copy_(grads);
+    comm_->reduce_scatter(scatter_send_, scatter_recv_, comm::ReduceOp::kMean);
+    grads.narrow(0, shard_begin_, shard_numel_).copy_(scatter_recv_.narrow(0, 0, shard_numel_));
+    for (std::size_t i = 1; i < buffers.size(); ++i) {
+      Tensor flag = buffers[i];
+      comm_->allreduce(flag, comm::ReduceOp::kMean);
+    }
+    if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+  }
+  // The same averaged flag on every rank: all stop here together, or none does. (The gradients
+  // outside a rank's shard are its own, not averaged: the parameter a rank names is the first
+  // non-finite one it sees.)
+  if (checked && next().stops_on_non_finite() && !next().gradients_finite()) stop_on_every_rank(buffers.front());
+  step();
+}
+
+void DataParallelStage::gather_parameters() {
+  if (comm_->size() == 1) return;
+  profile::ScopedPhase phase(timer_, "allgather", iteration_);
+  Tensor params = target().arena().params();  // a handle on the arena's storage
+  gather_send_.narrow(0, 0, shard_numel_).copy_(params.narrow(0, shard_begin_, shard_numel_));
+  comm_->allgather(gather_send_, gather_recv_);
+  params.copy_(gather_recv_.narrow(0, 0, params.numel()));
+  if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+}
+
+Tensor DataParallelStage::gathered(const Tensor& shard) const {
+  const std::int64_t p = comm_->size();
+  const TensorOptions o(shard.dtype(), shard.device());
+  Tensor send = Tensor::zeros({shard_block_}, o), all = Tensor::empty({p * shard_block_}, o);
+  send.narrow(0, 0, shard_numel_).copy_(shard);
+  comm_->allgather(send, all);
+  return all.narrow(0, 0, shard_arena_numel_).contiguous();
+}
+
+std::vector<std::pair<std::string, Tensor>> DataParallelStage::gathered_state() {
+  std::vector<std::pair<std::string, Tensor>> out = next().gathered_state();
+  if (!shard_ || shard_numel_ <= 0 || comm_->size() == 1) return out;
+  // Every state tensor of a sharded (elementwise) rule holds either one value per element of the
+  // shard or nothing (a setting's unused state): the same choice on every rank.
+  for (auto& [name, t] : out)
+    if (t.numel() == shard_numel_) t = gathered(t);
+  return out;
 }
 
 void DataParallelStage::set_overlap(const OverlapOptions& options) {
+  DPL_CHECK(!(options.enabled && shard_), "MultiNodeOptimizer.set_overlap: not with sharded optimizer state yet (the ",
+            "sharded step reduce-scatters after backward); turn sharding off first");
   if (reducer_) {
     reducer_->set_overlap(options);
     if (options.enabled)
@@ -102,6 +221,7 @@ void DataParallelStage::step() {
     next().update();
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
+  if (shard_) gather_parameters();
   if (buffer_sync_ == BufferSync::kEveryStep) synchronize_buffers();
   ++iteration_;
 }
@@ -115,6 +235,7 @@ void DataParallelStage::synchronize_buffers() {
 }
 
 void DataParallelStage::allreduce_and_step(bool overlapped) {
+  if (shard_) return reduce_scatter_and_step();
   nn::Module& model = target();
   if (overlapped) {
     // The buckets were averaged during backward; the exposed part is what is left to wait for.
@@ -225,6 +346,7 @@ Variable DataParallelStage::update(const std::function<Variable()>& loss_fn) {
 }
 
 std::string DataParallelStage::replay_refusal() const {
+  if (shard_) return "a step with sharded optimizer state cannot be recorded yet";
   if (comm_->size() > 1)
     return "a recorded step of " + std::to_string(comm_->size()) +
            " processes is not supported yet (the allreduce's phase timing and its MPI paths run on the host)";

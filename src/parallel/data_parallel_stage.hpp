@@ -34,6 +34,11 @@ class DataParallelStage final : public optim::StepStage {
   // What MultiNodeOptimizer's own methods of the same names do.
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const { return overlap_; }
+  void set_shard_optimizer_state(bool on);
+  bool shards_optimizer_state() const { return shard_; }
+  std::int64_t optimizer_state_bytes() const;
+  /// Under sharding: every rank's shard of each per-element state tensor, gathered (collective).
+  std::vector<std::pair<std::string, Tensor>> gathered_state() override;
   void set_buffer_sync(BufferSync when) { buffer_sync_ = when; }
   BufferSync buffer_sync() const { return buffer_sync_; }
   void synchronize_buffers();
@@ -47,6 +52,13 @@ class DataParallelStage final : public optim::StepStage {
  private:
   void broadcast_parameters();
   void allreduce_and_step(bool overlapped);
+  // Sharded optimizer state: this rank's shard of the current arena, told to the pipeline when
+  // it changed; the sharded step (reduce-scatter, update of the shard, allgather); one gathered
+  // per-element tensor.
+  void lay_out_shard();
+  void reduce_scatter_and_step();
+  void gather_parameters();
+  Tensor gathered(const Tensor& shard) const;
   std::vector<Tensor> prepare_gradients_timed();
   void step();
   Tensor& local_flag_on(Device device);
@@ -69,6 +81,13 @@ class DataParallelStage final : public optim::StepStage {
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
   OverlapOptions overlap_;
   BufferSync buffer_sync_ = BufferSync::kBeforeUse;
+  // Sharding: whether it is on; the shard [begin, begin + numel) of an arena of arena_numel
+  // elements (id arena_id), blocks of shard_block_ elements per rank (the last ones shorter);
+  // the padded buffers of the reduce-scatter and the allgather.
+  bool shard_ = false;
+  std::int64_t shard_begin_ = 0, shard_numel_ = -1, shard_block_ = 0, shard_arena_numel_ = -1;
+  std::uint64_t shard_arena_id_ = 0;
+  Tensor scatter_send_, scatter_recv_, gather_send_, gather_recv_;
 };
 
 }  // namespace dpl::parallel

@@ -150,8 +150,21 @@ Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_
   const PhaseSummary* timed = nullptr;
   for (const auto& p : out.phases)
     if (p.name == "allreduce/total" || (p.name == "allreduce" && timed == nullptr)) timed = &p;
-  if (timed != nullptr && timed->mean > 0) {
-    out.algbw_gbps = L / timed->mean / 1e9;
+  double seconds = timed != nullptr ? timed->mean : 0.0;
+  if (timed == nullptr) {
+    // A sharded step (ZeRO) moves an allreduce's bytes as its two halves: a reduce-scatter of the
+    // gradients and an allgather of the parameters.
+    double halves = 0.0;
+    int found = 0;
+    for (const auto& p : out.phases)
+      if (p.name == "reduce_scatter" || p.name == "allgather") {
+        halves += p.mean;
+        ++found;
+      }
+    if (found == 2) seconds = halves;
+  }
+  if (seconds > 0) {
+    out.algbw_gbps = L / seconds / 1e9;
     out.busbw_gbps = out.algbw_gbps * factor;
   }
   return out;

@@ -260,6 +260,13 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
                              "every rank must save the same parts (model, optimizer, iterator, generator names)"});
   }
   const std::vector<Named> parts = gather_parts(mine, comm);
+  // The optimizer's state as a whole (collective when it is sharded between the ranks), on every
+  // rank, before rank 0 writes it.
+  std::vector<std::pair<std::string, Tensor>> optimizer_state;
+  failure = failure_of(who, path, [&] {
+    if (state.optimizer) optimizer_state = state.optimizer->gathered_state();
+  });
+  agree(comm, failure, who);
 
   failure = failure_of(who, path, [&] {
     if (rank != 0) return;
@@ -268,7 +275,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
     for (const auto& [name, var] : state.model->named_buffers()) tensors.emplace_back(kModel + name, var.data());
     Json meta_optimizer = Json::object();
     if (state.optimizer) {
-      for (const auto& [name, t] : state.optimizer->state()) tensors.emplace_back(kOptimizer + name, t);
+      for (const auto& [name, t] : optimizer_state) tensors.emplace_back(kOptimizer + name, t);
       for (const auto& [key, value] : state.optimizer->state_scalars()) meta_optimizer[key] = value;
     }
     for (int r = 0; r < size; ++r)

@@ -129,6 +129,15 @@ class Optimizer {
   /// parameter arena's layout. These views of the live state are the tensor half of what
   /// load_state() restores.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  /// state() with any sharded part gathered: under a parallel::MultiNodeOptimizer that shards the
+  /// optimizer state, each rank's state() holds its shard only, and this call (collective: every
+  /// rank must make it) returns the whole arena's state on every rank; otherwise it is state().
+  /// train::save_checkpoint saves this.
+  std::vector<std::pair<std::string, Tensor>> gathered_state();
+  /// The elements of the parameter arena this optimizer updates and keeps state for: [begin,
+  /// begin + numel), or numel -1 for the whole arena (unsharded, the default).
+  std::int64_t state_shard_begin() const;
+  std::int64_t state_shard_numel() const;
   /// The scalar half of the state: "t", "lr" and "weight_decay", with parameter groups their
   /// settings ("param_groups", "param_group<g>/lr_share", ".../weight_decay"), plus each optimizer's own
   /// (Adam: "moment_steps", and its fixed hyperparameters "beta1", "beta2", "eps"; MomentumSGD:
@@ -263,8 +272,15 @@ class Optimizer {
   /// whose rule is `rule`'s.
   Optimizer(StepStage& front, Optimizer& rule);
 
-  /// Allocates and zeroes the state for the arena's layout.
+  /// Allocates and zeroes the state for the arena's layout (state_zeros() for per-element state).
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
+  /// Zeroed per-element state for the arena: one value per element of the arena, or of this
+  /// rank's shard of it when the state is sharded.
+  Tensor state_zeros(const nn::ParameterArena& arena) const;
+  /// Whether the rule's update of an element needs nothing but that element (and the step's
+  /// values), so that its state can be sharded. True by default; false for LAMB and LARS, whose
+  /// trust ratios take norms over whole parameter tensors.
+  virtual bool elementwise() const { return true; }
   /// Runs the fused update over the whole arena (t() already counts this step). In replay mode it
   /// must take its values from replay_values_on_device() and skip on replay_skip_flag().
   virtual void step(nn::ParameterArena& arena) = 0;
@@ -277,9 +293,13 @@ class Optimizer {
   virtual std::vector<float> replay_values() const;
 
   /// The arena's ranges of one group each (GroupRange): one over the whole arena, with lr() and
-  /// weight_decay(), when no group was added. Throws dpl::Error for a group that selects nothing
+  /// weight_decay(), when no group was added; only their parts inside the shard when the state is
+  /// sharded. Throws dpl::Error for a group that selects nothing
   /// or names a missing parameter.
   std::vector<GroupRange> group_ranges(const nn::ParameterArena& arena) const;
+  /// group_ranges() over the whole arena, also when the state is sharded (LAMB and LARS lay
+  /// out their tables from these).
+  std::vector<GroupRange> all_group_ranges(const nn::ParameterArena& arena) const;
   /// What an elementwise rule's kernel runs on for one group range: the range's slices of the
   /// parameter and gradient arenas, its step_values(), and in replay mode its row of the device
   /// values (replay_values_on_device(); undefined otherwise).
@@ -288,6 +308,8 @@ class Optimizer {
     Tensor param, grad;
     std::vector<float> values;
     Tensor device_values;
+    /// Where the range starts in the state arenas (range.begin less the shard's begin).
+    std::int64_t state_begin = 0;
     /// The range's slice of a state arena of the parameters' layout (an empty state stays empty).
     Tensor state(const Tensor& arena_layout) const;
   };
@@ -332,6 +354,8 @@ class Optimizer {
   Optimizer* rule_;                       // this, or the rule a wrapper applies
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
+  // The sharded part of the arena (numel -1: none, the whole arena); set through the pipeline.
+  std::int64_t shard_begin_ = 0, shard_numel_ = -1;
   // The added groups, each with its lr as a share of lr() (unset: follows lr()).
   struct Group {
     ParamGroup settings;

@@ -144,6 +144,7 @@ class LAMB : public MomentOptimizer {
   void lay_out_groups(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
   std::vector<float> step_values(float lr, float weight_decay) const override;
+  bool elementwise() const override { return false; }
 
  private:
   GroupSegmentTables tables_;  // per group: the per-tensor chunk table and its partial sums (not state)
@@ -190,6 +191,7 @@ class LARS : public Optimizer {
   void lay_out_groups(const nn::ParameterArena& arena) override;
   void step(nn::ParameterArena& arena) override;
   std::vector<float> step_values(float lr, float weight_decay) const override;
+  bool elementwise() const override { return false; }
   void load_own_scalars(const std::map<std::string, double>& scalars) override;
 
  private:

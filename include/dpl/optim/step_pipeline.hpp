@@ -108,6 +108,13 @@ class StepStage {
     next().load_state(tensors, scalars);
   }
 
+  // Sharded optimizer state (parallel::MultiNodeOptimizer::set_shard_optimizer_state): the rule
+  // updates, and keeps state for, elements [begin, begin + numel) of the arena only; numel -1
+  // takes the whole arena again. gathered_state() is state() with such shards gathered into the
+  // whole arena's layout (a collective then, on every rank).
+  virtual void set_state_shard(std::int64_t begin, std::int64_t numel) { next().set_state_shard(begin, numel); }
+  virtual std::vector<std::pair<std::string, Tensor>> gathered_state() { return next().gathered_state(); }
+
   // Replay of a recorded step (train::CapturedStep). skip_flag: an outer stage's flag, which
   // the recorded update skips on instead of the rule stage's own.
   virtual std::string replay_refusal() const { return next().replay_refusal(); }

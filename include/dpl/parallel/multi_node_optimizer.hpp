@@ -79,6 +79,25 @@ class MultiNodeOptimizer : public optim::OptimizerWrapper {
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const;
 
+  /// Sharded optimizer state (ZeRO stage 1; off by default). On, each of the p ranks keeps the
+  /// optimizer's per-element state (Adam's moments, a momentum) for one block of about 1/p of the
+  /// parameter arena only, and each update runs
+  ///   reduce_scatter (each rank receives the mean of its block of the gradients)
+  ///   → optimize (the wrapped optimizer's update of that block, with the state it holds)
+  ///   → allgather (every rank receives every block's updated parameters),
+  /// which moves the bytes of one allreduce. The parameters equal the unsharded step's up to the
+  /// order of the reduction's sums. optimizer_state_bytes() falls as 1/p. optim::Optimizer::state()
+  /// then holds this rank's block; gathered_state() (collective), which train::save_checkpoint
+  /// saves, the whole arena's, so a checkpoint is the same as an unsharded one and loads either
+  /// way. Requires an elementwise rule (SGD, MomentumSGD, Adam, AdamW, RMSprop, Adagrad: not LAMB
+  /// or LARS), a float32 model (not optim::MixedPrecision yet), no gradient hooks, no overlap and
+  /// no replay mode, and at least one arena element per rank (dpl::Error otherwise). Turning it on
+  /// or off after setup() starts the state again from zero: choose before training.
+  void set_shard_optimizer_state(bool on);
+  bool shards_optimizer_state() const;
+  /// The bytes of optimizer state this rank holds (every state tensor of the wrapped optimizer).
+  std::int64_t optimizer_state_bytes() const;
+
   /// When every rank's buffers are made equal (BufferSync; kBeforeUse by default: train::Trainer
   /// does it before its extensions run and at the end of a run). Under kEveryStep each update
   /// ends with synchronize_buffers(), timed as the phase "buffers".
