@@ -8,7 +8,7 @@
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
 //       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]] [--skip-bad-images]
-//       [--sync-bn]
+//       [--sync-bn] [--shard-optimizer-state]
 //
 // Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
 // decodes, crops and flips its shard's JPEG (and PNG) files into 8-bit batches; with -g those travel to the
@@ -30,6 +30,7 @@
 
 #include "../common/flags.hpp"
 #include "../common/launch.hpp"
+#include "../common/optimizer_state.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/models.hpp"
@@ -83,6 +84,7 @@ struct Options {
   bool skip_bad_images = false;  // an image that does not decode is skipped and reported, not fatal
   bool sync_bn = false;          // BatchNorm statistics over every rank's batch (parallel::convert_sync_batchnorm)
   parallel::OverlapOptions overlap;
+  bool shard_state = false;  // each rank keeps the momentum of 1/p of the parameters (ZeRO stage 1)
   std::uint64_t seed = 0;
 };
 
@@ -258,6 +260,7 @@ int run(Options o) {
                               {"synchronised BatchNorm (--sync-bn)", o.sync_bn ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
+                              {"sharded optimizer state (--shard-optimizer-state)", o.shard_state ? "on" : "off"},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
                               {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_imagenet");
@@ -395,7 +398,9 @@ int run(Options o) {
       std::move(actual), comm,
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
   optimizer->set_overlap(o.overlap);
+  optimizer->set_shard_optimizer_state(o.shard_state);
   optimizer->setup(model);
+  examples::print_optimizer_state_bytes(*optimizer);
 
   const float smoothing = static_cast<float>(o.label_smoothing);
   train::StandardUpdater updater(*train_source, *optimizer, [&](const data::Batch& b, train::Observation& observation) {
@@ -495,6 +500,9 @@ int main(int argc, char** argv) {
                "Synchronised BatchNorm: training statistics over every process's batch together");
   app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
+  app.add_flag("--shard-optimizer-state", o.shard_state,
+               "Keep the momentum of 1/p of the parameters on each rank (ZeRO stage 1: reduce-scatter, update, "
+               "allgather); float32 only");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--skip-bad-images", o.skip_bad_images,

@@ -24,6 +24,7 @@
 #include "../common/flags.hpp"
 #include "../common/launch.hpp"
 #include "../common/memory_check.hpp"
+#include "../common/optimizer_state.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
@@ -156,17 +157,7 @@ int run(const Options& o) {
   optimizer->set_overlap(o.overlap);
   optimizer->set_shard_optimizer_state(o.shard_state);
   optimizer->setup(model);
-  {
-    // What each rank keeps of Adam's state, and what all ranks keep together (one process's
-    // unsharded state): with --shard-optimizer-state, about 1/p of it each.
-    Tensor bytes = Tensor::from_vector<std::int64_t>({optimizer->optimizer_state_bytes()}, {1});
-    const std::int64_t mine = bytes.to_vector<std::int64_t>()[0];
-    comm->allreduce(bytes, comm::ReduceOp::kSum);
-    if (comm->rank() == 0)
-      std::cout << "optimizer state: " << mine << " bytes on rank 0, " << bytes.to_vector<std::int64_t>()[0]
-                << " on all " << comm->size() << " rank(s) together (" << (o.shard_state ? "sharded" : "a copy on each")
-                << ")" << std::endl;
-  }
+  examples::print_optimizer_state_bytes(*optimizer);
 
   data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
   // The seed cut the shards: a resume with another one would silently train on other rows.
