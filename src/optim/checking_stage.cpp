@@ -7,10 +7,11 @@
 
 namespace dpl::optim {
 
-Variable CheckingStage::update(const std::function<Variable()>& loss_fn) {
+Variable CheckingStage::update(const std::function<Variable(int)>& loss_fn, int micro_batches) {
+  DPL_CHECK(!replay_ || micro_batches == 1, "Optimizer::update: a recorded step takes one micro-batch, got ",
+            micro_batches);
   target().zero_grad();
-  Variable loss = loss_fn();
-  backward(loss);
+  Variable loss = accumulate_gradients(loss_fn, micro_batches, [this](int, const Variable& l) { backward(l); });
   loss_ = loss.data();
   if (replay_) replay_loss_ = loss_;
   update();

@@ -14,8 +14,9 @@ namespace dpl::optim {
 class CheckingStage : public StepStage {
  public:
   using StepStage::update;
-  /// zero_grad(); loss = loss_fn(); backward(loss) and update() of this stage.
-  Variable update(const std::function<Variable()>& loss_fn) override;
+  /// zero_grad(); for each micro-batch, backward of its loss (scaled by 1 / micro_batches);
+  /// update() of this stage.
+  Variable update(const std::function<Variable(int)>& loss_fn, int micro_batches) override;
   nn::Module& target() const override;
   /// Whether setup() has bound a model.
   bool has_target() const { return target_ != nullptr; }

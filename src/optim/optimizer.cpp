@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "dpl/autograd/ops/elementwise.hpp"
 #include "dpl/core/error.hpp"
 #include "optim/rule_stage.hpp"
 
@@ -13,6 +14,29 @@ namespace dpl::optim {
 StepStage& StepStage::next() const {
   DPL_CHECK(next_ != nullptr, "StepStage: this stage is not chained in front of another");
   return *next_;
+}
+
+Variable StepStage::accumulate_gradients(const std::function<Variable(int)>& loss_fn, int micro_batches,
+                                         const std::function<void(int, const Variable&)>& backward) {
+  DPL_CHECK(micro_batches >= 1, "Optimizer::update: expected at least 1 micro-batch per step, got ", micro_batches);
+  if (micro_batches == 1) {
+    Variable loss = loss_fn(0);
+    backward(0, loss);
+    return loss;
+  }
+  // Each backward adds its gradients to the arena's; scaled by 1/k they add up to the mean over
+  // the k micro-batches, the gradient of one batch k times as large.
+  const float share = 1.0f / static_cast<float>(micro_batches);
+  Variable sum;
+  for (int i = 0; i < micro_batches; ++i) {
+    Variable loss = loss_fn(i);
+    DPL_CHECK(loss.data().defined() && loss.data().numel() == 1, "Optimizer::update: expected micro-batch ", i,
+              "'s loss to be one value, got ", loss.data().defined() ? loss.data().numel() : 0, " values");
+    backward(i, loss * share);
+    const Variable value(loss.data());
+    sum = sum.defined() ? sum + value : value;
+  }
+  return sum * share;
 }
 
 Optimizer::Optimizer() : own_stage_(std::make_unique<RuleStage>(*this)), front_(own_stage_.get()), rule_(this) {}
@@ -46,7 +70,12 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& te
 
 void Optimizer::setup(nn::Module& model) { front_->setup(model); }
 void Optimizer::update() { front_->update(); }
-Variable Optimizer::update(const std::function<Variable()>& loss_fn) { return front_->update(loss_fn); }
+Variable Optimizer::update(const std::function<Variable()>& loss_fn) {
+  return front_->update([&](int /*micro_batch*/) { return loss_fn(); }, 1);
+}
+Variable Optimizer::update(const std::function<Variable(int)>& loss_fn, int micro_batches) {
+  return front_->update(loss_fn, micro_batches);
+}
 void Optimizer::backward(const Variable& loss) { front_->backward(loss); }
 std::vector<Tensor> Optimizer::prepare_gradients() { return front_->prepare_gradients(); }
 GradientRanges Optimizer::gradient_ranges() { return front_->gradient_ranges(); }

@@ -297,12 +297,14 @@ void DataParallelStage::update() {
   allreduce_and_step(false);
 }
 
-Variable DataParallelStage::update(const std::function<Variable()>& loss_fn) {
+Variable DataParallelStage::update(const std::function<Variable(int)>& loss_fn, int micro_batches) {
   DPL_CHECK(model_ != nullptr, "MultiNodeOptimizer: call setup(model) before update()");
   if (replay_) {
     // Recorded, not run (one process: nothing to average); no phase is timed here.
+    DPL_CHECK(micro_batches == 1, "MultiNodeOptimizer::update: a recorded step takes one micro-batch, got ",
+              micro_batches);
     target().zero_grad();
-    Variable loss = loss_fn();
+    Variable loss = loss_fn(0);
     next().backward(loss);
     loss_ = replay_loss_ = loss.data();
     replay_buffers_ = next().prepare_gradients();
@@ -314,33 +316,40 @@ Variable DataParallelStage::update(const std::function<Variable()>& loss_fn) {
   Variable loss;
   const bool overlapped = overlap_.enabled && comm_->size() > 1;
   const bool synchronized = mode_ == profile::TimingMode::kSynchronized;
-  double forward_start = 0.0, backward_start = 0.0, backward_end = 0.0;
+  // The forward and backward passes of every micro-batch, summed into the two sub-phases.
+  double forward_seconds = 0.0, backward_seconds = 0.0, forward_start = 0.0;
   {
     profile::ScopedPhase phase(timer_, "compute", iteration_);
     target().zero_grad();
-    forward_start = now_seconds();
-    loss = loss_fn();
-    if (synchronized) synchronize(target().device());
-    backward_start = now_seconds();
-    if (overlapped) {
-      if (reducer_->needs_broadcast()) broadcast_parameters();
-      // This rank's own non-finite verdict, raised bucket by bucket before averaging.
-      Tensor* flag = nullptr;
-      if (next().non_finite_policy() != optim::NonFinitePolicy::kOff) {
-        flag = &local_flag_on(target().device());
-        flag->fill_(0.0);
+    double mark = forward_start = now_seconds();
+    loss = accumulate_gradients(loss_fn, micro_batches, [&](int i, const Variable& micro_loss) {
+      if (synchronized) synchronize(target().device());
+      const double forward_end = now_seconds();
+      forward_seconds += forward_end - mark;
+      // Only the last micro-batch's backward averages, bucket by bucket (DDP's no_sync for the
+      // others): the buckets are final only when every micro-batch has added its gradients.
+      if (overlapped && i == micro_batches - 1) {
+        if (reducer_->needs_broadcast()) broadcast_parameters();
+        // This rank's own non-finite verdict, raised bucket by bucket before averaging.
+        Tensor* flag = nullptr;
+        if (next().non_finite_policy() != optim::NonFinitePolicy::kOff) {
+          flag = &local_flag_on(target().device());
+          flag->fill_(0.0);
+        }
+        // A 16-bit model's float32 master gradients are filled bucket by bucket on the way.
+        reducer_->begin_backward(flag, next().gradient_ranges());
       }
-      // A 16-bit model's float32 master gradients are filled bucket by bucket on the way.
-      reducer_->begin_backward(flag, next().gradient_ranges());
-    }
-    next().backward(loss);
+      next().backward(micro_loss);
+      if (synchronized) synchronize(target().device());
+      mark = now_seconds();
+      backward_seconds += mark - forward_end;
+    });
     loss_ = loss.data();
-    if (synchronized) synchronize(target().device());
-    backward_end = now_seconds();
   }
-  // Recorded after their phase, so that each sub-phase's series follows its parent's.
-  timer_.record("compute/forward", forward_start, backward_start - forward_start, iteration_);
-  timer_.record("compute/backward", backward_start, backward_end - backward_start, iteration_);
+  // Recorded after their phase, so that each sub-phase's series follows its parent's: the
+  // forward passes from the phase's start, the backward passes after them.
+  timer_.record("compute/forward", forward_start, forward_seconds, iteration_);
+  timer_.record("compute/backward", forward_start + forward_seconds, backward_seconds, iteration_);
   allreduce_and_step(overlapped);
   return loss;
 }

@@ -23,7 +23,7 @@ class DataParallelStage final : public optim::StepStage {
 
   void setup(nn::Module& model) override;
   void update() override;
-  Variable update(const std::function<Variable()>& loss_fn) override;
+  Variable update(const std::function<Variable(int)>& loss_fn, int micro_batches) override;
   std::string replay_refusal() const override;
   void set_replay_mode(bool on, const Tensor& skip_flag) override;
   void prepare_replay() override;

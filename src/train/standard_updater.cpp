@@ -1,5 +1,7 @@
 #include "dpl/train/standard_updater.hpp"
 
+#include <vector>
+
 #include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/core/error.hpp"
@@ -19,10 +21,20 @@ StandardUpdater::StandardUpdater(data::BatchSource& iterator, data::BatchIterato
   DPL_CHECK(static_cast<bool>(loss_), "StandardUpdater: expected a loss function, got an empty one");
 }
 
+void StandardUpdater::set_micro_batches(int micro_batches) {
+  DPL_CHECK(micro_batches >= 1, "StandardUpdater::set_micro_batches: expected at least 1 batch per update, got ",
+            micro_batches);
+  DPL_CHECK(micro_batches == 1 || captured_ == nullptr, "StandardUpdater::set_micro_batches: a recorded step ",
+            "(graph capture) takes one batch per update, got ", micro_batches, "; turn graph capture off first");
+  micro_batches_ = micro_batches;
+}
+
 void StandardUpdater::set_graph_capture(bool on, int warmup_steps) {
   captured_.reset();
   recorded_values_.clear();
   if (!on) return;
+  DPL_CHECK(micro_batches_ == 1, "StandardUpdater::set_graph_capture: a recorded step takes one batch per update; ",
+            "this updater accumulates ", micro_batches_, " (set_micro_batches(1) first)");
   DPL_CHECK(device_.is_cuda(), "StandardUpdater::set_graph_capture: recording the step needs a CUDA device; the ",
             "updater's device is ", device_);
   const std::string why = optimizer_.replay_refusal();
@@ -41,8 +53,12 @@ void StandardUpdater::set_graph_capture(bool on, int warmup_steps) {
 
 void StandardUpdater::update(Observation& observation) {
   const double t0 = now_seconds();
-  const data::Batch host = iterator_.next();
-  const data::Batch batch{host.x.to(device_), host.y.to(device_)};
+  std::vector<data::Batch> batches;
+  for (int i = 0; i < micro_batches_; ++i) {
+    const data::Batch host = iterator_.next();
+    batches.push_back({host.x.to(device_), host.y.to(device_)});
+  }
+  const data::Batch& batch = batches.front();
   const double waited = now_seconds() - t0;
   data_seconds_ += waited;
   // Recorded with the optimizer's phases, under the iteration its update will have, so a loop
@@ -61,7 +77,8 @@ void StandardUpdater::update(Observation& observation) {
     if (captured_->replays() > replays)
       for (const auto& [key, value] : recorded_values_) observation.observe(key, value);
   } else {
-    loss = optimizer_.update([&] { return loss_(batch, observation); });
+    loss = optimizer_.update([&](int i) { return loss_(batches[static_cast<std::size_t>(i)], observation); },
+                             micro_batches_);
   }
   observation.observe("main/loss", loss.data());
   // Only under kSkip, so that other runs keep their log's columns; the verdict is known on the

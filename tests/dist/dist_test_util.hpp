@@ -9,7 +9,10 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -114,6 +117,17 @@ inline Shard batch_shard(const comm::Communicator& comm, std::uint64_t seed, std
     y.set<std::int32_t>({i}, static_cast<std::int32_t>(gen.below(static_cast<std::uint64_t>(classes))));
   const std::int64_t local = batch / comm.size();
   return {x.narrow(0, comm.rank() * local, local).contiguous(), y.narrow(0, comm.rank() * local, local).contiguous()};
+}
+
+/// The largest |a - b| / (1 + |b|) over two float32 tensors' elements (host values): relative for
+/// large values, absolute near zero. Sizes that differ count as infinitely far apart.
+inline double worst_relative_difference(const Tensor& a, const Tensor& b) {
+  const auto x = a.to(Device::cpu()).to_vector<float>(), y = b.to(Device::cpu()).to_vector<float>();
+  if (x.size() != y.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, std::abs(double(x[i]) - y[i]) / (1.0 + std::abs(double(y[i]))));
+  return worst;
 }
 
 /// Whether every rank holds exactly this rank's values of t (collective: one allgather of t as

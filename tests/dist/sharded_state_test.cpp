@@ -52,16 +52,8 @@ void train(TrainingRun& r, int steps, std::uint64_t seed) {
     r.opt->update([&] { return softmax_cross_entropy((*r.model)(Variable(shard.x)), shard.y); });
 }
 
-double worst_difference(const Tensor& a, const Tensor& b) {
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  EXPECT_EQ(x.size(), y.size());
-  double worst = 0.0;
-  // Relative to 1 + |y|: a centered RMSprop's momentum divides by a small root, which scales
-  // the rounding of the sums with it.
-  for (std::size_t i = 0; i < x.size() && i < y.size(); ++i)
-    worst = std::max(worst, std::abs(double(x[i]) - y[i]) / (1.0 + std::abs(double(y[i]))));
-  return worst;
-}
+// Relative to 1 + |y| (test::worst_relative_difference): a centered RMSprop's momentum divides by
+// a small root, which scales the rounding of the sums with it.
 
 class ShardedState : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
@@ -73,7 +65,7 @@ TEST_P(ShardedState, MatchesTheUnshardedStepAndSplitsTheStateBytes) {
   train(plain, 6, 3);
   train(sharded, 6, 3);
   const int size = sharded.opt->communicator().size();
-  EXPECT_LT(worst_difference(sharded.model->arena().params(), plain.model->arena().params()), 1e-5)
+  EXPECT_LT(test::worst_relative_difference(sharded.model->arena().params(), plain.model->arena().params()), 1e-5)
       << comm_name << "/" << kind << " on " << size << " ranks";
   EXPECT_EQ(sharded.opt->t(), 6);
 
@@ -97,7 +89,7 @@ TEST_P(ShardedState, MatchesTheUnshardedStepAndSplitsTheStateBytes) {
     // 1e-4 here, not the parameters' 1e-5: centred RMSprop's momentum holds g / sqrt(v - mean(g)^2)
     // before the learning rate scales it, and in the first steps that root is small, so the sum
     // order of the gradients (reduce-scatter against allreduce, inside nodes first) shows more.
-    EXPECT_LT(worst_difference(gathered[i].second, reference[i].second), 1e-4) << gathered[i].first;
+    EXPECT_LT(test::worst_relative_difference(gathered[i].second, reference[i].second), 1e-4) << gathered[i].first;
   }
 }
 
@@ -117,7 +109,7 @@ TEST(ShardedStateResume, AWholeStateLoadsIntoShardsAndContinues) {
   sharded.opt->load_state(plain.opt->state(), plain.opt->state_scalars());
   train(plain, 3, 6);
   train(sharded, 3, 6);
-  EXPECT_LT(worst_difference(sharded.model->arena().params(), plain.model->arena().params()), 1e-5);
+  EXPECT_LT(test::worst_relative_difference(sharded.model->arena().params(), plain.model->arena().params()), 1e-5);
   EXPECT_EQ(sharded.opt->t(), plain.opt->t());
 }
 

@@ -166,6 +166,14 @@ class Optimizer {
   void update();
   /// zero_grad(); loss = loss_fn(); backward(loss); update(). Returns the loss (unscaled).
   Variable update(const std::function<Variable()>& loss_fn);
+  /// Gradient accumulation: one step from micro_batches batches, as from one batch that many
+  /// times as large. zero_grad(); for i in [0, micro_batches): loss_i = loss_fn(i) (the forward of
+  /// micro-batch i) and backward(loss_i / micro_batches); update(). Returns the mean of the
+  /// losses (loss_fn(0)'s own Variable for one micro-batch). Under a MultiNodeOptimizer the
+  /// gradients are averaged over the ranks once, after the last backward (with overlap, bucket by
+  /// bucket during it), as DDP's no_sync does. Requires micro_batches >= 1 and one-element
+  /// losses; replay mode takes one micro-batch (dpl::Error otherwise).
+  Variable update(const std::function<Variable(int)>& loss_fn, int micro_batches);
   /// Runs backward from loss as this optimizer's update needs it: loss.backward() here;
   /// MixedPrecision with float16 scales the loss first. Requires a one-element loss.
   void backward(const Variable& loss);

@@ -81,7 +81,11 @@ class StepStage {
 
   // The step: binding, the loss, the gradients, the update.
   virtual void setup(nn::Module& model) { next().setup(model); }
-  virtual Variable update(const std::function<Variable()>& loss_fn) { return next().update(loss_fn); }
+  /// loss_fn(i) for the micro-batches i in [0, micro_batches), each loss's backward scaled by
+  /// 1 / micro_batches so the gradients add up to their mean, then one update.
+  virtual Variable update(const std::function<Variable(int)>& loss_fn, int micro_batches) {
+    return next().update(loss_fn, micro_batches);
+  }
   virtual void backward(const Variable& loss) { next().backward(loss); }
   virtual std::vector<Tensor> prepare_gradients() { return next().prepare_gradients(); }
   virtual GradientRanges gradient_ranges() { return next().gradient_ranges(); }
@@ -131,6 +135,12 @@ class StepStage {
  protected:
   /// The stage this one passes calls to. Requires a chained stage (dpl::Error otherwise).
   StepStage& next() const;
+  /// For update() overrides: for each micro-batch i in order, loss_fn(i), then backward(i, its
+  /// loss scaled by 1 / micro_batches; the loss itself for one). Returns loss_fn(0)'s Variable
+  /// for one micro-batch, else one holding the mean of the losses. Requires micro_batches >= 1
+  /// and one-element losses (dpl::Error otherwise).
+  static Variable accumulate_gradients(const std::function<Variable(int)>& loss_fn, int micro_batches,
+                                       const std::function<void(int, const Variable&)>& backward);
 
   bool replay_ = false;
 

@@ -50,10 +50,11 @@ class StandardUpdater {
       : StandardUpdater(iterator, checkpointable(iterator), optimizer, multi_node(optimizer), std::move(loss),
                         device) {}
 
-  /// One iteration. The wait for the batch (the source's next() and the copy to the device) is
-  /// timed as the "data" phase; given a parallel::MultiNodeOptimizer it is recorded into the
-  /// optimizer's timer() before the update's own phases, so traces and the phase summary show it.
-  /// Ensures: iterator().iteration() grew by one and "main/loss" was observed;
+  /// One iteration (of micro_batches() batches). The wait for the batches (the source's next()
+  /// and the copies to the device) is timed as the "data" phase; given a
+  /// parallel::MultiNodeOptimizer it is recorded into the optimizer's timer() before the update's
+  /// own phases, so traces and the phase summary show it.
+  /// Ensures: iterator().iteration() grew by micro_batches() and "main/loss" was observed;
   /// under optim::NonFinitePolicy::kSkip also "main/skipped_steps" (1 for a skipped step, else 0:
   /// a log row's mean is the fraction of its steps that were skipped). Under kStop a non-finite
   /// step throws the optimizer's dpl::Error out of here (and out of Trainer::run).
@@ -78,6 +79,15 @@ class StandardUpdater {
   std::int64_t skipped_updates() const { return skipped_updates_; }
   /// Of update_seconds(), the seconds spent waiting for batches (the "data" phase).
   double data_seconds() const { return data_seconds_; }
+
+  /// Gradient accumulation: each update() draws micro_batches batches and takes one optimizer
+  /// step from them, with the gradients of their mean loss (optim::Optimizer::update with micro-
+  /// batches: under a MultiNodeOptimizer one allreduce per step, after the last backward). The
+  /// loss function runs once per micro-batch; "main/loss" is the mean of the micro-batches'
+  /// losses. Default 1. Requires micro_batches >= 1, and 1 with graph capture (dpl::Error).
+  void set_micro_batches(int micro_batches);
+  /// Batches per update() (set_micro_batches).
+  int micro_batches() const { return micro_batches_; }
 
   /// Records the training step as a CUDA graph after warmup_steps ordinary ones and replays it
   /// from then on (train::CapturedStep, docs/cuda-graphs.md; off by default). The loss function
@@ -109,6 +119,7 @@ class StandardUpdater {
   std::unique_ptr<CapturedStep> captured_;
   Observation* observation_ = nullptr;                         // the current update's, for the step's loss function
   std::vector<std::pair<std::string, Tensor>> recorded_values_;  // what the recorded step observes
+  int micro_batches_ = 1;
   std::int64_t updates_ = 0;
   std::int64_t skipped_updates_ = 0;
   double update_seconds_ = 0.0;
