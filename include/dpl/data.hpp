@@ -15,3 +15,6 @@
 #include "dpl/data/image/transforms.hpp"
 #include "dpl/data/random_access_dataset.hpp"
 #include "dpl/data/scatter.hpp"
+#include "dpl/data/token_loader.hpp"
+#include "dpl/data/token_shard.hpp"
+#include "dpl/data/tokenizer.hpp"
