@@ -132,6 +132,10 @@ std::vector<Case> cases(DType dtype, Device dev, std::int64_t scale) {
   out.push_back({"layer_norm", zs, [=] { return layer_norm(z, {C}, ln_w, ln_b); }});
   const Variable feat = var({32 / scale, 256, 28, 28}), gn_w = var({256}), gn_b = var({256});
   out.push_back({"group_norm", std::to_string(32 / scale) + "x256x28x28", [=] { return group_norm(feat, 32, gn_w, gn_b); }});
+  // Attention: GPT-2 small's causal self-attention in one op (cuDNN's fused kernels for 16-bit
+  // heads where the build has its frontend).
+  const Variable aq = var({B, H, T, D}), ak = var({B, H, T, D}), av = var({B, H, T, D});
+  out.push_back({"sdpa_causal", bhtd, [=] { return scaled_dot_product_attention(aq, ak, av, true); }});
   return out;
 }
 

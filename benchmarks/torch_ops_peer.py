@@ -101,6 +101,10 @@ def cases(dtype, dev, scale):
         ("layer_norm", zs, lambda: F.layer_norm(z, (C,), ln_w, ln_b)),
         ("group_norm", f"{32 // scale}x256x28x28", lambda: F.group_norm(feat, 32, gn_w, gn_b)),
     ]
+    aq, ak, av = var((B, H, T, D)), var((B, H, T, D)), var((B, H, T, D))
+    out += [
+        ("sdpa_causal", bhtd, lambda: F.scaled_dot_product_attention(aq, ak, av, is_causal=True)),
+    ]
     return out
 
 

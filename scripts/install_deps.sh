@@ -14,6 +14,7 @@ packages=(
   libpng-dev  # PNG decoding for the image pipeline (optional: without it a PNG image raises an error)
   dataset-fashion-mnist
   python3 python3-numpy  # the safetensors test checks files against a reader and writer in numpy
+  python3-pip  # fetches the headers of cuDNN's frontend (scripts/fetch_cudnn_frontend.sh) on machines with CUDA
   "$@"
 )
 

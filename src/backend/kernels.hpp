@@ -585,6 +585,39 @@ DPL_DECLARE_KERNEL(nll_loss_backward, any(),
                    void(const Tensor& labels, std::int64_t ignore_index, LossReduction reduction, const Tensor& gy,
                         const Tensor& total, float beta, Tensor& glogp));
 
+// --- attention ---------------------------------------------------------------------------------
+//
+// Scaled dot-product attention of q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv), Tk >= 1:
+// query row i of each (b, h) gets p_ij = softmax_j(scale * q_i . k_j) over the keys it sees (all,
+// or j <= i when causal: PyTorch's top-left alignment) and out_i = sum_j p_ij v_j. q, k and v
+// share one float dtype and may have any strides whose last one is 1; the other tensors are
+// contiguous. The softmax, its statistics and every sum are float32 whatever the dtype.
+
+/// The attention of one call: the causal mask, the scale of the scores, and whether a GPU may run
+/// it on cuDNN's fused flash-attention kernels where the build has them and cuDNN accepts the
+/// problem (false: dpl's own kernels, as for every call under DPL_ATTENTION=plain).
+struct SdpaParams {
+  bool causal = false;
+  float scale = 1.f;
+  bool allow_fused = true;
+};
+/// out (B, H, Tq, Dv) = the attention of q, k, v; lse (float32, (B, H, Tq)) = per query row the
+/// natural log of the softmax's denominator, log sum_j exp(scale * q_i . k_j) over the keys the row
+/// sees: all that sdpa_backward needs to recompute the probabilities (no (Tq, Tk) matrix is kept).
+DPL_DECLARE_KERNEL(sdpa_forward, floating_each(),
+                   void(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                        Tensor& lse));
+/// The gradients of sdpa_forward from its out and lse and gout (out's gradient): gq = beta*gq +
+/// dL/dq, gk and gv likewise, each contiguous with its input's shape and the inputs' dtype. All
+/// three are computed.
+DPL_DECLARE_KERNEL(sdpa_backward, floating_each(),
+                   void(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& gout, const Tensor& lse, float beta, Tensor& gq, Tensor& gk, Tensor& gv));
+/// Whether sdpa_forward and sdpa_backward run these operands on cuDNN's fused kernels: a GPU, a
+/// build with cuDNN's frontend, p.allow_fused, DPL_ATTENTION not plain, and cuDNN accepting both
+/// graphs (built and cached on the first question). Always false on the CPU.
+DPL_DECLARE_KERNEL(sdpa_fused, any(), bool(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v));
+
 // --- between devices ---------------------------------------------------------------------------
 
 /// Copies a contiguous tensor to a contiguous tensor of the same shape and dtype on another

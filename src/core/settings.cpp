@@ -86,6 +86,15 @@ WindowStoresSetting window_stores(const char* (*lookup)(const char*), const char
   bad_value(name, v, "measured, cached or streaming");
 }
 
+AttentionSetting attention(const char* (*lookup)(const char*), const char* name) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return AttentionSetting::kAuto;
+  const std::string s(v);
+  if (s == "auto") return AttentionSetting::kAuto;
+  if (s == "plain") return AttentionSetting::kPlain;
+  bad_value(name, v, "auto or plain");
+}
+
 const char* system_lookup(const char* name) { return std::getenv(name); }
 
 }  // namespace
@@ -109,6 +118,7 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
   s.output = output(lookup, "DPL_OUTPUT");
   s.window_stores = window_stores(lookup, "DPL_WINDOW_STORES");
+  s.attention = attention(lookup, "DPL_ATTENTION");
   s.staging_chunk_bytes = positive(lookup, "DPL_STAGING_CHUNK_BYTES").value_or(s.staging_chunk_bytes);
   if (const auto slots = positive(lookup, "DPL_STAGING_SLOTS")) {
     if (*slots < 2) bad_value("DPL_STAGING_SLOTS", value_of(lookup, "DPL_STAGING_SLOTS"), "a whole number from 2 to 2147483647");
@@ -155,6 +165,10 @@ const std::vector<SettingInfo>& settings_table() {
        "How hierarchical and two_dimensional write the node's shared window on host buffers: measured (each "
        "node times both kinds of stores now and then and uses the faster), cached (ordinary stores) or "
        "streaming (non-temporal stores, which skip the caches)"},
+      {"DPL_ATTENTION", "auto",
+       "Kernels of scaled_dot_product_attention on a GPU: auto (cuDNN's fused flash-attention kernels for "
+       "16-bit operands where the build has cuDNN's frontend and cuDNN accepts the problem, dpl's own kernels "
+       "otherwise) or plain (always dpl's own kernels)"},
   };
   return table;
 }

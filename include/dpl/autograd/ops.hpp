@@ -8,6 +8,7 @@
 // and gradients have the inputs' dtype, and 16-bit math is computed in float32 and rounded once
 // per kernel.
 
+#include "dpl/autograd/ops/attention.hpp"
 #include "dpl/autograd/ops/batch_norm.hpp"
 #include "dpl/autograd/ops/conv_pool.hpp"
 #include "dpl/autograd/ops/elementwise.hpp"

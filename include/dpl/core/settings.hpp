@@ -15,6 +15,10 @@ enum class OutputSetting { kAuto, kPlain, kTerminal };
 /// the kind of stores each node measures to be faster, or always ordinary (cached) or streaming
 /// (non-temporal) ones. See docs/communicators.md ("Host memory: the node's shared window").
 enum class WindowStoresSetting { kMeasured, kCached, kStreaming };
+/// Which kernels run scaled_dot_product_attention on a GPU (DPL_ATTENTION): cuDNN's fused
+/// flash-attention kernels where the build has them and cuDNN accepts the problem, dpl's own
+/// otherwise (auto); or always dpl's own (plain). See docs/ops.md ("Attention").
+enum class AttentionSetting { kAuto, kPlain };
 
 /// dpl's configuration from the environment. A variable that is unset or empty takes its default.
 /// The most host threads per process DPL_NUM_THREADS may ask for. Far more than any host has
@@ -56,6 +60,8 @@ struct Settings {
   int collective_timeout = 600;
   /// DPL_WINDOW_STORES=measured|cached|streaming: the stores of the host allreduce's shared window.
   WindowStoresSetting window_stores = WindowStoresSetting::kMeasured;
+  /// DPL_ATTENTION=auto|plain: the kernels of scaled_dot_product_attention on a GPU.
+  AttentionSetting attention = AttentionSetting::kAuto;
 };
 
 /// One row of the table of variables: its name, default and meaning.

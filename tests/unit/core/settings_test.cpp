@@ -46,6 +46,7 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_EQ(s.staging_chunk_bytes, 4 << 20);
     EXPECT_EQ(s.staging_slots, 4);
     EXPECT_EQ(s.collective_timeout, 600);
+    EXPECT_EQ(s.attention, AttentionSetting::kAuto);
   }
 }
 
@@ -63,7 +64,8 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_STAGING_CHUNK_BYTES", "65536"},
                             {"DPL_STAGING_SLOTS", "3"},
                             {"DPL_COLLECTIVE_TIMEOUT", "5"},
-                            {"DPL_WINDOW_STORES", "streaming"}});
+                            {"DPL_WINDOW_STORES", "streaming"},
+                            {"DPL_ATTENTION", "plain"}});
   EXPECT_THAT(s.ranks_per_node, ElementsAre(2));
   EXPECT_EQ(s.num_threads, 7);
   EXPECT_TRUE(s.omp_num_threads_set);
@@ -83,6 +85,8 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_EQ(parse({{"DPL_WINDOW_STORES", "cached"}}).window_stores, WindowStoresSetting::kCached);
   EXPECT_EQ(parse({}).window_stores, WindowStoresSetting::kMeasured);
   EXPECT_EQ(parse({{"DPL_MPI_CUDA_AWARE", "1"}}).mpi_cuda_aware, true);
+  EXPECT_EQ(s.attention, AttentionSetting::kPlain);
+  EXPECT_EQ(parse({{"DPL_ATTENTION", "auto"}}).attention, AttentionSetting::kAuto);
 }
 
 // Uneven virtual nodes: a list of node sizes in rank order, kept as written (the job's size is
@@ -125,6 +129,7 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_COLLECTIVE_TIMEOUT", "2.5", "whole number of seconds"},
       {"DPL_COLLECTIVE_TIMEOUT", "99999999", "31536000"},
       {"DPL_WINDOW_STORES", "fast", "measured, cached or streaming"},
+      {"DPL_ATTENTION", "cudnn", "auto or plain"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);
