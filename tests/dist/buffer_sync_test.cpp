@@ -85,7 +85,9 @@ TEST(BufferSync, RanksDriftApartAndSynchronizeToTheirMean) {
   opt->set_buffer_sync(parallel::BufferSync::kOff);
   opt->setup(*model);
   train_steps(*model, *opt, comm->rank(), 5);
-  if (comm->size() > 1) EXPECT_FALSE(buffers_equal(*model, *comm)) << "the ranks' statistics should have drifted";
+  if (comm->size() > 1) {
+    EXPECT_FALSE(buffers_equal(*model, *comm)) << "the ranks' statistics should have drifted";
+  }
 
   // The expected result: the mean of every rank's float buffers; rank 0's counters.
   const std::vector<std::vector<double>> before = gathered_buffers(*model, *comm);
