@@ -462,6 +462,7 @@ enum class Activation {
   kSigmoid,    // 1 / (1 + exp(-x))
   kTanh,       // tanh(x)
   kGelu,       // x * Phi(x) with Phi the standard normal CDF (the exact erf form)
+  kGeluTanh,   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), PyTorch's approximate='tanh'
   kExp,        // exp(x)
   kLog,        // log(x)
   kSqrt,       // sqrt(x)

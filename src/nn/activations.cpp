@@ -7,7 +7,7 @@ namespace dpl::nn {
 Variable LeakyReLU::forward(const Variable& x) { return leaky_relu(x, slope_); }
 Variable Sigmoid::forward(const Variable& x) { return sigmoid(x); }
 Variable Tanh::forward(const Variable& x) { return tanh(x); }
-Variable GELU::forward(const Variable& x) { return gelu(x); }
+Variable GELU::forward(const Variable& x) { return gelu(x, approximate_); }
 
 Dropout::Dropout(const DropoutOptions& options, Generator& gen) : options_(options), gen_(&gen) {
   const float p = options.p();

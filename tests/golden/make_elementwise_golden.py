@@ -127,6 +127,13 @@ def main():
              lambda v, t, red=red: F.smooth_l1_loss(v, t, reduction=red, beta=0.5))
         emit(out, gen, "mse_loss", p, [("x", a, True), ("target", b, True)],
              lambda v, t, red=red: F.mse_loss(v, t, reduction=red))
+    # --- GELU, exact and with the tanh approximation (own generator: the cases above keep their
+    # numbers); inputs over [-4, 4] reach both tails.
+    ggen = torch.Generator().manual_seed(31)
+    gx = fixed((4, 6), ggen, -4.0, 4.0)
+    for k, approximate in enumerate(("none", "tanh")):
+        emit(out, ggen, "gelu", [("approximate", k)], [("x", gx, True)],
+             lambda a, approximate=approximate: F.gelu(a, approximate=approximate))
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elementwise_golden.txt")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")

@@ -1,6 +1,7 @@
 #pragma once
 // Activation, dropout and softmax layers: thin modules over the ops of the same names.
 
+#include "dpl/autograd/ops/elementwise.hpp"
 #include "dpl/core/random.hpp"
 #include "dpl/nn/module.hpp"
 #include "dpl/nn/options.hpp"
@@ -35,11 +36,20 @@ class Tanh : public Module {
   Variable forward(const Variable& x) override;
 };
 
-/// x * Phi(x), the exact erf form of GELU (PyTorch's default), elementwise; no parameters.
+/// x * Phi(x) elementwise (see dpl::gelu), as PyTorch's nn.GELU: the exact erf form by default,
+/// PyTorch's tanh approximation with GeluApproximation::kTanh (nn.GELU(approximate='tanh'));
+/// no parameters.
 class GELU : public Module {
  public:
+  /// Any approximation (the exact form by default).
+  explicit GELU(GeluApproximation approximate = GeluApproximation::kNone) : approximate_(approximate) {}
   /// Any rank, float input; returns x's shape.
   Variable forward(const Variable& x) override;
+  /// The approximation given at construction.
+  GeluApproximation approximate() const { return approximate_; }
+
+ private:
+  GeluApproximation approximate_;
 };
 
 /// Settings of a Dropout layer, as libtorch's DropoutOptions: `DropoutOptions(0.1)` or

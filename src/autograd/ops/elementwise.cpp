@@ -395,7 +395,10 @@ Variable relu(const Variable& x) {
 Variable leaky_relu(const Variable& x, float slope) { return activation("leaky_relu", Activation::kLeakyRelu, slope, x); }
 Variable sigmoid(const Variable& x) { return activation("sigmoid", Activation::kSigmoid, 0.f, x); }
 Variable tanh(const Variable& x) { return activation("tanh", Activation::kTanh, 0.f, x); }
-Variable gelu(const Variable& x) { return activation("gelu", Activation::kGelu, 0.f, x); }
+Variable gelu(const Variable& x, GeluApproximation approximate) {
+  return activation("gelu", approximate == GeluApproximation::kTanh ? Activation::kGeluTanh : Activation::kGelu, 0.f,
+                    x);
+}
 
 Variable dropout(const Variable& x, float p, Generator& gen, bool training) {
   const char* op = "dropout";

@@ -17,6 +17,20 @@ void write_beta(std::int64_t n, float beta, float* o, V&& v) {
 
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+// GELU's tanh approximation, as PyTorch's GeluType::Tanh kernels: sqrt(2/pi) and the cubic term.
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kGeluKappa = 0.044715f;
+
+float gelu_tanh(float x) {
+  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + kGeluKappa * x * x * x)));
+}
+
+// d/dx of gelu_tanh, in PyTorch's order of operations.
+float gelu_tanh_derivative(float x) {
+  const float x2 = x * x;
+  const float t = std::tanh(kSqrt2OverPi * (x + kGeluKappa * x2 * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluKappa * x2);
+}
 
 void activation_cpu(Activation f, float slope, float upper, const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
@@ -34,6 +48,7 @@ void activation_cpu(Activation f, float slope, float upper, const Tensor& x, Ten
     case Activation::kGelu:
       for_each_index(n, [&](std::int64_t i) { py[i] = 0.5f * px[i] * (1.f + std::erf(px[i] * kInvSqrt2)); });
       break;
+    case Activation::kGeluTanh: for_each_index(n, [&](std::int64_t i) { py[i] = gelu_tanh(px[i]); }); break;
     case Activation::kExp: for_each_index(n, [&](std::int64_t i) { py[i] = std::exp(px[i]); }); break;
     case Activation::kLog: for_each_index(n, [&](std::int64_t i) { py[i] = std::log(px[i]); }); break;
     case Activation::kSqrt: for_each_index(n, [&](std::int64_t i) { py[i] = std::sqrt(px[i]); }); break;
@@ -76,6 +91,9 @@ void activation_backward_cpu(Activation f, float slope, float upper, const Tenso
         const float pdf = kInvSqrt2Pi * std::exp(-0.5f * s[i] * s[i]);
         return g[i] * (cdf + s[i] * pdf);
       });
+      break;
+    case Activation::kGeluTanh:
+      write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * gelu_tanh_derivative(s[i]); });
       break;
     case Activation::kExp: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] * s[i]; }); break;
     case Activation::kLog: write_beta(n, beta, o, [&](std::int64_t i) { return g[i] / s[i]; }); break;

@@ -20,6 +20,9 @@ namespace {
 constexpr int kWarpsPerBlock = kThreads / 32;
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+// GELU's tanh approximation, as PyTorch's GeluType::Tanh kernels: sqrt(2/pi) and the cubic term.
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kGeluKappa = 0.044715f;
 
 // ============================================================================================
 // kernels
@@ -58,6 +61,8 @@ __device__ __forceinline__ float activate(float x, float slope, float upper) {
   if constexpr (f == Activation::kClampMin) return clamp_lower(x, slope);
   if constexpr (f == Activation::kClampMax) return clamp_upper(x, slope);
   if constexpr (f == Activation::kClamp) return clamp_upper(clamp_lower(x, slope), upper);
+  if constexpr (f == Activation::kGeluTanh)
+    return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kGeluKappa * x * x * x)));
   return 0.5f * x * (1.f + erff(x * kInvSqrt2));
 }
 
@@ -76,6 +81,11 @@ __device__ __forceinline__ float derivative(float s, float slope, float upper) {
   if constexpr (f == Activation::kClampMin) return s >= slope ? 1.f : 0.f;
   if constexpr (f == Activation::kClampMax) return s <= slope ? 1.f : 0.f;
   if constexpr (f == Activation::kClamp) return s >= slope && clamp_lower(s, slope) <= upper ? 1.f : 0.f;
+  if constexpr (f == Activation::kGeluTanh) {
+    const float s2 = s * s;
+    const float t = tanhf(kSqrt2OverPi * (s + kGeluKappa * s2 * s));
+    return 0.5f * (1.f + t) + 0.5f * s * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluKappa * s2);
+  }
   return 0.5f * (1.f + erff(s * kInvSqrt2)) + s * kInvSqrt2Pi * expf(-0.5f * s * s);
 }
 
@@ -249,6 +259,7 @@ void with_activation(Activation f, Launch&& launch) {
     case Activation::kSigmoid: launch(std::integral_constant<Activation, Activation::kSigmoid>{}); break;
     case Activation::kTanh: launch(std::integral_constant<Activation, Activation::kTanh>{}); break;
     case Activation::kGelu: launch(std::integral_constant<Activation, Activation::kGelu>{}); break;
+    case Activation::kGeluTanh: launch(std::integral_constant<Activation, Activation::kGeluTanh>{}); break;
     case Activation::kExp: launch(std::integral_constant<Activation, Activation::kExp>{}); break;
     case Activation::kLog: launch(std::integral_constant<Activation, Activation::kLog>{}); break;
     case Activation::kSqrt: launch(std::integral_constant<Activation, Activation::kSqrt>{}); break;

@@ -667,6 +667,7 @@ TEST_F(KernelsTest, ActivationsDropoutSoftmaxArgmaxAndMseEveryDtype) {
       const std::vector<std::tuple<Activation, float, float, const Tensor*>> cases = {
           {Activation::kLeakyRelu, 0.1f, 0.f, &x},  {Activation::kSigmoid, 0.1f, 0.f, &x},
           {Activation::kTanh, 0.1f, 0.f, &x},       {Activation::kGelu, 0.1f, 0.f, &x},
+          {Activation::kGeluTanh, 0.1f, 0.f, &x},
           {Activation::kPow, 2.f, 0.f, &x},         {Activation::kPow, 3.f, 0.f, &x},
           {Activation::kPow, 1.f, 0.f, &x},         {Activation::kPow, 0.5f, 0.f, &xpos},
           {Activation::kPow, -1.f, 0.f, &xpos},     {Activation::kPow, -0.5f, 0.f, &xpos},

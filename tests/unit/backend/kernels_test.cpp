@@ -372,7 +372,8 @@ TEST_P(HalfKernels, ActivationsNd) {
   using backend::Activation;
   const Shape s{3, 2, 5, 4};
   const Tensor x = exact_in(dt(), s, gen_, -3.f, 3.f), g0 = exact_in(dt(), s, gen_), gy = exact_in(dt(), s, gen_);
-  for (Activation f : {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu}) {
+  for (Activation f :
+       {Activation::kLeakyRelu, Activation::kSigmoid, Activation::kTanh, Activation::kGelu, Activation::kGeluTanh}) {
     const std::string what = "activation " + std::to_string(static_cast<int>(f));
     Tensor want = Tensor::empty(s), got = Tensor::empty(s, dt());
     backend::activation(f, 0.125f, 0.f, x, want);

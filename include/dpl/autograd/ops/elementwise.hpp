@@ -69,9 +69,15 @@ Variable leaky_relu(const Variable& x, float slope = 0.01f);
 Variable sigmoid(const Variable& x);
 /// tanh(x), elementwise, any rank. Float input.
 Variable tanh(const Variable& x);
-/// x * Phi(x), Phi the standard normal CDF: the exact erf form (PyTorch's default, not its tanh
-/// approximation), elementwise, any rank. Float input.
-Variable gelu(const Variable& x);
+/// How gelu computes Phi: PyTorch's `approximate` argument of F.gelu ('none' or 'tanh').
+enum class GeluApproximation {
+  kNone,  // the exact erf form, x * Phi(x) (PyTorch's default)
+  kTanh,  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2's and BERT's GELU)
+};
+/// x * Phi(x), Phi the standard normal CDF, elementwise, any rank; float input. By default the
+/// exact erf form; with GeluApproximation::kTanh PyTorch's tanh approximation
+/// (F.gelu(x, approximate='tanh')), forward and backward. float32 math for every dtype.
+Variable gelu(const Variable& x, GeluApproximation approximate = GeluApproximation::kNone);
 /// Inverted dropout, any rank: while `training` and p > 0, each element is zeroed with
 /// probability p and the rest are scaled by 1 / (1 - p); otherwise x itself is returned. Requires
 /// p in [0, 1). The mask is drawn on x's device from one 64-bit seed taken from `gen` per call

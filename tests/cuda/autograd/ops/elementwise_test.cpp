@@ -35,6 +35,7 @@ TEST_F(AutogradTest, Activations) {
     check("sigmoid", {s}, [](const auto& x) { return sigmoid(x[0]); });
     check("tanh", {s}, [](const auto& x) { return tanh(x[0]); });
     check("gelu", {s}, [](const auto& x) { return gelu(x[0]); });
+    check("gelu tanh", {s}, [](const auto& x) { return gelu(x[0], GeluApproximation::kTanh); });
   }
 }
 

@@ -52,6 +52,8 @@ Variable run(const GoldenCase& c, std::map<std::string, Variable>& v, Tensor& in
   if (n == "rsqrt") return rsqrt(x());
   if (n == "abs") return abs(x());
   if (n == "neg") return neg(x());
+  // The file numbers the approximations as PyTorch's names in the order none, tanh: GeluApproximation's.
+  if (n == "gelu") return gelu(x(), static_cast<GeluApproximation>(c.int_param("approximate")));
   if (n == "pow_scalar") return pow(x(), static_cast<float>(c.param("exponent")));
   if (n == "pow") return pow(v.at("a"), v.at("b"));
   if (n == "div") return div(v.at("a"), v.at("b"));

@@ -65,15 +65,24 @@ TEST(OpsForward, ReluPropagatesNaN) {
 TEST(OpsForward, Activations) {
   const Variable x(Tensor::from_vector<float>({-2.f, 0.f, 1.5f}, {3}));
   EXPECT_THAT(leaky_relu(x, 0.1f).data().to_vector<float>(), Pointwise(FloatNear(1e-7f), {-0.2f, 0.f, 1.5f}));
-  std::vector<float> sig, th, ge;
+  std::vector<float> sig, th, ge, ge_tanh;
   for (double v : {-2.0, 0.0, 1.5}) {
     sig.push_back(static_cast<float>(1.0 / (1.0 + std::exp(-v))));
     th.push_back(static_cast<float>(std::tanh(v)));
     ge.push_back(static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)))));  // the exact erf form
+    const double pi = std::acos(-1.0);
+    const double inner = std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v);
+    ge_tanh.push_back(static_cast<float>(0.5 * v * (1.0 + std::tanh(inner))));
   }
   EXPECT_THAT(sigmoid(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), sig));
   EXPECT_THAT(tanh(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), th));
   EXPECT_THAT(gelu(x).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), ge));
+  EXPECT_THAT(gelu(x, GeluApproximation::kTanh).data().to_vector<float>(), Pointwise(FloatNear(1e-6f), ge_tanh));
+  // The approximation differs from the exact form by up to about 5e-4 near |x| = 2.
+  EXPECT_NE(gelu(x, GeluApproximation::kTanh).data().to_vector<float>()[0], gelu(x).data().to_vector<float>()[0]);
+  EXPECT_THAT(nn::GELU(GeluApproximation::kTanh).forward(x).data().to_vector<float>(),
+              Pointwise(FloatNear(1e-6f), ge_tanh));
+  EXPECT_EQ(nn::GELU().approximate(), GeluApproximation::kNone);
 }
 
 TEST(OpsForward, DropoutIsInvertedSeededAndOffOutsideTraining) {
@@ -155,6 +164,7 @@ TEST(OpsGradient, Activations) {
     EXPECT_TRUE(gradcheck([](const Vars& v) { return sigmoid(v[0]); }, {x}));
     EXPECT_TRUE(gradcheck([](const Vars& v) { return tanh(v[0]); }, {x}));
     EXPECT_TRUE(gradcheck([](const Vars& v) { return gelu(v[0]); }, {x}));
+    EXPECT_TRUE(gradcheck([](const Vars& v) { return gelu(v[0], GeluApproximation::kTanh); }, {x}));
   }
 }
 
