@@ -2,6 +2,8 @@
 // What the throughput benchmarks share: the device flags (--device, -g/--gpu, --threads), picking
 // the device from them, and the device synchronisation their clocks rely on.
 
+#include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <string>
 
@@ -45,6 +47,43 @@ struct DeviceFlags {
 /// time it took to queue it.
 inline void sync(Device d) {
   if (d.is_cuda()) cuda::synchronize(d.index);
+}
+
+/// What timed_steps measured: the seconds of the timed steps, and the caching allocator's bytes
+/// held between steps and at the peak of the timed steps (0 on the CPU).
+struct StepTimes {
+  double seconds = 0.0;
+  std::size_t held_bytes = 0, peak_bytes = 0;
+};
+
+/// Runs `warmup` untimed steps, then `iters` timed ones back to back, synchronising the device only
+/// around them. With `recorded` (a train::CapturedStep that records its fourth step), the peak is
+/// taken from just before the recording, which allocates the replays' memory once. `settle` runs
+/// after the timed steps, before the last synchronisation (a recorded step's deferred verdict),
+/// and `after_warmup` between the two loops (to reset a benchmark's own counters).
+template <typename Step, typename Settle, typename AfterWarmup>
+StepTimes timed_steps(Device device, int warmup, int iters, bool recorded, Step&& step, Settle&& settle,
+                      AfterWarmup&& after_warmup) {
+  const bool on_gpu = device.is_cuda();
+  for (int i = 0; i < warmup; ++i) {
+    if (recorded && i == 3) {
+      sync(device);
+      cuda::reset_peak(device.index);
+    }
+    step();
+  }
+  sync(device);
+  StepTimes out;
+  out.held_bytes = on_gpu ? cuda::memory_stats(device.index).current : 0;
+  if (on_gpu && !recorded) cuda::reset_peak(device.index);
+  after_warmup();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) step();
+  settle();
+  sync(device);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.peak_bytes = on_gpu ? cuda::memory_stats(device.index).peak : 0;
+  return out;
 }
 
 }  // namespace dpl::bench

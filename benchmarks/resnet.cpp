@@ -16,7 +16,6 @@
 // it. The same buckets run either way, so the two differ only in the overlap; the record then
 // adds the mean bucket time per step and the mean exposed part (what the step waited for after
 // backward; on a GPU both are the GPU's, from events).
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -145,23 +144,14 @@ int main(int argc, char** argv) {
 
     // A recorded step allocates its activations once, while it is recorded: its peak is that of
     // the recording and the replays, taken from just before the recording.
-    for (int i = 0; i < warmup; ++i) {
-      if (graph && i == 3) {
-        sync(device);
-        cuda::reset_peak(device.index);
-      }
-      step();
-    }
-    sync(device);
-    const std::size_t held = cuda ? cuda::memory_stats(device.index).current : 0;
-    if (cuda && !graph) cuda::reset_peak(device.index);
-    bucket_seconds = exposed_seconds = 0.0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) step();
-    if (graph) captured.settle();  // the last step's non-finite verdict, when it was deferred
-    sync(device);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::size_t peak = cuda ? cuda::memory_stats(device.index).peak : 0;
+    const bench::StepTimes t = bench::timed_steps(
+        device, warmup, iters, graph, step,
+        [&] {
+          if (graph) captured.settle();  // the last step's non-finite verdict, when it was deferred
+        },
+        [&] { bucket_seconds = exposed_seconds = 0.0; });
+    const double seconds = t.seconds;
+    const std::size_t peak = t.peak_bytes, held = t.held_bytes;
 
     if (memory_breakdown && cuda) {
       // Where one ordinary step's memory goes: what forward keeps for backward, and the peaks of
