@@ -53,12 +53,12 @@ void StandardUpdater::set_graph_capture(bool on, int warmup_steps) {
 
 void StandardUpdater::update(Observation& observation) {
   const double t0 = now_seconds();
-  std::vector<data::Batch> batches;
+  batches_.clear();
   for (int i = 0; i < micro_batches_; ++i) {
     const data::Batch host = iterator_.next();
-    batches.push_back({host.x.to(device_), host.y.to(device_)});
+    batches_.push_back({host.x.to(device_), host.y.to(device_)});
   }
-  const data::Batch& batch = batches.front();
+  const data::Batch& batch = batches_.front();
   const double waited = now_seconds() - t0;
   data_seconds_ += waited;
   // Recorded with the optimizer's phases, under the iteration its update will have, so a loop
@@ -77,9 +77,10 @@ void StandardUpdater::update(Observation& observation) {
     if (captured_->replays() > replays)
       for (const auto& [key, value] : recorded_values_) observation.observe(key, value);
   } else {
-    loss = optimizer_.update([&](int i) { return loss_(batches[static_cast<std::size_t>(i)], observation); },
+    loss = optimizer_.update([&](int i) { return loss_(batches_[static_cast<std::size_t>(i)], observation); },
                              micro_batches_);
   }
+  batches_.clear();  // the source may reuse their buffers for the next update
   observation.observe("main/loss", loss.data());
   // Only under kSkip, so that other runs keep their log's columns; the verdict is known on the
   // host already (the check read its flag), so this costs no wait.

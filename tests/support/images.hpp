@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dpl/data.hpp"
+#include "support/file_bytes.hpp"
 
 namespace dpl::test {
 
@@ -54,12 +55,6 @@ class SyntheticImages : public data::RandomAccessDataset {
   std::vector<std::int64_t> bad_;
   int delay_ms_;
 };
-
-/// Writes bytes to path.
-inline void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
 
 /// Encodes img as a JPEG file at path (quality 95).
 inline void write_jpeg(const std::string& path, const data::Image& img) { write_bytes(path, data::encode_jpeg(img, 95)); }

@@ -120,6 +120,10 @@ class StandardUpdater {
   Observation* observation_ = nullptr;                         // the current update's, for the step's loss function
   std::vector<std::pair<std::string, Tensor>> recorded_values_;  // what the recorded step observes
   int micro_batches_ = 1;
+  // The current update's batches on the device: kept between updates only for its capacity
+  // (emptied after each, so that the source may reuse its buffers), so a steady loop allocates
+  // no vector.
+  std::vector<data::Batch> batches_;
   std::int64_t updates_ = 0;
   std::int64_t skipped_updates_ = 0;
   double update_seconds_ = 0.0;

@@ -19,27 +19,19 @@
 #include "dpl/data/token_shard.hpp"
 #include "dpl/data/tokenizer.hpp"
 #include "support/expect_error.hpp"
+#include "support/file_bytes.hpp"
 #include "support/temp_dir.hpp"
 
 namespace {
 using namespace dpl;
 using namespace dpl::data;
 namespace fs = std::filesystem;
-using Bytes = std::vector<unsigned char>;
-
-
+using test::Bytes;
+using test::read_bytes;
+using test::write_bytes;
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

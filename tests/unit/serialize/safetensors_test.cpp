@@ -19,6 +19,7 @@
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
+#include "support/file_bytes.hpp"
 #include "support/source_tree.hpp"
 #include "support/temp_dir.hpp"
 
@@ -31,7 +32,9 @@ using ::testing::HasSubstr;
 using serialize::load_safetensors;
 using serialize::save_safetensors;
 using test::TempDir;
-using Bytes = std::vector<std::uint8_t>;
+using test::Bytes;
+using test::read_bytes;
+using test::write_bytes;
 using Named = std::vector<std::pair<std::string, Tensor>>;
 namespace fs = std::filesystem;
 
@@ -82,15 +85,6 @@ void expect_same(const Named& got, const Named& want, bool same_order = true) {
   }
 }
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-}
 
 // A file made by hand: the 8-byte length of header (or `length` when given), header, data bytes.
 Bytes hand_made(const std::string& header, std::size_t data_bytes, std::uint64_t length = ~std::uint64_t{0}) {
