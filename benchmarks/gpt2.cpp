@@ -9,9 +9,9 @@
 // steps run back to back with the device synchronised only before the first and after the last.
 // peak_mem_bytes is the caching allocator's peak over them (0 on the CPU); held_mem_bytes what
 // stays allocated between steps (weights, gradients, masters, optimizer state, the tokens).
-// --graph records the step as a CUDA graph after three ordinary steps and replays it; clipping
-// reads the norm back to the host, so it is left out of a recorded step (--clip 0 leaves it out
-// of ordinary steps too, for comparison).
+// --graph records the step as a CUDA graph after three ordinary steps and replays it, clipping
+// included (its norm stays on the device). --profile-steps N runs N more steps at the end with a
+// profiler's capture on (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   int iters = 0, warmup = -1;
   double clip = 1.0;
   bool graph = false;
+  int profile_steps = 0;
   std::uint64_t seed = 0;
   flags.add_to(app);
   app.add_option("--bs", batch, "sequences per step")->check(CLI::PositiveNumber);
@@ -68,6 +69,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first (default 5 on cuda, 1 on cpu)");
   app.add_option("--seed", seed, "seed of the weights and tokens");
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
+  app.add_option("--profile-steps", profile_steps, "steps run at the end with a profiler's capture on")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -96,8 +99,7 @@ int main(int argc, char** argv) {
     const auto opt_ptr = optim::mixed_precision(std::move(adamw), dtype);
     optim::Optimizer& opt = *opt_ptr;
     opt.setup(*model);
-    // Clipping reads the global norm back to the host, which a recorded step cannot do.
-    if (clip > 0 && !graph) optim::clip_gradients(opt, clip);
+    if (clip > 0) optim::clip_gradients(opt, clip);
 
     const auto loss_of = [&](const Tensor& in, const Tensor& labels) {
       const Variable logits = (*model)(Variable(in));
@@ -121,13 +123,21 @@ int main(int argc, char** argv) {
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
     const float loss = step().item();
     if (graph) captured.settle();
+    if (profile_steps > 0) {
+      sync(device);
+      cuda::profiler_start();
+      for (int i = 0; i < profile_steps; ++i) step();
+      if (graph) captured.settle();
+      sync(device);
+      cuda::profiler_stop();
+    }
     const double step_s = seconds / iters;
     std::printf("what=gpt2 layers=%lld embd=%lld heads=%lld params=%lld bs=%lld seq=%lld dtype=%s graph=%d clip=%g "
                 "tokens_per_s=%.0f step_ms=%.3f peak_mem_bytes=%zu held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",
                 static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),
                 static_cast<long long>(config.n_head), static_cast<long long>(model->num_parameters()),
                 static_cast<long long>(batch), static_cast<long long>(seq), dtype_name(dtype), graph ? 1 : 0,
-                graph ? 0.0 : clip, static_cast<double>(batch * seq) / step_s, step_s * 1e3, peak, held,
+                clip, static_cast<double>(batch * seq) / step_s, step_s * 1e3, peak, held,
                 cuda ? "cuda" : "cpu", iters, loss);
     return 0;
   } catch (const std::exception& e) {

@@ -37,7 +37,7 @@ struct Backprop {
   // Fills one target for input var. `fresh` is set when the target is a temporary that the
   // caller must add into the real buffer afterwards (the same variable appears twice).
   GradTarget target_for(const Variable& var, std::unordered_set<const VariableImpl*>& seen, Tensor& scratch,
-                        Tensor*& merge_into) {
+                        Tensor*& merge_into, bool adopting) {
     merge_into = nullptr;
     VariableImpl& impl = *var.impl();
     Tensor* buffer = nullptr;
@@ -61,9 +61,16 @@ struct Backprop {
     // A gradient buffer takes the memory format of its variable's data, so that a channels-last
     // network's gradients stay channels-last and its ops need no conversions in backward.
     if (!buffer->defined()) {
-      *buffer = gradient_buffer_for(impl);
       GradTarget fresh{buffer, 0.f};
       fresh.replaceable = impl.creator != nullptr;
+      if (adopting && fresh.replaceable) {
+        fresh.unallocated = true;
+        fresh.shape = impl.released ? impl.released_shape : impl.data.shape();
+        fresh.options = impl.released ? impl.released_options : TensorOptions(impl.data.dtype(), impl.data.device());
+        fresh.format = impl.released ? impl.released_format : impl.data.memory_format();
+        return fresh;
+      }
+      *buffer = gradient_buffer_for(impl);
       return fresh;
     }
     return {buffer, 1.f};
@@ -299,9 +306,14 @@ void Variable::backward() const {
     scratch.assign(inputs.size(), Tensor());
     merge.assign(inputs.size(), nullptr);
     seen.clear();
-    for (std::size_t i = 0; i < inputs.size(); ++i) targets[i] = bp.target_for(inputs[i], seen, scratch[i], merge[i]);
+    const bool adopting = node->adopts_gradient_buffers();
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      targets[i] = bp.target_for(inputs[i], seen, scratch[i], merge[i], adopting);
     node->backward(grad_out, targets);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
+      DPL_CHECK(!targets[i].unallocated || targets[i].tensor->defined(), "backward of ", node->name(),
+                ": expected the gradient buffer of input ", i, " to be defined by the op (it adopts its buffers), ",
+                "got none");
       if (merge[i]) backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
     }
     if (!ready_after.empty())

@@ -60,6 +60,8 @@ void graph_destroy(RecordedGraph* graph) noexcept;
 int graph_device(const RecordedGraph* graph);
 /// Whether device's compute stream is being recorded now.
 bool is_capturing(int device);
+/// Turns a profiler's capture on or off (cudaProfilerStart/Stop).
+void profiler_capture(bool on);
 
 }  // namespace cuda_api
 }  // namespace dpl::backend

@@ -36,14 +36,23 @@ struct DTypeRule {
   Kind kind = Kind::kAny;
   /// Bit i set: tensor i is exempt from `kind` and must be int32 instead (class labels).
   std::uint32_t int32_tensors = 0;
+  /// Bit i set: tensor i is exempt from `kind` and must be float32 instead (statistics kept in
+  /// float32 beside 16-bit data).
+  std::uint32_t float32_tensors = 0;
 
-  static constexpr DTypeRule any() { return {Kind::kAny, 0}; }
-  static constexpr DTypeRule same() { return {Kind::kSame, 0}; }
-  static constexpr DTypeRule floating() { return {Kind::kFloating, 0}; }
-  static constexpr DTypeRule floating_each() { return {Kind::kFloatingEach, 0}; }
-  static constexpr DTypeRule float32() { return {Kind::kFloat32, 0}; }
+  static constexpr DTypeRule any() { return {Kind::kAny}; }
+  static constexpr DTypeRule same() { return {Kind::kSame}; }
+  static constexpr DTypeRule floating() { return {Kind::kFloating}; }
+  static constexpr DTypeRule floating_each() { return {Kind::kFloatingEach}; }
+  static constexpr DTypeRule float32() { return {Kind::kFloat32}; }
   /// This rule with tensor `index` required to be int32.
-  constexpr DTypeRule int32_at(int index) const { return {kind, int32_tensors | (std::uint32_t{1} << index)}; }
+  constexpr DTypeRule int32_at(int index) const {
+    return {kind, int32_tensors | (std::uint32_t{1} << index), float32_tensors};
+  }
+  /// This rule with tensor `index` required to be float32.
+  constexpr DTypeRule float32_at(int index) const {
+    return {kind, int32_tensors, float32_tensors | (std::uint32_t{1} << index)};
+  }
 };
 
 namespace dispatch_detail {

@@ -140,6 +140,12 @@ DPL_DECLARE_KERNEL(scatter_add, any(),
 DPL_DECLARE_KERNEL(gemm, floating(),
                    void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
                         Tensor& c));
+/// out (m, n) = x (m, k) w^T + bias for w (n, k) and bias (n,) added to every row: a linear
+/// layer's forward, a 16-bit result rounded once. On the GPU the bias is added in the matrix
+/// product's epilogue (cuBLASLt), so out is written once; operands that break 16-byte alignment
+/// take a product and an add instead (rounded twice).
+DPL_DECLARE_KERNEL(linear_bias, floating(),
+                   void(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out));
 /// c[i] = alpha * op(a[i]) op(b[i]) + beta * c[i] for a batch of row-major matrices: a, b, c
 /// contiguous 3-D (batch, rows, cols) with one batch extent (16-bit: float32 accumulation).
 DPL_DECLARE_KERNEL(gemm_batched, floating(),
@@ -161,22 +167,31 @@ DPL_DECLARE_KERNEL(axpby, floating(), void(float alpha, const Tensor& x, float b
 DPL_DECLARE_KERNEL(sum_rows, floating(), void(float alpha, const Tensor& x, float beta, Tensor& out));
 /// out (1 element) = alpha * sum of all elements of x (any rank; accumulated in double).
 DPL_DECLARE_KERNEL(sum_all, floating(), void(float alpha, const Tensor& x, Tensor& out));
+/// out (1 element, float32) = the sum of the squares of x's elements (any rank; accumulated in
+/// double): a squared L2 norm without a squared copy of x.
+DPL_DECLARE_KERNEL(sum_squares, floating().float32_at(1), void(const Tensor& x, Tensor& out));
+/// x *= max_norm / sqrt(sum_squares[0]) when that norm exceeds max_norm, else x is left exactly as it
+/// was (sum_squares, one float32 element, is read on the device, so nothing waits for it).
+DPL_DECLARE_KERNEL(clip_to_norm, floating().float32_at(1), void(Tensor& x, const Tensor& sum_squares, float max_norm));
 /// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
 DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
 /// y = max(x, 0), any rank; NaN stays NaN (as PyTorch's relu).
 DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * (y > 0), any rank.
 DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor& gy, float beta, Tensor& gx));
-/// probs (N, C) = softmax(logits) row-wise; loss (1 element) = mean over rows of the cross-entropy
-/// against the target distribution (1 - smoothing) * onehot(label) + smoothing / C, smoothing in
-/// [0, 1). Labels are int32; host labels are range-checked by the caller, and on the GPU an
-/// out-of-range label makes the loss NaN.
-DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1),
-                   void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& probs, Tensor& loss));
-/// glogits = beta*glogits + gloss[0] / N * (probs - (1 - smoothing) * onehot(labels) - smoothing / C).
-DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1),
-                   void(const Tensor& probs, const Tensor& labels, float smoothing, const Tensor& gloss, float beta,
-                        Tensor& glogits));
+/// lse (N,) float32 = log-sum-exp of each row of logits (N, C); loss (1 element) = mean over rows
+/// of the cross-entropy of softmax(logits) against the target distribution (1 - smoothing) *
+/// onehot(label) + smoothing / C, smoothing in [0, 1). Labels are int32; host labels are
+/// range-checked by the caller, and on the GPU an out-of-range label makes the loss NaN. Only lse
+/// is kept for backward, which recomputes the probabilities from the logits: no (N, C) tensor
+/// beside the logits.
+DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2),
+                   void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss));
+/// glogits = beta*glogits + gloss[0] / N * (exp(logits - lse) - (1 - smoothing) * onehot(labels) -
+/// smoothing / C). glogits may be logits itself (beta 0): the gradient then replaces the logits.
+DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2),
+                   void(const Tensor& logits, const Tensor& labels, const Tensor& lse, float smoothing,
+                        const Tensor& gloss, float beta, Tensor& glogits));
 /// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.
 DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, const Tensor& labels, Tensor& out));
 
@@ -591,8 +606,10 @@ DPL_DECLARE_KERNEL(nll_loss_backward, any(),
 // Scaled dot-product attention of q (B, H, Tq, D), k (B, H, Tk, D) and v (B, H, Tk, Dv), Tk >= 1:
 // query row i of each (b, h) gets p_ij = softmax_j(scale * q_i . k_j) over the keys it sees (all,
 // or j <= i when causal: PyTorch's top-left alignment) and out_i = sum_j p_ij v_j. q, k and v
-// share one float dtype and may have any strides whose last one is 1; the other tensors are
-// contiguous. The softmax, its statistics and every sum are float32 whatever the dtype.
+// share one float dtype; they, out, gout and the gradients may have any strides whose last one is
+// 1 (an output laid out (B, Tq, H, Dv), as PyTorch's flash attention lays it, is a view of rows of
+// width H * Dv: no transpose copy before the output projection); lse is contiguous. The softmax,
+// its statistics and every sum are float32 whatever the dtype.
 
 /// The attention of one call: the causal mask, the scale of the scores, and whether a GPU may run
 /// it on cuDNN's fused flash-attention kernels where the build has them and cuDNN accepts the
@@ -609,8 +626,8 @@ DPL_DECLARE_KERNEL(sdpa_forward, floating_each(),
                    void(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                         Tensor& lse));
 /// The gradients of sdpa_forward from its out and lse and gout (out's gradient): gq = beta*gq +
-/// dL/dq, gk and gv likewise, each contiguous with its input's shape and the inputs' dtype. All
-/// three are computed.
+/// dL/dq, gk and gv likewise, each with its input's shape and the inputs' dtype. All three are
+/// computed.
 DPL_DECLARE_KERNEL(sdpa_backward, floating_each(),
                    void(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& gout, const Tensor& lse, float beta, Tensor& gq, Tensor& gk, Tensor& gv));

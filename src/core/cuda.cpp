@@ -128,6 +128,14 @@ void Graph::replay() {
 
 int Graph::device() const { return backend::cuda_api::graph_device(as_graph(handle_)); }
 
+void profiler_start() {
+  if (cuda_device_count() > 0) backend::cuda_api::profiler_capture(true);
+}
+
+void profiler_stop() {
+  if (cuda_device_count() > 0) backend::cuda_api::profiler_capture(false);
+}
+
 bool is_capturing(int device) { return cuda_device_count() > 0 && backend::cuda_api::is_capturing(device); }
 
 }  // namespace cuda

@@ -121,7 +121,7 @@ Variable CausalSelfAttention::forward(const Variable& x) {
   const std::vector<Variable> parts = split(qkv, 1, 0);
   const Variable y =
       scaled_dot_product_attention(squeeze(parts[0], 0), squeeze(parts[1], 0), squeeze(parts[2], 0), true);
-  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C): the one copy, which c_proj needs contiguous rows for.
+  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C): views, as attention lays its output out tokens first.
   return c_proj_->forward(reshape(transpose(y, 1, 2), {B, T, C}));
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "dpl/autograd/ops.hpp"
+#include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::optim {
@@ -16,29 +16,40 @@ void check_max_norm(double max_norm) {
 
 double gradient_norm(const nn::ParameterArena& arena) {
   if (arena.numel() == 0) return 0.0;
-  NoGradGuard no_grad;
-  const Variable g(arena.grads());
-  return std::sqrt(static_cast<double>(sum(g * g).item()));
+  Tensor sum_squares = Tensor::empty({}, TensorOptions(kFloat32, arena.grads().device()));
+  backend::sum_squares(arena.grads(), sum_squares);
+  return std::sqrt(static_cast<double>(sum_squares.item()));
 }
 
 double clip_gradient_norm(nn::ParameterArena& arena, double max_norm) {
-  check_max_norm(max_norm);
-  const double norm = gradient_norm(arena);
-  if (norm <= max_norm) return norm;
-  NoGradGuard no_grad;
-  Tensor grads = arena.grads();
-  const Tensor scale = Tensor::full({}, max_norm / norm, TensorOptions(grads.dtype(), grads.device()));
-  grads.copy_(mul(Variable(grads), Variable(scale)).data());
-  return norm;
+  GradientClipping clipping(max_norm);
+  clipping(arena);
+  return clipping.last_norm();
 }
 
 GradientClipping::GradientClipping(double max_norm) : max_norm_(max_norm) { check_max_norm(max_norm); }
 
-void GradientClipping::operator()(nn::ParameterArena& arena) { last_norm_ = clip_gradient_norm(arena, max_norm_); }
+// The norm stays on the device and the scale is decided there: a step that clips never waits for
+// the device (which would leave it idle while the host queues the rest of the step).
+void GradientClipping::operator()(nn::ParameterArena& arena) {
+  if (arena.numel() == 0) {
+    sum_squares_ = Tensor();
+    return;
+  }
+  Tensor grads = arena.grads();
+  if (!sum_squares_.defined() || sum_squares_.device() != grads.device())
+    sum_squares_ = Tensor::empty({}, TensorOptions(kFloat32, grads.device()));
+  backend::sum_squares(grads, sum_squares_);
+  backend::clip_to_norm(grads, sum_squares_, static_cast<float>(max_norm_));
+}
+
+double GradientClipping::last_norm() const {
+  return sum_squares_.defined() ? std::sqrt(static_cast<double>(sum_squares_.item())) : 0.0;
+}
 
 std::shared_ptr<GradientClipping> clip_gradients(Optimizer& optimizer, double max_norm) {
   auto clipping = std::make_shared<GradientClipping>(max_norm);
-  optimizer.add_gradient_hook([clipping](nn::ParameterArena& arena) { (*clipping)(arena); });
+  optimizer.add_gradient_hook([clipping](nn::ParameterArena& arena) { (*clipping)(arena); }, /*device_only=*/true);
   return clipping;
 }
 

@@ -94,7 +94,9 @@ nn::Module& Optimizer::target() const { return front_->target(); }
 
 // The hooks run where the rule reads its gradients: after any wrapper's stage (on the averaged,
 // float32 master gradients).
-void Optimizer::add_gradient_hook(GradientHook hook) { rule_stage().add_gradient_hook(std::move(hook)); }
+void Optimizer::add_gradient_hook(GradientHook hook, bool device_only) {
+  rule_stage().add_gradient_hook(std::move(hook), device_only);
+}
 std::size_t Optimizer::gradient_hook_count() const { return rule_stage().gradient_hook_count(); }
 
 std::string Optimizer::replay_refusal() const { return front_->replay_refusal(); }

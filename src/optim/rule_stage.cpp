@@ -41,6 +41,7 @@ void RuleStage::update() {
     DPL_CHECK(arena.id() == state_arena_, "Optimizer: the model's parameters changed since replay mode began; ",
               "leave replay mode and record the step again");
     prepared_ = false;
+    for (const GradientHook& hook : hooks_) hook(arena);  // device-only ones (replay_refusal)
     rule_.step(arena);
     return;
   }
@@ -76,11 +77,14 @@ void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
   rule_.lay_out_groups(arena);
 }
 
-void RuleStage::add_gradient_hook(GradientHook hook) {
+void RuleStage::add_gradient_hook(GradientHook hook, bool device_only) {
   DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
   DPL_CHECK(rule_.shard_numel_ < 0, "Optimizer::add_gradient_hook: the optimizer state is sharded between ranks, and ",
             "a gradient hook (e.g. clipping) would see only this rank's shard of the averaged gradient");
+  DPL_CHECK(device_only || !replay_, "Optimizer::add_gradient_hook: a hook that is not device-only cannot join a ",
+            "step in replay mode; leave replay mode first");
   hooks_.push_back(std::move(hook));
+  if (!device_only) ++host_hooks_;
 }
 
 // --- replay mode ---------------------------------------------------------------------------------
@@ -88,8 +92,8 @@ void RuleStage::add_gradient_hook(GradientHook hook) {
 std::string RuleStage::replay_refusal() const {
   if (rule_.replay_values().empty())
     return "this optimizer's step() does not take its values from the device (replay_values() is empty)";
-  if (!hooks_.empty())
-    return "gradient hooks run on the host between the gradients and the step (clipping reads the norm back)";
+  if (host_hooks_ > 0)
+    return "a gradient hook that is not device-only may read values back between the gradients and the step";
   return {};
 }
 

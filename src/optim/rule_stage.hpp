@@ -52,7 +52,7 @@ class RuleStage final : public CheckingStage {
   void settle_replay();
   bool verdict_pending() const { return pending_verdict_ != nullptr; }
 
-  void add_gradient_hook(GradientHook hook);
+  void add_gradient_hook(GradientHook hook, bool device_only);
   std::size_t gradient_hook_count() const { return hooks_.size(); }
   const Tensor& replay_values_on_device() const { return replay_values_; }
   const Tensor& replay_skip_flag() const { return replay_skip_; }
@@ -63,6 +63,7 @@ class RuleStage final : public CheckingStage {
 
   Optimizer& rule_;
   std::vector<GradientHook> hooks_;
+  std::size_t host_hooks_ = 0;  // hooks that are not device-only: they keep replay mode out
   // The arena the state was laid out for; a repacked model gets fresh state.
   std::uint64_t state_arena_ = 0;
   Tensor replay_values_;  // replay mode: the step's values on the device

@@ -20,8 +20,24 @@ struct GradTarget {
   /// gradient in another shape (reshape, squeeze) may then make that gradient tensor the buffer
   /// instead of copying it. Never set for a leaf's gradient.
   bool replaceable = false;
+  /// Set, for a node that adopts its gradient buffers (Node::adopts_gradient_buffers), on a
+  /// replaceable target instead of allocating it: *tensor is still undefined, and backward must
+  /// define it, with a tensor it already holds that fits() or with allocate(). An op that can hand
+  /// over a buffer (a reshape, a loss that turns its saved logits into their gradient) then never
+  /// costs a second one, not even for a moment.
+  bool unallocated = false;
+  /// The layout a buffer of an unallocated target must have: the input's shape, dtype, device and
+  /// memory format.
+  Shape shape;
+  TensorOptions options;
+  MemoryFormat format = MemoryFormat::kContiguous;
   /// False when the input needs no gradient; then tensor is null and nothing is written.
   bool needed() const { return tensor != nullptr; }
+  /// Whether t has the layout of this unallocated target's buffer (and may become it).
+  bool fits(const Tensor& t) const;
+  /// Makes *tensor a new, uninitialised buffer of the layout (an unallocated target whose buffer
+  /// is not defined yet) and returns it.
+  Tensor& allocate();
 };
 
 /// A recorded op. The forward function creates a Node subclass, stores whatever backward needs
@@ -43,6 +59,9 @@ class Node {
   virtual void backward(const Tensor& grad_output, std::vector<GradTarget>& targets) = 0;
   /// Frees what backward needed (called by the engine once this node has run).
   virtual void release() {}
+  /// True for a node whose backward defines its fresh intermediate gradient buffers itself (see
+  /// GradTarget::unallocated); the engine then does not allocate them first.
+  virtual bool adopts_gradient_buffers() const { return false; }
 
   const std::vector<Variable>& inputs() const { return inputs_; }
   void set_inputs(std::vector<Variable> inputs);

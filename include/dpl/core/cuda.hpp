@@ -115,4 +115,10 @@ class Graph {
 /// not run). False without a GPU.
 bool is_capturing(int device = 0);
 
+/// Marks the work queued from now on for a profiler started with its capture off (Nsight Compute's
+/// --profile-from-start off), until profiler_stop(); lets a program profile a few steps and not its
+/// set-up. Does nothing without a GPU.
+void profiler_start();
+void profiler_stop();
+
 }  // namespace dpl::cuda

@@ -18,21 +18,24 @@ double gradient_norm(const nn::ParameterArena& arena);
 /// Requires a finite max_norm > 0; throws dpl::Error naming the value otherwise.
 double clip_gradient_norm(nn::ParameterArena& arena, double max_norm);
 
-/// A gradient hook that clips by global norm (clip_gradient_norm) and remembers the norm it saw.
+/// A gradient hook that clips by global norm (as clip_gradient_norm does) and remembers the norm it
+/// saw. The norm and the decision stay on the device, so a step with clipping never waits for the
+/// GPU; reading last_norm() does.
 class GradientClipping {
  public:
   /// Requires a finite max_norm > 0; throws dpl::Error naming the value otherwise.
   explicit GradientClipping(double max_norm);
-  /// Clips arena's gradients; records the norm before clipping.
+  /// Clips arena's gradients; records the norm before clipping (on the arena's device).
   void operator()(nn::ParameterArena& arena);
   /// The threshold.
   double max_norm() const { return max_norm_; }
-  /// The norm before clipping at the last call (0 before the first).
-  double last_norm() const { return last_norm_; }
+  /// The norm before clipping at the last call (0 before the first, or for an empty arena); waits
+  /// for that call's work on the device.
+  double last_norm() const;
 
  private:
   double max_norm_;
-  double last_norm_ = 0.0;
+  Tensor sum_squares_;  // the last call's sum of squared gradients, one float32 on the arena's device
 };
 
 /// Adds clipping by global norm to optimizer (to the wrapped optimizer of a MultiNodeOptimizer,

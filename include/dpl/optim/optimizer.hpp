@@ -226,17 +226,19 @@ class Optimizer {
   nn::Module& target() const;
 
   /// Adds a hook that every update() runs on the gradients the rule reads, before the step,
-  /// after the hooks added before it (clip_gradient_norm, or a user's own transform). Requires a
-  /// callable hook; throws dpl::Error for an empty one.
-  void add_gradient_hook(GradientHook hook);
+  /// after the hooks added before it (clip_gradients, or a user's own transform). `device_only`
+  /// says the hook only queues work on the gradients' device and reads nothing back, so that a
+  /// recorded step (replay mode) may include it; any other hook keeps the optimizer out of replay
+  /// mode. Requires a callable hook; throws dpl::Error for an empty one.
+  void add_gradient_hook(GradientHook hook, bool device_only = false);
   /// Number of hooks added.
   std::size_t gradient_hook_count() const;
 
   // --- replay mode: a step recorded once and replayed (train::CapturedStep, docs/cuda-graphs.md)
 
   /// Empty when this optimizer can run in replay mode; otherwise why not (an optimizer whose
-  /// step() does not take its values from replay_values(), a gradient hook, which runs on the
-  /// host, or float16 loss scaling, which decides on the host).
+  /// step() does not take its values from replay_values(), a gradient hook that is not
+  /// device-only, or float16 loss scaling, which decides on the host).
   std::string replay_refusal() const;
   /// Enters (true) or leaves replay mode. In it update() and update(loss_fn) only queue a step's
   /// device work, reading nothing back: the update kernel takes this step's values (learning

@@ -1,7 +1,7 @@
 // scaled_dot_product_attention: one kernel pair (backend::sdpa_forward, backend::sdpa_backward)
 // that keeps per-row log-sum-exp statistics instead of the (Tq, Tk) probabilities, as flash
 // attention does. q, k and v are read through their own strides; only an input whose last
-// dimension is strided is copied.
+// dimension is strided is copied. The output is laid out (B, Tq, H, Dv) (see below).
 #include <cmath>
 
 #include "autograd/ops/support.hpp"
@@ -49,7 +49,7 @@ class AttentionNode final : public Node {
       temporary[i] = beta == 0.f ? Tensor::empty(inputs[i]->shape(), o) : Tensor::zeros(inputs[i]->shape(), o);
       dst[i] = &temporary[i];
     }
-    backend::sdpa_backward(params, q, k, v, out, dense(gy), lse, beta, *dst[0], *dst[1], *dst[2]);
+    backend::sdpa_backward(params, q, k, v, out, rows_contiguous(gy), lse, beta, *dst[0], *dst[1], *dst[2]);
     for (int i = 0; i < 3; ++i) {
       GradTarget& target = t[static_cast<std::size_t>(i)];
       if (target.needed() && dst[i] == &temporary[i]) pass_into(temporary[i], target);
@@ -85,7 +85,10 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   p.causal = is_causal;
   p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(sq[3])));
   const Tensor tq = rows_contiguous(q.data()), tk = rows_contiguous(k.data()), tv = rows_contiguous(v.data());
-  Tensor out = empty_on({sq[0], sq[1], sq[2], sv[3]}, tq);
+  // out (B, H, Tq, Dv) lies in memory as (B, Tq, H, Dv), as PyTorch's flash attention lays it: the
+  // usual next step, transpose(1, 2) and merging the heads into rows of width H * Dv, is then a
+  // view, not a copy, and out's gradient comes back in the same layout.
+  Tensor out = transpose(Variable(empty_on({sq[0], sq[2], sq[1], sv[3]}, tq)), 1, 2).data();
   Tensor lse = Tensor::empty({sq[0], sq[1], sq[2]}, TensorOptions(kFloat32, tq.device()));
   backend::sdpa_forward(p, tq, tk, tv, out, lse);
   if (!any_requires_grad({&q, &k, &v})) return Variable(out);

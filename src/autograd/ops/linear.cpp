@@ -175,9 +175,8 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   }
   const Tensor tx = dense(x.data()), tw = dense(weight.data());
   Tensor out = empty_on({tx.size(0), outf}, tx);
-  backend::gemm(false, true, 1.f, tx, tw, 0.f, out);
-  if (bias.defined())
-    backend::binary(backend::BinaryOp::kAdd, backend::Broadcast::kRow, out, dense(bias.data()), 0.f, out);
+  if (bias.defined()) backend::linear_bias(tx, tw, dense(bias.data()), out);
+  else backend::gemm(false, true, 1.f, tx, tw, 0.f, out);
   if (!any_requires_grad({&x, &weight, &bias})) return Variable(out);
   auto node = std::make_shared<LinearNode>();
   node->x = tx;

@@ -29,15 +29,31 @@ void check_logits_labels(const char* op, const Variable& logits, const Tensor& l
             ", ", *hi, "]");
 }
 
+// Keeps the logits and each row's log-sum-exp, and recomputes the probabilities in backward. When
+// the graph is all that still holds the logits (the usual case for a language model's head), their
+// gradient is written over them and handed on as the buffer, so the loss costs no tensor of the
+// logits' size beyond the logits themselves.
 class SoftmaxXentNode final : public Node {
  public:
-  Tensor probs, labels;
+  Tensor logits, lse, labels;
   float smoothing = 0.f;
   const char* name() const override { return "softmax_cross_entropy"; }
+  bool adopts_gradient_buffers() const override { return true; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
-    if (t[0].needed()) backend::softmax_xent_backward(probs, labels, smoothing, gy, t[0].beta, *t[0].tensor);
+    if (!t[0].needed()) return;
+    Tensor& buffer = *t[0].tensor;
+    if (t[0].unallocated && !buffer.defined()) {
+      // use_count 1: this node's copy of the view is the only one, so nothing can read the logits again.
+      if (logits.storage().use_count() == 1 && t[0].fits(logits)) {
+        backend::softmax_xent_backward(logits, labels, lse, smoothing, gy, 0.f, logits);
+        buffer = logits;
+        return;
+      }
+      t[0].allocate();
+    }
+    backend::softmax_xent_backward(logits, labels, lse, smoothing, gy, t[0].beta, buffer);
   }
-  void release() override { probs = labels = Tensor(); }
+  void release() override { logits = lse = labels = Tensor(); }
 };
 
 class MseNode final : public Node {
@@ -220,12 +236,13 @@ Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, flo
   DPL_CHECK(logits.data().size(0) > 0, op, ": expected at least one row of logits, got shape ",
             shape_str(logits.shape()));
   const Tensor tl = dense(logits.data()), ty = dense(labels);
-  Tensor probs = Tensor::empty_like(tl);
+  Tensor lse = Tensor::empty({tl.size(0)}, TensorOptions(kFloat32, tl.device()));
   Tensor loss = empty_on({}, tl);
-  backend::softmax_xent(tl, ty, label_smoothing, probs, loss);
+  backend::softmax_xent(tl, ty, label_smoothing, lse, loss);
   if (!any_requires_grad({&logits})) return Variable(loss);
   auto node = std::make_shared<SoftmaxXentNode>();
-  node->probs = probs;
+  node->logits = tl;
+  node->lse = lse;
   node->labels = ty;
   node->smoothing = label_smoothing;
   node->set_inputs({logits});

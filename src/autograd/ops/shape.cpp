@@ -151,6 +151,8 @@ class ReshapeNode final : public Node {
  public:
   Shape in_shape;
   const char* name() const override { return "reshape"; }
+  // The input's gradient is usually the output's, reshaped: hand it over without a buffer first.
+  bool adopts_gradient_buffers() const override { return true; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
     if (t[0].needed()) pass_into(dense(gy).reshape(in_shape), t[0]);
   }

@@ -90,6 +90,13 @@ void add_into(const Tensor& g, GradTarget& target) {
 
 void pass_into(const Tensor& g, GradTarget& target) {
   Tensor& buffer = *target.tensor;
+  if (target.unallocated && !buffer.defined()) {
+    if (target.fits(g)) {
+      buffer = g;
+      return;
+    }
+    target.allocate();
+  }
   if (target.replaceable && target.beta == 0.f && g.shape() == buffer.shape() && g.strides() == buffer.strides() &&
       g.dtype() == buffer.dtype() && g.device() == buffer.device()) {
     buffer = g;

@@ -73,8 +73,8 @@ void add_into(const Tensor& g, GradTarget& target);
 
 /// add_into for an op that hands its own output gradient, in the input's shape, to its only
 /// input (reshape, squeeze, an expand that repeats nothing): g becomes the buffer when the target
-/// is replaceable and g has the buffer's strides, dtype and device, else it is added in. g must
-/// not go to any other target.
+/// is replaceable and g has the buffer's strides, dtype and device (or, for an unallocated target,
+/// its layout), else it is added in. g must not go to any other target.
 void pass_into(const Tensor& g, GradTarget& target);
 
 /// Runs `kernel(beta, out)`, a kernel that writes in format f, into target's buffer when the

@@ -5,7 +5,8 @@
 //
 // 16-bit operands are read through float32 copies and the outputs rounded once, as Widened
 // (cpu.hpp) does; Widened is not used because it needs contiguous tensors and these kernels read
-// strided views of q, k and v in place when they are float32.
+// strided views of q, k, v, out and gout in place when they are float32. Strided outputs are
+// written through packed copies.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -30,16 +31,17 @@ Rows rows_of(const Tensor& t, Tensor& hold) {
   return {hold.data<float>(), hold.strides()[0], hold.strides()[1], hold.strides()[2]};
 }
 
-// A float32 tensor the kernel writes for `out`: out itself when it is float32, else a float32 copy
-// (of its contents when `keep`, for accumulation) that finish() rounds into out.
+// A packed float32 tensor the kernel writes for `out`: out itself when it is packed float32, else a
+// packed float32 copy (of its contents when `keep`, for accumulation) that finish() rounds and
+// lays into out.
 struct Output {
   Output(Tensor& out, bool keep) : original(out) {
-    if (out.dtype() == kFloat32) work = out;
-    else work = keep ? out.to(kFloat32) : Tensor::empty(out.shape(), kFloat32);
+    if (out.dtype() == kFloat32 && out.is_contiguous()) work = out;
+    else work = keep ? out.contiguous().to(kFloat32) : Tensor::empty(out.shape(), kFloat32);
   }
   float* data() { return work.data<float>(); }
   void finish() {
-    if (original.dtype() != kFloat32) original.copy_(work);
+    if (!work.shares_storage_with(original)) original.copy_(work);
   }
   Tensor& original;
   Tensor work;

@@ -148,6 +148,23 @@ void sum_all_cpu(float alpha, const Tensor& x, Tensor& out) {
   out.data<float>()[0] = static_cast<float>(alpha * acc);
 }
 
+void sum_squares_cpu(const Tensor& x, Tensor& out) {
+  const float* px = x.data<float>();
+  const std::int64_t n = x.numel();
+  double acc = 0.0;
+#pragma omp parallel for simd reduction(+ : acc) if (n > kParallelGrain) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) acc += static_cast<double>(px[i]) * static_cast<double>(px[i]);
+  out.data<float>()[0] = static_cast<float>(acc);
+}
+
+void clip_to_norm_cpu(Tensor& x, const Tensor& sum_squares, float max_norm) {
+  const float norm = std::sqrt(sum_squares.data<float>()[0]);
+  if (!(norm > max_norm)) return;
+  const float scale = max_norm / norm;
+  float* px = x.data<float>();
+  for_each_index(x.numel(), [&](std::int64_t i) { px[i] *= scale; });
+}
+
 void fill_scaled_cpu(float alpha, const Tensor& s, float beta, Tensor& out) {
   const float v = alpha * s.data<float>()[0];
   float* po = out.data<float>();
@@ -177,6 +194,8 @@ DPL_REGISTER_CPU_FLOAT_KERNEL(pow_backward, pow_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(axpby, axpby_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(sum_rows, sum_rows_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(sum_all, sum_all_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(sum_squares, sum_squares_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(clip_to_norm, clip_to_norm_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(fill_scaled, fill_scaled_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu, relu_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu_backward, relu_backward_cpu);

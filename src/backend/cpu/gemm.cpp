@@ -51,8 +51,21 @@ void gemm_batched_cpu(bool trans_a, bool trans_b, float alpha, const Tensor& a, 
                   b.size(2), beta, pc + i * c_step);
 }
 
+// The product, then the bias added to every row, in float32: a 16-bit result is rounded once, as
+// the GPU's epilogue rounds it.
+void linear_bias_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const std::int64_t m = x.size(0), n = w.size(0);
+  gemm_matrices(false, true, 1.f, x.data<float>(), m, x.size(1), w.data<float>(), n, w.size(1), 0.f,
+                out.data<float>());
+  float* po = out.data<float>();
+  const float* pb = bias.data<float>();
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t c = 0; c < n; ++c) po[r * n + c] += pb[c];
+}
+
 }  // namespace
 
+DPL_REGISTER_CPU_FLOAT_KERNEL(linear_bias, linear_bias_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(gemm, gemm_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(gemm_batched, gemm_batched_cpu);
 

@@ -445,16 +445,25 @@ void check_lse(const char* kernel, const Tensor& lse) {
   DPL_CHECK(lse.dtype() == kFloat32, kernel, ": expected float32 statistics, got ", lse.dtype());
 }
 
+// The plain kernels read and write out, gout and the gradients packed: a strided one goes through
+// a packed copy (of its contents: accumulation reads them), laid back into it by finish_packed.
+Tensor packed(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+void finish_packed(const Tensor& work, Tensor& t) {
+  if (!work.shares_storage_with(t)) t.copy_(work);
+}
+
 void sdpa_forward_cuda(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                        Tensor& lse) {
   check_lse("sdpa_forward", lse);
   if (fused_allowed(p) && fused_attention().forward(p, q, k, v, out, lse)) return;
+  Tensor o = out.is_contiguous() ? out : Tensor::empty(out.shape(), TensorOptions(out.dtype(), out.device()));
   on_device_typed(q, "sdpa_forward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_sdpa_forward(cuda_detail::geometry_of(p, q, k, v), cuda_detail::operand_of<T>(q),
-                                     cuda_detail::operand_of<T>(k), cuda_detail::operand_of<T>(v), out_ptr<T>(out),
+                                     cuda_detail::operand_of<T>(k), cuda_detail::operand_of<T>(v), out_ptr<T>(o),
                                      out_ptr<float>(lse), d.stream());
   });
+  finish_packed(o, out);
 }
 
 void sdpa_backward_cuda(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -463,13 +472,18 @@ void sdpa_backward_cuda(const SdpaParams& p, const Tensor& q, const Tensor& k, c
   if (fused_allowed(p) && fused_attention().backward(p, q, k, v, out, gout, lse, beta, gq, gk, gv)) return;
   // delta_i = gout_i . out_i, from the query pass to the key pass.
   Tensor delta = Tensor::empty({q.size(0), q.size(1), q.size(2)}, TensorOptions(kFloat32, q.device()));
+  const Tensor o = packed(out), go = packed(gout);
+  Tensor wq = packed(gq), wk = packed(gk), wv = packed(gv);
   on_device_typed(q, "sdpa_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     cuda_detail::launch_sdpa_backward(cuda_detail::geometry_of(p, q, k, v), cuda_detail::operand_of<T>(q),
-                                      cuda_detail::operand_of<T>(k), cuda_detail::operand_of<T>(v), in_ptr<T>(out),
-                                      in_ptr<T>(gout), in_ptr<float>(lse), out_ptr<float>(delta), beta != 0.f,
-                                      out_ptr<T>(gq), out_ptr<T>(gk), out_ptr<T>(gv), d.stream());
+                                      cuda_detail::operand_of<T>(k), cuda_detail::operand_of<T>(v), in_ptr<T>(o),
+                                      in_ptr<T>(go), in_ptr<float>(lse), out_ptr<float>(delta), beta != 0.f,
+                                      out_ptr<T>(wq), out_ptr<T>(wk), out_ptr<T>(wv), d.stream());
   });
+  finish_packed(wq, gq);
+  finish_packed(wk, gk);
+  finish_packed(wv, gv);
 }
 
 bool sdpa_fused_cuda(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {

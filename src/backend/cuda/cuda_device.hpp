@@ -10,6 +10,7 @@
 // The kernels that run on it are file-local functions of the .cu and .cpp files of this folder,
 // registered with the dispatcher (backend/kernels.hpp). Internal header.
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -65,6 +66,13 @@ class CudaDevice {
   cudaStream_t copy_stream() const { return copy_stream_; }
   /// The cuBLAS handle of this device, bound to stream() (created on first use).
   cublasHandle_t cublas();
+  /// The cuBLASLt handle of this device (created on first use). Its calls take the stream and
+  /// the workspace per call: stream() and cublas_workspace(), which it shares with the cuBLAS
+  /// handle (both queue on the compute stream, so their uses never overlap).
+  cublasLtHandle_t cublas_lt();
+  void* cublas_workspace();
+  /// Bytes of cublas_workspace(): 32 MiB, what NVIDIA recommends for Hopper.
+  static constexpr std::size_t kCublasWorkspace = std::size_t{32} << 20;
   /// The caching allocator of this device's memory (stream-ordered on stream()).
   cuda_detail::CachingAllocator& allocator() { return *allocator_; }
 
@@ -88,6 +96,7 @@ class CudaDevice {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
   void* cublas_workspace_ = nullptr;
   std::mutex cublas_mutex_;
   std::unique_ptr<cuda_detail::CachingAllocator> allocator_;

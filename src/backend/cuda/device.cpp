@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda_api.hpp"
@@ -158,15 +160,28 @@ cublasHandle_t CudaDevice::cublas() {
     cuda_detail::DeviceGuard guard(device_);
     DPL_CUBLAS_CHECK(cublasCreate(&cublas_));
     DPL_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    // Our own workspace keeps cuBLAS from allocating behind the caching allocator's back; 32 MiB
-    // is what NVIDIA recommends for Hopper.
-    constexpr std::size_t kWorkspace = std::size_t{32} << 20;
-    cublas_workspace_ = allocator_->allocate(kWorkspace);
-    DPL_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kWorkspace));
+    // Our own workspace keeps cuBLAS from allocating behind the caching allocator's back.
+    cublas_workspace_ = allocator_->allocate(kCublasWorkspace);
+    DPL_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     DPL_CUBLAS_CHECK(cublasSetPointerMode(cublas_, CUBLAS_POINTER_MODE_HOST));
   }
   DPL_CUBLAS_CHECK(cublasSetMathMode(cublas_, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   return cublas_;
+}
+
+void* CudaDevice::cublas_workspace() {
+  cublas();  // creates the workspace with the handle
+  return cublas_workspace_;
+}
+
+cublasLtHandle_t CudaDevice::cublas_lt() {
+  cublas();  // the same stream rule, and the shared workspace
+  std::lock_guard<std::mutex> lock(cublas_mutex_);
+  if (cublas_lt_ == nullptr) {
+    cuda_detail::DeviceGuard guard(device_);
+    DPL_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
+  }
+  return cublas_lt_;
 }
 
 const CudaDevice::ReduceScratch& CudaDevice::scratch() const {
@@ -258,6 +273,8 @@ void empty_cache(int device) {
 bool caching_enabled() { return cuda_detail::caching_enabled_by_env(); }
 
 void set_device(int device) { DPL_CUDA_CHECK(cudaSetDevice(device)); }
+
+void profiler_capture(bool on) { DPL_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
 int current_device() {
   int d = -1;

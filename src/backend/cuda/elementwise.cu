@@ -4,6 +4,7 @@
 // Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
 // PyTorch-style broadcasts (Broadcast::kShape, where) whose operands repeat over leading
 // dimensions only take a periodic index instead of the per-dimension one (see load_period).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -287,25 +288,46 @@ __global__ void relu_backward_kernel(const T* y, const T* gy, T* gx, std::int64_
   }
 }
 
-// A block owns 32 adjacent columns; its 32 x kRowsPerBlock threads walk down the rows, reading
-// a row's 32 columns as one coalesced access, and combine their column sums in a fixed order.
+// A block owns 32 V-column packs; its 32 x kSumRowsY threads walk down a chunk of the rows, reading
+// a row's packs as one coalesced access (16 bytes a thread when V > 1), and combine their column
+// sums in shared memory in a fixed order. A bias gradient has few columns (768 in GPT-2) over many
+// rows (every token), so the rows are cut into gridDim.y chunks to give every multiprocessor work;
+// each chunk writes its float column sums to `partials`, whose columns the same kernel then sums
+// in one chunk (T float, TOut the output's type). With one chunk a block writes out directly.
 constexpr int kSumRowsY = 16;
 
-template <typename T>
-__global__ void sum_rows_kernel(float alpha, const T* x, float beta, T* out, std::int64_t rows, std::int64_t cols) {
-  __shared__ float part[kSumRowsY][33];
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
-  float acc = 0.f;
-  if (c < cols) {
-    for (std::int64_t r = threadIdx.y; r < rows; r += kSumRowsY) acc += to_float(x[r * cols + c]);
+template <int V, typename T, typename TOut>
+__global__ void __launch_bounds__(32 * kSumRowsY)
+    sum_rows_kernel(float alpha, const T* x, float beta, TOut* out, std::int64_t rows, std::int64_t cols,
+                    std::int64_t rows_per_chunk, float* partials) {
+  __shared__ float part[kSumRowsY][32 * V + 1];
+  const std::int64_t c0 = (static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x) * V;
+  const std::int64_t begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_chunk;
+  const std::int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.f;
+  if (c0 < cols) {
+    for (std::int64_t r = begin + threadIdx.y; r < end; r += kSumRowsY) {
+      float v[V];
+      load_vec<V>(x + r * cols + c0, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += v[j];
+    }
   }
-  part[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll
+  for (int j = 0; j < V; ++j) part[threadIdx.y][threadIdx.x * V + j] = acc[j];
   __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
+  const int t = threadIdx.y * 32 + threadIdx.x;  // one column of the block's 32 V per thread
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 * V + t;
+  if (t < 32 * V && c < cols) {
     float total = 0.f;
 #pragma unroll
-    for (int y = 0; y < kSumRowsY; ++y) total += part[y][threadIdx.x];
-    out[c] = from_float<T>((beta == 0.f ? 0.f : beta * to_float(out[c])) + alpha * total);
+    for (int y = 0; y < kSumRowsY; ++y) total += part[y][t];
+    if (gridDim.y == 1)
+      out[c] = from_float<TOut>((beta == 0.f ? 0.f : beta * to_float(out[c])) + alpha * total);
+    else
+      partials[static_cast<std::int64_t>(blockIdx.y) * cols + c] = total;
   }
 }
 
@@ -322,6 +344,34 @@ __global__ void sum_all_kernel(float alpha, const T* x, std::int64_t n, T* out, 
   double total = 0.0;
   if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0) {
     out[0] = from_float<T>(static_cast<float>(static_cast<double>(alpha) * total));
+  }
+}
+
+template <int V, typename T>
+__global__ void sum_squares_kernel(const T* x, std::int64_t n, float* out, double* partials, unsigned* counter) {
+  double acc = 0.0;
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    float v[V];
+    load_vec<V>(x + k * V, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc += static_cast<double>(v[j]) * static_cast<double>(v[j]);
+  }
+  const double block = block_sum(acc);
+  double total = 0.0;
+  if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0) out[0] = static_cast<float>(total);
+}
+
+template <int V, typename T>
+__global__ void clip_to_norm_kernel(T* x, std::int64_t n, const float* sum_squares, float max_norm) {
+  const float norm = sqrtf(sum_squares[0]);
+  if (!(norm > max_norm)) return;
+  const float scale = max_norm / norm;
+  for (std::int64_t k = global_thread(), nv = n / V; k < nv; k += grid_threads()) {
+    float v[V];
+    load_vec<V>(x + k * V, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] *= scale;
+    store_vec<V>(x + k * V, v);
   }
 }
 
@@ -514,13 +564,61 @@ void launch_relu_backward(const T* y, const T* gy, bool acc, T* gx, std::int64_t
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+/// How many chunks sum_rows_kernel cuts `rows` into: enough blocks for about four per
+/// multiprocessor, but at least four rows per thread of a chunk.
+std::int64_t sum_rows_chunks(std::int64_t rows, std::int64_t column_blocks, int device) {
+  const std::int64_t want = (4 * static_cast<std::int64_t>(sm_count(device)) + column_blocks - 1) / column_blocks;
+  const std::int64_t most = (rows + 4 * kSumRowsY - 1) / (4 * kSumRowsY);
+  return std::max<std::int64_t>(1, std::min(want, most));
+}
+
+/// Column sums of x (rows, cols) into out, chunks of rows at a time (sum_rows_kernel).
+template <typename T, typename TOut>
+void launch_column_sums(float alpha, const T* x, float beta, TOut* out, std::int64_t rows, std::int64_t cols,
+                        std::int64_t chunks, float* partials, cudaStream_t stream) {
+  with_pack_width<T>(static_cast<int>(cols), {x}, [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    const dim3 grid(static_cast<unsigned>((cols + 32 * kV - 1) / (32 * kV)), static_cast<unsigned>(chunks));
+    sum_rows_kernel<kV><<<grid, dim3(32, kSumRowsY), 0, stream>>>(alpha, x, beta, out, rows, cols,
+                                                                   (rows + chunks - 1) / chunks, partials);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_sum_rows(float alpha, const T* x, float beta, T* out, std::int64_t rows, std::int64_t cols,
-                     cudaStream_t stream) {
+                     const Device& device_of_x, int device, cudaStream_t stream) {
   if (cols == 0) return;
-  const dim3 block(32, kSumRowsY);
-  const auto grid = static_cast<unsigned>((cols + 31) / 32);
-  sum_rows_kernel<<<grid, block, 0, stream>>>(alpha, x, beta, out, rows, cols);
+  const std::int64_t column_blocks = (cols + 32 * kPack<T> - 1) / (32 * kPack<T>);
+  const std::int64_t chunks = sum_rows_chunks(rows, column_blocks, device);
+  if (chunks == 1) {
+    launch_column_sums<T, T>(alpha, x, beta, out, rows, cols, 1, nullptr, stream);
+    return;
+  }
+  Tensor partials = Tensor::empty({chunks, cols}, TensorOptions(kFloat32, device_of_x));
+  launch_column_sums<T, float>(1.f, x, 0.f, nullptr, rows, cols, chunks, partials.data<float>(), stream);
+  launch_column_sums<float, T>(alpha, partials.data<float>(), beta, out, chunks, cols, 1, nullptr, stream);
+}
+
+template <typename T>
+void launch_sum_squares(const T* x, std::int64_t n, float* out, const CudaDevice::ReduceScratch& s, int device,
+                        cudaStream_t stream) {
+  with_pack_width<T>(n % kPack<T> == 0 ? kPack<T> : 1, {x}, [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    const unsigned grid = std::min<unsigned>(grid_for(n / kV, kThreads, device), CudaDevice::kMaxReduceBlocks);
+    sum_squares_kernel<kV><<<grid, kThreads, 0, stream>>>(x, n, out, s.partials, s.counter);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_clip_to_norm(T* x, std::int64_t n, const float* sum_squares, float max_norm, int device,
+                         cudaStream_t stream) {
+  if (n == 0) return;
+  with_pack_width<T>(n % kPack<T> == 0 ? kPack<T> : 1, {x}, [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    clip_to_norm_kernel<kV><<<grid_for(n / kV, kThreads, device), kThreads, 0, stream>>>(x, n, sum_squares, max_norm);
+  });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -625,7 +723,23 @@ void sum_rows_cuda(float alpha, const Tensor& x, float beta, Tensor& o) {
   const std::int64_t rows = cols == 0 ? 0 : x.numel() / cols;
   on_device_typed(x, "sum_rows", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_sum_rows(alpha, in_ptr<T>(x), beta, out_ptr<T>(o), rows, cols, d.stream());
+    cuda_detail::launch_sum_rows(alpha, in_ptr<T>(x), beta, out_ptr<T>(o), rows, cols, x.device(), d.device(),
+                                 d.stream());
+  });
+}
+
+void sum_squares_cuda(const Tensor& x, Tensor& o) {
+  on_device_typed(x, "sum_squares", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_sum_squares(in_ptr<T>(x), x.numel(), out_ptr<float>(o), d.scratch(), d.device(), d.stream());
+  });
+}
+
+void clip_to_norm_cuda(Tensor& x, const Tensor& sum_squares, float max_norm) {
+  on_device_typed(x, "clip_to_norm", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    cuda_detail::launch_clip_to_norm(out_ptr<T>(x), x.numel(), in_ptr<float>(sum_squares), max_norm, d.device(),
+                                     d.stream());
   });
 }
 
@@ -666,6 +780,8 @@ DPL_REGISTER_KERNEL(pow_backward, kCuda, pow_backward_cuda);
 DPL_REGISTER_KERNEL(axpby, kCuda, axpby_cuda);
 DPL_REGISTER_KERNEL(sum_rows, kCuda, sum_rows_cuda);
 DPL_REGISTER_KERNEL(sum_all, kCuda, sum_all_cuda);
+DPL_REGISTER_KERNEL(sum_squares, kCuda, sum_squares_cuda);
+DPL_REGISTER_KERNEL(clip_to_norm, kCuda, clip_to_norm_cuda);
 DPL_REGISTER_KERNEL(fill_scaled, kCuda, fill_scaled_cuda);
 DPL_REGISTER_KERNEL(relu, kCuda, relu_cuda);
 DPL_REGISTER_KERNEL(relu_backward, kCuda, relu_backward_cuda);

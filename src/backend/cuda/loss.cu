@@ -1,9 +1,10 @@
 // Softmax cross-entropy (forward and backward), accuracy, the pointwise losses and the negative
 // log-likelihood, for float32, bfloat16 and float16 (computed in float).
 //
-// Forward and accuracy give each row to one warp (rows are short: class counts), and end in the
-// one-launch reduction of device_utils.cuh, so the mean loss and the accuracy are written on the
-// device by the same launch, in an order that does not depend on timing.
+// Cross-entropy's forward gives each row to a block (a language model's rows are as long as its
+// vocabulary) and accuracy each row to a warp; both end in the one-launch reduction of
+// device_utils.cuh, so the mean loss and the accuracy are written on the device by the same
+// launch, in an order that does not depend on timing.
 #include <math_constants.h>
 
 #include <algorithm>
@@ -26,47 +27,74 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 // kernels
 // ============================================================================================
 
-template <typename T>
-__global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, T* probs, T* loss,
-                                    std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * kWarpsPerBlock;
-  double row_losses = 0.0;  // lane 0 only
-  for (std::int64_t r = first; r < rows; r += step) {
+/// Merges the (max, sum of exp(x - max)) pair (om, os) into (m, s); (-inf, 0) is the empty pair.
+__device__ __forceinline__ void merge_exp_sum(float& m, float& s, float om, float os) {
+  const float nm = fmaxf(m, om);
+  if (nm == -INFINITY) return;  // both empty (or all -inf): nothing to rescale
+  s = s * expf(m - nm) + os * expf(om - nm);
+  m = nm;
+}
+
+// One block per row (rows are vocabulary-long in a language model: 50k classes), V-element packs,
+// one pass: each thread keeps a running (max, sum of exponentials) pair, rescaled as its max grows,
+// and the pairs meet in a fixed shuffle tree and then across the warps. Writes each row's
+// log-sum-exp for backward and adds the rows' losses in the one-launch reduction.
+template <int V, typename T>
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, float* lse, T* loss,
+                        std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter) {
+  __shared__ float part_m[kWarpsPerBlock], part_s[kWarpsPerBlock], part_sum[kWarpsPerBlock];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const std::int64_t packs = cols / V;
+  double row_losses = 0.0;  // thread 0 only
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = logits + r * cols;
-    T* p = probs + r * cols;
-    float mx = -INFINITY;
-    for (std::int64_t j = lane; j < cols; j += 32) mx = fmaxf(mx, to_float(x[j]));
-    mx = warp_max(mx);
-    float s = 0.f, row_sum = 0.f;
-    for (std::int64_t j = lane; j < cols; j += 32) {
-      row_sum += to_float(x[j]);
-      const float e = expf(to_float(x[j]) - mx);
-      // float32 keeps e for the rescaling below; a 16-bit probability must be rounded only once,
-      // so there the exponential is recomputed instead.
-      if constexpr (std::is_same_v<T, float>) p[j] = e;
-      s += e;
+    float m = -INFINITY, s = 0.f, row_sum = 0.f;
+    for (std::int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
+      float v[V];
+      load_vec<V>(x + k * V, v);
+      float pm = v[0];
+#pragma unroll
+      for (int j = 1; j < V; ++j) pm = fmaxf(pm, v[j]);
+      float ps = 0.f;
+      if (pm != -INFINITY)
+#pragma unroll
+        for (int j = 0; j < V; ++j) ps += expf(v[j] - pm);
+#pragma unroll
+      for (int j = 0; j < V; ++j) row_sum += v[j];
+      merge_exp_sum(m, s, pm, ps);
     }
-    s = warp_sum(s);
-    row_sum = warp_sum(row_sum);
-    const float inv = 1.f / s;
-    // Each lane rescales the entries it wrote itself, so no barrier is needed.
-    for (std::int64_t j = lane; j < cols; j += 32) {
-      if constexpr (std::is_same_v<T, float>) p[j] *= inv;
-      else p[j] = from_float<T>(expf(to_float(x[j]) - mx) * inv);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+      merge_exp_sum(m, s, om, os);
+      row_sum += __shfl_xor_sync(0xffffffffu, row_sum, o);
     }
-    // Log-sum-exp form: finite even when the true class's probability underflows.
-    // Labels on the device are not range-checked per call (that would stall every step): an
-    // out-of-range label makes the loss NaN instead of reading outside the row.
     if (lane == 0) {
-      const std::int32_t t = labels[r];
-      // Smoothing puts smoothing / C of the target on every class (see the CPU kernel).
-      const float smoothed = smoothing == 0.f ? 0.f : smoothing / static_cast<float>(cols) * row_sum;
-      row_losses += (t >= 0 && t < cols)
-                        ? static_cast<double>(logf(s) + mx - (1.f - smoothing) * to_float(x[t]) - smoothed)
-                        : CUDART_NAN;
+      part_m[warp] = m;
+      part_s[warp] = s;
+      part_sum[warp] = row_sum;
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      m = part_m[0];
+      s = part_s[0];
+      row_sum = part_sum[0];
+      for (int w = 1; w < kWarpsPerBlock; ++w) {
+        merge_exp_sum(m, s, part_m[w], part_s[w]);
+        row_sum += part_sum[w];
+      }
+      const float l = m + logf(s);
+      lse[r] = l;
+      // Labels on the device are not range-checked per call (that would stall every step): an
+      // out-of-range label makes the loss NaN instead of reading outside the row. Smoothing puts
+      // smoothing / C of the target on every class (see the CPU kernel).
+      const std::int32_t t = labels[r];
+      const float smoothed = smoothing == 0.f ? 0.f : smoothing / static_cast<float>(cols) * row_sum;
+      row_losses += (t >= 0 && t < cols) ? static_cast<double>(l - (1.f - smoothing) * to_float(x[t]) - smoothed)
+                                         : CUDART_NAN;
+    }
+    __syncthreads();  // the partials are read before the next row writes them
   }
   const double block = block_sum(row_losses);
   double total = 0.0;
@@ -75,16 +103,28 @@ __global__ void softmax_xent_kernel(const T* logits, const std::int32_t* labels,
   }
 }
 
-template <bool acc, typename T>
-__global__ void softmax_xent_backward_kernel(const T* probs, const std::int32_t* labels, float smoothing, const T* gloss,
-                                             T* glogits, std::int64_t rows, std::int64_t cols) {
+// Elementwise over V-element packs (cols % V == 0, so a pack never crosses rows). glogits may be
+// logits: each thread reads a pack before it writes the same pack.
+template <int V, bool acc, typename T>
+__global__ void softmax_xent_backward_kernel(const T* logits, const std::int32_t* labels, const float* lse,
+                                             float smoothing, const T* gloss, T* glogits, std::int64_t rows,
+                                             std::int64_t cols) {
   const float scale = rows ? to_float(gloss[0]) / static_cast<float>(rows) : 0.f;
   const float uniform = smoothing / static_cast<float>(cols);
-  const std::int64_t n = rows * cols;
-  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const std::int64_t r = i / cols, j = i - r * cols;
-    const float v = scale * (to_float(probs[i]) - (j == labels[r] ? 1.f - smoothing : 0.f) - uniform);
-    glogits[i] = from_float<T>(acc ? to_float(glogits[i]) + v : v);
+  const std::int64_t packs = rows * cols / V;
+  for (std::int64_t p = global_thread(); p < packs; p += grid_threads()) {
+    const std::int64_t i = p * V, r = i / cols, j0 = i - r * cols;
+    const float l = lse[r];
+    const std::int32_t t = labels[r];
+    float v[V], o[V];
+    load_vec<V>(logits + i, v);
+    if constexpr (acc) load_vec<V>(glogits + i, o);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float d = scale * (expf(v[j] - l) - (j0 + j == t ? 1.f - smoothing : 0.f) - uniform);
+      o[j] = acc ? o[j] + d : d;
+    }
+    store_vec<V>(glogits + i, o);
   }
 }
 
@@ -213,25 +253,33 @@ unsigned row_grid(std::int64_t rows, int device) {
 }
 
 template <typename T>
-void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, T* probs, T* loss,
+void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, float* lse, T* loss,
                          std::int64_t rows, std::int64_t cols, const CudaDevice::ReduceScratch& s, int device,
                          cudaStream_t stream) {
-  softmax_xent_kernel<<<row_grid(rows, device), kThreads, 0, stream>>>(logits, labels, smoothing, probs, loss, rows,
-                                                                       cols, s.partials, s.counter);
+  const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(rows, std::min<std::int64_t>(CudaDevice::kMaxReduceBlocks, 8 * sm_count(device)))));
+  with_pack_width<T>(static_cast<int>(cols), {logits}, [&](auto v) {
+    softmax_xent_kernel<decltype(v)::value>
+        <<<grid, kThreads, 0, stream>>>(logits, labels, smoothing, lse, loss, rows, cols, s.partials, s.counter);
+  });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T>
-void launch_softmax_xent_backward(const T* probs, const std::int32_t* labels, float smoothing, const T* gloss, bool acc,
-                                  T* glogits, std::int64_t rows, std::int64_t cols, int device, cudaStream_t stream) {
+void launch_softmax_xent_backward(const T* logits, const std::int32_t* labels, const float* lse, float smoothing,
+                                  const T* gloss, bool acc, T* glogits, std::int64_t rows, std::int64_t cols,
+                                  int device, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  const unsigned grid = grid_for(rows * cols, kThreads, device);
-  if (acc)
-    softmax_xent_backward_kernel<true>
-        <<<grid, kThreads, 0, stream>>>(probs, labels, smoothing, gloss, glogits, rows, cols);
-  else
-    softmax_xent_backward_kernel<false>
-        <<<grid, kThreads, 0, stream>>>(probs, labels, smoothing, gloss, glogits, rows, cols);
+  with_pack_width<T>(static_cast<int>(cols), {logits, glogits}, [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    const unsigned grid = grid_for(rows * cols / kV, kThreads, device);
+    if (acc)
+      softmax_xent_backward_kernel<kV, true>
+          <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
+    else
+      softmax_xent_backward_kernel<kV, false>
+          <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
+  });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -323,22 +371,23 @@ using cuda_detail::in_ptr;
 using cuda_detail::out_ptr;
 using cuda_detail::on_device_typed;
 
-void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& probs, Tensor& loss) {
+void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
   on_device_typed(logits, "softmax_xent", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<T>(probs),
+    cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<float>(lse),
                                      out_ptr<T>(loss), logits.size(0), logits.size(1), d.scratch(), d.device(),
                                      d.stream());
   });
 }
 
-void softmax_xent_backward_cuda(const Tensor& probs, const Tensor& labels, float smoothing, const Tensor& gloss,
-                                float beta, Tensor& glogits) {
-  on_device_typed(probs, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
+void softmax_xent_backward_cuda(const Tensor& logits, const Tensor& labels, const Tensor& lse, float smoothing,
+                                const Tensor& gloss, float beta, Tensor& glogits) {
+  on_device_typed(logits, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(probs), labels.data<std::int32_t>(), smoothing,
-                                              in_ptr<T>(gloss), beta != 0.f, out_ptr<T>(glogits), probs.size(0), probs.size(1),
-                                              d.device(), d.stream());
+    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(logits), labels.data<std::int32_t>(), in_ptr<float>(lse),
+                                              smoothing, in_ptr<T>(gloss), beta != 0.f, out_ptr<T>(glogits),
+                                              logits.size(0),
+                                              logits.size(1), d.device(), d.stream());
   });
 }
 

@@ -8,6 +8,7 @@
 // gradient; the affine parameters' gradients are column sums over the rows, by a block of 32
 // channels (layer norm, coalesced across the row) or one block per channel (group norm, whose
 // channels are runs of `inner` elements).
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
@@ -172,6 +173,30 @@ __global__ void normalize_rows_warp_kernel(NormGroups g, const T* x, const float
   }
 }
 
+/// Writes (or, with acc, adds) one row's input gradient from the lane's packs of x and gy:
+/// gx = rstd * (gy*w - ma - xhat * mb), ma and mb the row's means of gy*w and gy*w*xhat.
+template <int V, int P, bool acc, typename T>
+__device__ __forceinline__ void store_row_input_grad(T* gx_row, std::int64_t packs, const float (&xv)[P][V],
+                                                     const float (&gv)[P][V], const float* w, float m, float s,
+                                                     float ma, float mb) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const std::int64_t k = lane + 32 * p;
+    if (k >= packs) continue;
+    T* out = gx_row + k * V;
+    float o[V];
+    if constexpr (acc) load_vec<V>(out, o);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float xhat = (xv[p][j] - m) * s;
+      const float v = s * (gv[p][j] * w[k * V + j] - ma - xhat * mb);
+      o[j] = acc ? o[j] + v : v;
+    }
+    store_vec<V>(out, o);
+  }
+}
+
 // The input's gradient of normalize_rows_warp_kernel's rows, as groups_input_grad_kernel.
 template <int V, int P, bool acc, typename T>
 __global__ void rows_input_grad_warp_kernel(NormGroups g, const T* x, const T* gy, const float* w, const float* mean,
@@ -196,22 +221,89 @@ __global__ void rows_input_grad_warp_kernel(NormGroups g, const T* x, const T* g
         bsum += gw * (xv[p][j] - m) * s;
       }
     }
-    const float ma = warp_sum(a) / static_cast<float>(len), mb = warp_sum(bsum) / static_cast<float>(len);
+    store_row_input_grad<V, P, acc>(gx + r * len, packs, xv, gv, wr, m, s, warp_sum(a) / static_cast<float>(len),
+                                    warp_sum(bsum) / static_cast<float>(len));
+  }
+}
+
+// Layer norm (one group, inner 1) backward in one pass over x and gy: the input's gradient as
+// rows_input_grad_warp_kernel, and the affine gradients' column sums over the rows this block's
+// warps served. A lane's channels are the same in every row, so it sums them in registers; at the
+// end the block's warps meet in shared memory in a fixed order and the block writes its partial
+// sums to partials[blockIdx.x] (weight's len floats, then bias's), which column_partials_kernel
+// adds up over the blocks, again in a fixed order: the result does not depend on timing. Reading
+// x and gy once instead of twice matters most for layer norm's column sums, which had only
+// len / kColumnTile blocks of parallelism over all the rows.
+template <int V, int P, bool acc, typename T>
+__global__ void __launch_bounds__(kThreads) rows_backward_warp_kernel(NormGroups g, const T* x, const T* gy,
+                                                                      const float* w, const float* mean,
+                                                                      const float* rstd, T* gx, float* partials) {
+  __shared__ float meet[kRowsPerBlock][32 * V];
+  const std::int64_t len = g.channels, rows = g.n, packs = len / V;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float sw[P][V], sb[P][V];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int j = 0; j < V; ++j) sw[p][j] = sb[p][j] = 0.f;
+  for (std::int64_t r = first_warp_row(); r < rows; r += warp_row_stride()) {
+    float xv[P][V], gv[P][V];
+    load_row_packs<V, P>(x + r * len, packs, xv);
+    load_row_packs<V, P>(gy + r * len, packs, gv);
+    const float m = mean[r], s = rstd[r];
+    float a = 0.f, bsum = 0.f;
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const std::int64_t k = lane + 32 * p;
       if (k >= packs) continue;
-      T* out = gx + r * len + k * V;
-      float o[V];
-      if constexpr (acc) load_vec<V>(out, o);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const float xhat = (xv[p][j] - m) * s;
-        const float v = s * (gv[p][j] * wr[k * V + j] - ma - xhat * mb);
-        o[j] = acc ? o[j] + v : v;
+        const float gw = gv[p][j] * w[k * V + j];
+        a += gw;
+        bsum += gw * xhat;
+        sw[p][j] += gv[p][j] * xhat;
+        sb[p][j] += gv[p][j];
       }
-      store_vec<V>(out, o);
     }
+    store_row_input_grad<V, P, acc>(gx + r * len, packs, xv, gv, w, m, s, warp_sum(a) / static_cast<float>(len),
+                                    warp_sum(bsum) / static_cast<float>(len));
+  }
+  float* block_part = partials + static_cast<std::int64_t>(blockIdx.x) * 2 * len;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      __syncthreads();  // meet may still be read for the previous pack
+#pragma unroll
+      for (int j = 0; j < V; ++j) meet[warp][lane * V + j] = which == 0 ? sw[p][j] : sb[p][j];
+      __syncthreads();
+      const std::int64_t c = static_cast<std::int64_t>(p) * 32 * V + threadIdx.x;
+      if (threadIdx.x < 32 * V && c < len) {
+        float t = 0.f;
+#pragma unroll
+        for (int k = 0; k < kRowsPerBlock; ++k) t += meet[k][threadIdx.x];
+        block_part[which * len + c] = t;
+      }
+    }
+  }
+}
+
+// Column sums, in a fixed order, of a (rows, cols) float matrix whose rows lie `stride` floats
+// apart; column c goes to out[c]. Block (kColumnTile, kColumnRowSlices) owns kColumnTile
+// consecutive columns, as the kernel below.
+__global__ void column_partials_kernel(const float* partials, std::int64_t rows, std::int64_t cols, std::int64_t stride,
+                                       float* out) {
+  __shared__ float part[kColumnRowSlices][kColumnTile + 1];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * kColumnTile + threadIdx.x;
+  float t = 0.f;
+  if (c < cols)
+    for (std::int64_t i = threadIdx.y; i < rows; i += kColumnRowSlices) t += partials[i * stride + c];
+  part[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    for (int k = 1; k < kColumnRowSlices; ++k) t += part[k][threadIdx.x];
+    out[c] = t;
   }
 }
 
@@ -337,6 +429,45 @@ void launch_groups_input_grad(const NormGroups& g, const T* x, const T* gy, cons
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+/// Whether layer norm's backward can take rows_backward_warp_kernel: one group of rows that fit
+/// the warp kernels.
+template <typename T>
+bool rows_fit_fused_backward(const NormGroups& g, std::initializer_list<const void*> pointers) {
+  return g.groups == 1 && rows_fit_warp<T>(g, pointers);
+}
+
+/// The input's gradient and the affine gradients of layer norm in rows_backward_warp_kernel, then
+/// the blocks' partial sums added up into gw and gb (either may be null: not wanted).
+template <typename T>
+void launch_rows_backward(const NormGroups& g, const T* x, const T* gy, const float* w, const float* mean,
+                          const float* rstd, bool acc, T* gx, float* gw, float* gb, const Device& device_of_x,
+                          int device, cudaStream_t stream) {
+  const std::int64_t rows = g.n, len = g.channels;
+  if (rows == 0) return;
+  constexpr int kV = kPack<T>;
+  // Two blocks per multiprocessor: enough rows per warp that the partials cost little next to x
+  // and gy, and as many blocks as the kernel's registers let run at once.
+  const unsigned grid = static_cast<unsigned>(
+      std::min<std::int64_t>((rows + kRowsPerBlock - 1) / kRowsPerBlock, 2 * static_cast<std::int64_t>(sm_count(device))));
+  Tensor partials = Tensor::empty({static_cast<std::int64_t>(grid), 2 * len}, TensorOptions(kFloat32, device_of_x));
+  float* part = partials.data<float>();
+  with_packs_per_lane(len / kV, [&](auto p) {
+    constexpr int kP = decltype(p)::value;
+    if (acc)
+      rows_backward_warp_kernel<kV, kP, true><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx, part);
+    else
+      rows_backward_warp_kernel<kV, kP, false><<<grid, kThreads, 0, stream>>>(g, x, gy, w, mean, rstd, gx, part);
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+  // A block's row of partials holds the weight's len channels, then the bias's.
+  const unsigned col_grid = static_cast<unsigned>((len + kColumnTile - 1) / kColumnTile);
+  const dim3 block(kColumnTile, kColumnRowSlices);
+  if (gw != nullptr) column_partials_kernel<<<col_grid, block, 0, stream>>>(part, grid, len, 2 * len, gw);
+  DPL_CUDA_CHECK(cudaGetLastError());
+  if (gb != nullptr) column_partials_kernel<<<col_grid, block, 0, stream>>>(part + len, grid, len, 2 * len, gb);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_groups_affine_grad(const NormGroups& g, const T* x, const T* gy, const float* mean, const float* rstd,
                                float* gw, float* gb, int device, cudaStream_t stream) {
@@ -380,6 +511,15 @@ void normalize_groups_backward_cuda(const NormGroups& g, const Tensor& x, const 
                                     Tensor& gbias) {
   on_device_typed(x, "normalize_groups_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
+    const bool affine = gweight.numel() > 0 || gbias.numel() > 0;
+    if (gx.numel() > 0 && affine && cuda_detail::rows_fit_fused_backward<T>(g, {in_ptr<T>(x), in_ptr<T>(gy), out_ptr<T>(gx)})) {
+      cuda_detail::launch_rows_backward(g, in_ptr<T>(x), in_ptr<T>(gy), in_ptr<float>(weight), in_ptr<float>(mean),
+                                        in_ptr<float>(rstd), beta != 0.f, out_ptr<T>(gx),
+                                        gweight.numel() > 0 ? out_ptr<float>(gweight) : nullptr,
+                                        gbias.numel() > 0 ? out_ptr<float>(gbias) : nullptr, x.device(), d.device(),
+                                        d.stream());
+      return;
+    }
     if (gx.numel() > 0)
       cuda_detail::launch_groups_input_grad(g, in_ptr<T>(x), in_ptr<T>(gy), in_ptr<float>(weight), in_ptr<float>(mean),
                                             in_ptr<float>(rstd), beta != 0.f, out_ptr<T>(gx), d.device(), d.stream());

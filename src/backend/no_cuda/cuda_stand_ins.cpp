@@ -52,6 +52,7 @@ int device_count() noexcept { return 0; }
 cuda::MemoryStats memory_stats(int) { no_backend("memory_stats"); }
 std::size_t driver_free_memory(int) { no_backend("available_memory"); }
 void reset_peak(int) { no_backend("reset_peak"); }
+void profiler_capture(bool) {}
 void empty_cache(int) { no_backend("empty_cache"); }
 bool caching_enabled() { return false; }
 void set_device(int) { no_backend("set_device"); }

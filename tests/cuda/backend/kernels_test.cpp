@@ -7,6 +7,8 @@
 // rounding, the CPU does not); sums rtol 1e-5 plus an absolute term for cancellation; matrix
 // products atol 1e-6*K + rtol 1e-5 (different summation orders over K terms; TF32 would miss
 // this by two orders of magnitude); comparisons and copies exact.
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 
@@ -144,7 +146,10 @@ TEST_F(KernelsTest, ReluAndBackward) {
 // --- reductions -----------------------------------------------------------------------------
 
 TEST_F(KernelsTest, SumRows) {
-  for (const Shape& s : {Shape{100, 1000}, Shape{3, 10}, Shape{1000, 7}, Shape{1, 33}, Shape{4097, 64}}) {
+  // Few rows (one chunk), and many rows over few columns (a bias gradient: chunks of rows summed
+  // in a second pass), with and without 16-byte packs.
+  for (const Shape& s : {Shape{100, 1000}, Shape{3, 10}, Shape{1000, 7}, Shape{1, 33}, Shape{4097, 64},
+                         Shape{16384, 768}, Shape{9001, 35}}) {
     for (float beta : {0.f, 1.f}) {
       const Tensor x = rand(s), o0 = rand({s[1]});
       Tensor want = o0.clone();
@@ -182,25 +187,33 @@ TEST_F(KernelsTest, SumAll) {
 // --- loss and accuracy ----------------------------------------------------------------------
 
 TEST_F(KernelsTest, SoftmaxCrossEntropyForwardAndBackward) {
-  for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}, Shape{1, 1}, Shape{5000, 10}}) {
+  // Short rows, rows whose length is no multiple of a 16-byte pack, and vocabulary-long ones.
+  for (const Shape& s :
+       {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}, Shape{1, 1}, Shape{5000, 10}, Shape{7, 50304}}) {
     for (float scale : {1.f, 30.f}) {  // large logits test the max subtraction
       const Tensor logits = rand(s, -scale, scale), y = labels(s[0], s[1]);
-      Tensor wp = Tensor::empty(s), wl = Tensor::empty({});
-      backend::softmax_xent(logits, y, 0.f, wp, wl);
-      Tensor gp = poisoned(s), gl = poisoned({});
-      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, gp, gl);
+      Tensor wlse = Tensor::empty({s[0]}), wl = Tensor::empty({});
+      backend::softmax_xent(logits, y, 0.f, wlse, wl);
+      Tensor glse = poisoned({s[0]}), gl = poisoned({});
+      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, glse, gl);
       const std::string what = " shape=" + shape_str(s) + " scale=" + std::to_string(scale);
-      expect_close(gp, wp, 1e-5f, 1e-7f, "softmax_xent probs" + what);
+      expect_close(glse, wlse, 1e-6f, 1e-6f, "softmax_xent log-sum-exp" + what);
       expect_close(gl, wl, 1e-5f, 1e-6f, "softmax_xent loss" + what);
 
       for (float beta : {0.f, 1.f}) {
         const Tensor gloss = rand({}, 0.5f, 2.f), g0 = rand(s);
         Tensor want = g0.clone();
-        backend::softmax_xent_backward(wp, y, 0.f, gloss, beta, want);
+        backend::softmax_xent_backward(logits, y, wlse, 0.f, gloss, beta, want);
         Tensor got = beta == 0.f ? poisoned(s) : on_gpu(g0);
-        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.f, on_gpu(gloss), beta, got);
-        expect_close(got, want, 1e-6f, 1e-7f, "softmax_xent_backward beta=" + std::to_string(beta) + what);
+        backend::softmax_xent_backward(on_gpu(logits), on_gpu(y), on_gpu(wlse), 0.f, on_gpu(gloss), beta, got);
+        expect_close(got, want, 1e-5f, 1e-7f, "softmax_xent_backward beta=" + std::to_string(beta) + what);
       }
+      // In place: the gradient written over the logits.
+      const Tensor gloss = rand({}, 0.5f, 2.f);
+      Tensor want = Tensor::empty(s), in_place = on_gpu(logits);
+      backend::softmax_xent_backward(logits, y, wlse, 0.f, gloss, 0.f, want);
+      backend::softmax_xent_backward(in_place, on_gpu(y), on_gpu(wlse), 0.f, on_gpu(gloss), 0.f, in_place);
+      expect_close(in_place, want, 1e-5f, 1e-7f, "softmax_xent_backward in place" + what);
     }
   }
 }
@@ -513,23 +526,68 @@ TEST_F(KernelsTest, HalfReductions) {
   }
 }
 
+TEST_F(KernelsTest, SumSquaresAndClipToNormEveryDtype) {
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (const Shape& s : {Shape{1000}, Shape{1003}, Shape{3, 100000}}) {
+      const std::string what = std::string(" ") + dtype_name(dt) + " shape=" + shape_str(s);
+      const Tensor x = rand_as(*this, dt, s);
+      Tensor want = Tensor::empty({}), got = poisoned({});
+      backend::sum_squares(x, want);
+      backend::sum_squares(on_gpu(x), got);
+      expect_close(got, want, 1e-5f, 0.f, "sum_squares" + what);
+      const float norm = std::sqrt(want.item());
+      // Above the norm nothing changes, bit for bit; below it every element scales by max / norm.
+      for (float max_norm : {2.f * norm, 0.5f * norm}) {
+        Tensor cpu = x.clone(), gpu_x = on_gpu(x);
+        backend::clip_to_norm(cpu, want, max_norm);
+        backend::clip_to_norm(gpu_x, on_gpu(want), max_norm);
+        if (max_norm > norm) EXPECT_EQ(gpu_x.to(kFloat32).to_vector<float>(), x.to(kFloat32).to_vector<float>()) << what;
+        if (dt == kFloat32) expect_close(gpu_x, cpu, 1e-6f, 0.f, "clip_to_norm" + what);
+        else expect_close_half(gpu_x, cpu, 0.f, "clip_to_norm" + what);
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, LinearBiasEveryDtypeWithAndWithoutTheEpilogue) {
+  // (m, k, n): GPT-2's projections, and shapes whose rows break 16-byte alignment (the two-pass
+  // path the epilogue falls back to).
+  const std::vector<std::array<std::int64_t, 3>> problems{{64, 96, 80}, {1024, 768, 2304}, {7, 5, 3}, {33, 17, 9}};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (const auto& [m, k, n] : problems) {
+      const Tensor x = rand_as(*this, dt, {m, k}), w = rand_as(*this, dt, {n, k}), b = rand_as(*this, dt, {n});
+      // The reference in float32 from the same (16-bit-exact) values. A 16-bit result is off by
+      // its rounding: half an ulp of the result, or, on the two-pass path, also of the product
+      // before the bias (whose size grows as sqrt(k) for these uniform operands).
+      Tensor want = Tensor::empty({m, n}), got = poisoned_as(dt, {m, n});
+      backend::linear_bias(x.to(kFloat32), w.to(kFloat32), b.to(kFloat32), want);
+      backend::linear_bias(on_gpu(x), on_gpu(w), on_gpu(b), got);
+      const std::string what = std::string("linear_bias ") + dtype_name(dt) + " m=" + std::to_string(m) +
+                               " k=" + std::to_string(k) + " n=" + std::to_string(n);
+      const float kf = static_cast<float>(k);
+      if (dt == kFloat32) expect_close(got, want, 1e-5f, 1e-6f * kf, what);  // as the other products
+      else expect_close(got.to(kFloat32), want, ulp_of(dt), ulp_of(dt) * std::sqrt(kf), what);
+    }
+  }
+}
+
 TEST_F(KernelsTest, HalfSoftmaxCrossEntropyAndAccuracy) {
   for (DType dt : kHalfTypes) {
     for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}}) {
       const std::string what = " shape=" + shape_str(s);
       const Tensor logits = rand_as(*this, dt, s, -8.f, 8.f), y = labels(s[0], s[1]);
-      Tensor wp = Tensor::empty(s, dt), wl = Tensor::empty({}, dt);
-      backend::softmax_xent(logits, y, 0.f, wp, wl);
-      Tensor gp = poisoned_as(dt, s), gl = poisoned_as(dt, {});
-      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, gp, gl);
-      expect_close_half(gp, wp, 1e-6f, "softmax_xent probs" + what);
+      Tensor wlse = Tensor::empty({s[0]}), wl = Tensor::empty({}, dt);
+      backend::softmax_xent(logits, y, 0.f, wlse, wl);
+      Tensor glse = poisoned({s[0]}), gl = poisoned_as(dt, {});
+      backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, glse, gl);
+      expect_close(glse, wlse, 1e-6f, 1e-6f, "softmax_xent log-sum-exp" + what);
       expect_close_half(gl, wl, 1e-5f, "softmax_xent loss" + what);
 
       for (float beta : {0.f, 1.f}) {
         const Tensor gloss = rand_as(*this, dt, {}, 0.5f, 2.f), g0 = rand_as(*this, dt, s);
         Tensor want = g0.clone(), got = beta == 0.f ? poisoned_as(dt, s) : on_gpu(g0);
-        backend::softmax_xent_backward(wp, y, 0.f, gloss, beta, want);
-        backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.f, on_gpu(gloss), beta, got);
+        backend::softmax_xent_backward(logits, y, wlse, 0.f, gloss, beta, want);
+        backend::softmax_xent_backward(on_gpu(logits), on_gpu(y), on_gpu(wlse), 0.f, on_gpu(gloss), beta, got);
         expect_close_half(got, want, 1e-6f, "softmax_xent_backward" + what);
       }
 
@@ -742,15 +800,15 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyWithLabelSmoothing) {
   for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
     const Shape s{37, 11};
     const Tensor logits = rand_as(*this, dt, s, -5.f, 5.f), y = labels(s[0], s[1]);
-    Tensor wp = Tensor::empty(s, dt), wl = Tensor::empty({}, dt);
-    backend::softmax_xent(logits, y, 0.1f, wp, wl);
-    Tensor gp = poisoned_as(dt, s), gl = poisoned_as(dt, {});
-    backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.1f, gp, gl);
+    Tensor wlse = Tensor::empty({s[0]}), wl = Tensor::empty({}, dt);
+    backend::softmax_xent(logits, y, 0.1f, wlse, wl);
+    Tensor glse = poisoned({s[0]}), gl = poisoned_as(dt, {});
+    backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.1f, glse, gl);
     expect_close_half(gl, wl, 1e-5f, std::string("smoothed loss ") + dtype_name(dt));
     const Tensor gloss = rand_as(*this, dt, {}, 0.5f, 2.f);
     Tensor want = Tensor::empty(s, dt), got = poisoned_as(dt, s);
-    backend::softmax_xent_backward(wp, y, 0.1f, gloss, 0.f, want);
-    backend::softmax_xent_backward(on_gpu(wp), on_gpu(y), 0.1f, on_gpu(gloss), 0.f, got);
+    backend::softmax_xent_backward(logits, y, wlse, 0.1f, gloss, 0.f, want);
+    backend::softmax_xent_backward(on_gpu(logits), on_gpu(y), on_gpu(wlse), 0.1f, on_gpu(gloss), 0.f, got);
     expect_close_half(got, want, 1e-6f, std::string("smoothed backward ") + dtype_name(dt));
   }
 }

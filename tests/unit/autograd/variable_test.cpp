@@ -250,6 +250,56 @@ TEST(Autograd, AFreedValuesGradientKeepsItsMemoryFormat) {
   EXPECT_THAT(x.grad().to_vector<float>(), ::testing::Each(2.f));
 }
 
+// y = x whose backward adopts its gradient buffers: it records whether x's target came
+// unallocated and what layout it named, then hands gy over (or, with `define` false, nothing).
+class AdoptingProbeNode final : public Node {
+ public:
+  bool define = true, unallocated = false;
+  Shape shape;
+  MemoryFormat format = MemoryFormat::kContiguous;
+  const char* name() const override { return "adopting_probe"; }
+  bool adopts_gradient_buffers() const override { return true; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed()) return;
+    unallocated = t[0].unallocated;
+    shape = t[0].shape;
+    format = t[0].format;
+    if (!define) return;
+    if (t[0].unallocated && !t[0].tensor->defined() && t[0].fits(gy)) *t[0].tensor = gy;
+    else t[0].tensor->copy_(gy);
+  }
+};
+
+TEST(Autograd, ANodeThatAdoptsItsBuffersGetsIntermediatesUnallocatedAndLeavesAllocated) {
+  Variable x(Tensor::from_vector<float>({1, 2, 3}, {3}), true);
+  // An intermediate input: no buffer yet, its layout named; the node's tensor becomes the buffer.
+  auto on_intermediate = std::make_shared<AdoptingProbeNode>();
+  const Variable h = add(x, x);
+  on_intermediate->set_inputs({h});
+  sum(Variable::make_result(h.data().clone(), on_intermediate)).backward();
+  EXPECT_TRUE(on_intermediate->unallocated);
+  EXPECT_EQ(on_intermediate->shape, (Shape{3}));
+  EXPECT_EQ(on_intermediate->format, MemoryFormat::kContiguous);
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2, 2, 2));
+  // A leaf input: its gradient buffer is allocated as for any node.
+  x.clear_grad();
+  auto on_leaf = std::make_shared<AdoptingProbeNode>();
+  on_leaf->set_inputs({x});
+  sum(Variable::make_result(x.data().clone(), on_leaf)).backward();
+  EXPECT_FALSE(on_leaf->unallocated);
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(1, 1, 1));
+}
+
+TEST(Autograd, ANodeThatLeavesAnAdoptedBufferUndefinedIsNamed) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
+  auto probe = std::make_shared<AdoptingProbeNode>();
+  probe->define = false;
+  const Variable h = add(x, x);
+  probe->set_inputs({h});
+  const Variable loss = sum(Variable::make_result(h.data().clone(), probe));
+  DPL_EXPECT_ERROR(loss.backward(), AllOf(HasSubstr("adopting_probe"), HasSubstr("to be defined by the op")));
+}
+
 TEST(Autograd, ValuesThatBackwardReadsOrAHandleHoldsSurvive) {
   Variable x(Tensor::from_vector<float>({1, 2}, {2}), true);
   std::weak_ptr<Storage> saved_storage;

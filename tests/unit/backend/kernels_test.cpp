@@ -195,21 +195,25 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   for (auto& v : lv) v = static_cast<std::int32_t>(gen_.below(classes));
   const Tensor labels = Tensor::from_vector(lv, {rows});
 
-  Tensor wp = Tensor::empty({rows, classes}), wl = Tensor::empty({});
-  backend::softmax_xent(logits, labels, 0.f, wp, wl);
-  Tensor gp = Tensor::empty({rows, classes}, dt()), gl = Tensor::empty({}, dt());
-  backend::softmax_xent(half(logits), labels, 0.f, gp, gl);
-  expect_rounded(gp, wp, 1e-6f, "softmax_xent probs");
+  Tensor wlse = Tensor::empty({rows}), wl = Tensor::empty({});
+  backend::softmax_xent(logits, labels, 0.f, wlse, wl);
+  Tensor glse = Tensor::empty({rows}), gl = Tensor::empty({}, dt());
+  backend::softmax_xent(half(logits), labels, 0.f, glse, gl);
+  EXPECT_EQ(glse.to_vector<float>(), wlse.to_vector<float>()) << "the log-sum-exp is float32 either way";
   expect_rounded(gl, wl, 1e-6f, "softmax_xent loss");
 
   const Tensor gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f), g0 = exact_in(dt(), {rows, classes}, gen_);
-  const Tensor probs = wp.to(dt()).to(kFloat32);  // the 16-bit probabilities, exactly
   for (float beta : {0.f, 1.f}) {
     Tensor want = g0.clone(), got = half(g0);
-    backend::softmax_xent_backward(probs, labels, 0.f, gloss, beta, want);
-    backend::softmax_xent_backward(half(probs), labels, 0.f, half(gloss), beta, got);
+    backend::softmax_xent_backward(logits, labels, wlse, 0.f, gloss, beta, want);
+    backend::softmax_xent_backward(half(logits), labels, wlse, 0.f, half(gloss), beta, got);
     expect_rounded(got, want, 1e-6f, "softmax_xent_backward");
   }
+  // In place: the gradient written over the logits it is computed from.
+  Tensor in_place = half(logits), want = Tensor::empty({rows, classes});
+  backend::softmax_xent_backward(logits, labels, wlse, 0.f, gloss, 0.f, want);
+  backend::softmax_xent_backward(in_place, labels, wlse, 0.f, half(gloss), 0.f, in_place);
+  expect_rounded(in_place, want, 1e-6f, "softmax_xent_backward in place");
 
   Tensor wa = Tensor::empty({}), ga = Tensor::empty({}, dt());
   backend::accuracy(logits, labels, wa);
@@ -299,8 +303,8 @@ TEST(Dispatch, ChecksDtypesAndNamesTheArguments) {
   Tensor yi = Tensor::zeros({4}, kInt32);
   DPL_EXPECT_ERROR(backend::relu(Tensor::zeros({4}, kInt32), yi),
                    AllOf(HasSubstr("relu"), HasSubstr("x of dtype float32, bfloat16 or float16"), HasSubstr("int32")));
-  Tensor probs = Tensor::empty({2, 3}), loss = Tensor::empty({});
-  DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), 0.f, probs, loss),
+  Tensor lse = Tensor::empty({2}), loss = Tensor::empty({});
+  DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), 0.f, lse, loss),
                    AllOf(HasSubstr("softmax_xent"), HasSubstr("labels of dtype int32"), HasSubstr("int64")));
   Tensor p = Tensor::zeros({4}, kBFloat16);
   const backend::SgdHyper h{0.1f, 0.f};
@@ -441,15 +445,15 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyWithSmoothing) {
   const std::int64_t rows = 6, classes = 5;
   const Tensor logits = exact_in(dt(), {rows, classes}, gen_, -4.f, 4.f);
   const Tensor labels = Tensor::from_vector<std::int32_t>({0, 4, 1, 1, 3, 2}, {rows});
-  Tensor wp = Tensor::empty({rows, classes}), wl = Tensor::empty({});
-  Tensor gp = Tensor::empty({rows, classes}, dt()), gl = Tensor::empty({}, dt());
-  backend::softmax_xent(logits, labels, 0.1f, wp, wl);
-  backend::softmax_xent(half(logits), labels, 0.1f, gp, gl);
+  Tensor wlse = Tensor::empty({rows}), wl = Tensor::empty({});
+  Tensor glse = Tensor::empty({rows}), gl = Tensor::empty({}, dt());
+  backend::softmax_xent(logits, labels, 0.1f, wlse, wl);
+  backend::softmax_xent(half(logits), labels, 0.1f, glse, gl);
   expect_rounded(gl, wl, 1e-6f, "smoothed softmax_xent loss");
-  const Tensor probs = gp.to(kFloat32), gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f);
+  const Tensor gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f);
   Tensor want = Tensor::empty({rows, classes}), got = Tensor::empty({rows, classes}, dt());
-  backend::softmax_xent_backward(probs, labels, 0.1f, gloss, 0.f, want);
-  backend::softmax_xent_backward(half(probs), labels, 0.1f, half(gloss), 0.f, got);
+  backend::softmax_xent_backward(logits, labels, wlse, 0.1f, gloss, 0.f, want);
+  backend::softmax_xent_backward(half(logits), labels, wlse, 0.1f, half(gloss), 0.f, got);
   expect_rounded(got, want, 1e-6f, "smoothed softmax_xent_backward");
 }
 

@@ -5,8 +5,8 @@
 // kernels (backend/cuda/attention.cu), which also take whatever cuDNN refuses.
 //
 // What is offered to cuDNN: bfloat16 and float16 operands with head dimensions that are multiples
-// of 8 up to 256, strides that are positive multiples of 8 elements (the last one 1) and 16-byte
-// aligned pointers; cuDNN's frontend decides the rest (check_support). Input and output are
+// of 8 up to 256, strides (of the inputs, outputs and gradients alike) that are positive multiples
+// of 8 elements (the last one 1) and 16-byte aligned pointers; cuDNN's frontend decides the rest (check_support). Input and output are
 // 16-bit, the softmax and the products' accumulation float32, and the forward graph returns the
 // rows' log-sum-exp statistics (training mode), which are the plain kernels' too, so a forward
 // pass on one path and its backward on the other agree.
@@ -24,6 +24,7 @@
 // headers use <cstring> without including it once their JSON support is left out.
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -73,6 +74,8 @@ struct Problem {
   std::vector<std::int64_t> q_strides, k_strides, v_strides;
   bool causal;
   float scale;
+  // The outputs' and out's gradient's strides: forward O; backward O, dO, dQ, dK, dV.
+  std::vector<std::vector<std::int64_t>> io_strides;
 };
 
 std::string key_of(const Problem& pr) {
@@ -84,6 +87,10 @@ std::string key_of(const Problem& pr) {
   for (const auto* s : {&pr.q_strides, &pr.k_strides, &pr.v_strides}) {
     k << '|';
     for (std::int64_t e : *s) k << e << ',';
+  }
+  for (const auto& s : pr.io_strides) {
+    k << '/';
+    for (std::int64_t e : s) k << e << ',';
   }
   return k.str();
 }
@@ -104,24 +111,40 @@ std::vector<std::int64_t> packed(const std::vector<std::int64_t>& dim) {
 
 bool aligned16(const Tensor& t) { return cuda_detail::aligned16(t.raw_data()); }
 
+// Whether a (B, H, T, E) operand's layout is offered to cuDNN: 16-byte aligned, the last stride 1
+// and the others positive multiples of 8 elements.
+bool layout_offered(const Tensor& t) {
+  if (!aligned16(t) || t.strides()[3] != 1) return false;
+  const std::vector<std::int64_t> s = strides_of(t);
+  for (int d = 0; d < 3; ++d)
+    if (s[static_cast<std::size_t>(d)] <= 0 || s[static_cast<std::size_t>(d)] % 8 != 0) return false;
+  return true;
+}
+
 // Whether the operands are of the kind offered to cuDNN (see the top of the file).
 bool offered(const Tensor& q, const Tensor& k, const Tensor& v) {
   if (q.dtype() != kBFloat16 && q.dtype() != kFloat16) return false;
   const std::int64_t D = q.size(3), Dv = v.size(3);
   if (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256) return false;
-  for (const Tensor* t : {&q, &k, &v}) {
-    if (!aligned16(*t) || t->strides()[3] != 1) return false;
-    const std::vector<std::int64_t> s = strides_of(*t);
-    for (int d = 0; d < 3; ++d)
-      if (s[static_cast<std::size_t>(d)] <= 0 || s[static_cast<std::size_t>(d)] % 8 != 0) return false;
-  }
-  return true;
+  return layout_offered(q) && layout_offered(k) && layout_offered(v);
 }
 
-Problem problem_of(Direction direction, const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v) {
-  return {direction,      q.device().index, q.dtype(),     q.size(0),     q.size(1),     q.size(2),
-          k.size(2),      q.size(3),        v.size(3),     strides_of(q), strides_of(k), strides_of(v),
-          p.causal,       p.scale};
+// The problem of q, k, v with the strides of `io` (forward: out; backward: out, gout, gq, gk, gv);
+// without io (the question whether cuDNN takes the inputs at all), those of packed tensors.
+Problem problem_of(Direction direction, const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   std::initializer_list<const Tensor*> io = {}) {
+  Problem pr{direction,      q.device().index, q.dtype(),     q.size(0),     q.size(1),     q.size(2),
+             k.size(2),      q.size(3),        v.size(3),     strides_of(q), strides_of(k), strides_of(v),
+             p.causal,       p.scale,          {}};
+  for (const Tensor* t : io) pr.io_strides.push_back(strides_of(*t));
+  if (io.size() == 0) {
+    const std::vector<std::int64_t> o = packed({pr.B, pr.H, pr.Tq, pr.Dv});
+    if (direction == Direction::kForward) pr.io_strides = {o};
+    else
+      pr.io_strides = {o, o, packed({pr.B, pr.H, pr.Tq, pr.D}), packed({pr.B, pr.H, pr.Tk, pr.D}),
+                       packed({pr.B, pr.H, pr.Tk, pr.Dv})};
+  }
+  return pr;
 }
 
 fe::DataType_t io_type(DType t) { return t == kBFloat16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
@@ -134,9 +157,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const c
 }
 
 void as_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, std::int64_t uid,
-               std::vector<std::int64_t> dim) {
-  const std::vector<std::int64_t> stride = packed(dim);
-  t->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(stride);
+               std::vector<std::int64_t> dim, std::vector<std::int64_t> stride) {
+  t->set_output(true).set_uid(uid).set_dim(std::move(dim)).set_stride(std::move(stride));
 }
 
 // The statistics (B, H, Tq, 1), float32, packed: the (B, H, Tq) lse of the kernels.
@@ -160,13 +182,13 @@ std::shared_ptr<fe::graph::Graph> build_graph(const Problem& pr, cudnnHandle_t h
                           .set_attn_scale(pr.scale)
                           .set_causal_mask(pr.causal);
     auto [o, stats] = g->sdpa(q, k, v, attributes);
-    as_output(o, kO, {pr.B, pr.H, pr.Tq, pr.Dv});
+    as_output(o, kO, {pr.B, pr.H, pr.Tq, pr.Dv}, pr.io_strides[0]);
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dim(pr)).set_stride(
         stats_stride(pr));
   } else {
     const std::vector<std::int64_t> out_dim = {pr.B, pr.H, pr.Tq, pr.Dv};
-    auto o = input(*g, "O", kO, out_dim, packed(out_dim));
-    auto go = input(*g, "dO", kGradO, out_dim, packed(out_dim));
+    auto o = input(*g, "O", kO, out_dim, pr.io_strides[0]);
+    auto go = input(*g, "dO", kGradO, out_dim, pr.io_strides[1]);
     auto stats = g->tensor(fe::graph::Tensor_attributes()
                                .set_name("Stats")
                                .set_uid(kStats)
@@ -178,9 +200,9 @@ std::shared_ptr<fe::graph::Graph> build_graph(const Problem& pr, cudnnHandle_t h
                           .set_attn_scale(pr.scale)
                           .set_causal_mask(pr.causal);
     auto [gq, gk, gv] = g->sdpa_backward(q, k, v, o, go, stats, attributes);
-    as_output(gq, kGradQ, {pr.B, pr.H, pr.Tq, pr.D});
-    as_output(gk, kGradK, {pr.B, pr.H, pr.Tk, pr.D});
-    as_output(gv, kGradV, {pr.B, pr.H, pr.Tk, pr.Dv});
+    as_output(gq, kGradQ, {pr.B, pr.H, pr.Tq, pr.D}, pr.io_strides[2]);
+    as_output(gk, kGradK, {pr.B, pr.H, pr.Tk, pr.D}, pr.io_strides[3]);
+    as_output(gv, kGradV, {pr.B, pr.H, pr.Tk, pr.Dv}, pr.io_strides[4]);
   }
   if (!g->validate().is_good() || !g->build_operation_graph(handle).is_good() ||
       !g->create_execution_plans({fe::HeurMode_t::A}).is_good() || !g->check_support().is_good() ||
@@ -224,8 +246,8 @@ void execute(const Problem& pr, const Entry& e, std::unordered_map<std::int64_t,
 
 bool fused_forward(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                    Tensor& lse) {
-  if (q.numel() == 0 || !offered(q, k, v) || !aligned16(out) || !aligned16(lse)) return false;
-  const Problem pr = problem_of(Direction::kForward, p, q, k, v);
+  if (q.numel() == 0 || !offered(q, k, v) || !layout_offered(out) || !aligned16(lse)) return false;
+  const Problem pr = problem_of(Direction::kForward, p, q, k, v, {&out});
   DeviceGuard guard(pr.device);
   const Entry& e = cached(pr);
   if (!e.graph) return false;
@@ -237,11 +259,13 @@ bool fused_forward(const SdpaParams& p, const Tensor& q, const Tensor& k, const 
 
 bool fused_backward(const SdpaParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& gout, const Tensor& lse, float beta, Tensor& gq, Tensor& gk, Tensor& gv) {
-  if (q.numel() == 0 || !offered(q, k, v)) return false;
-  for (const Tensor* t : {&out, &gout, &lse, static_cast<const Tensor*>(&gq), static_cast<const Tensor*>(&gk),
+  if (q.numel() == 0 || !offered(q, k, v) || !aligned16(lse)) return false;
+  for (const Tensor* t : {&out, &gout, static_cast<const Tensor*>(&gq), static_cast<const Tensor*>(&gk),
                           static_cast<const Tensor*>(&gv)})
-    if (!aligned16(*t)) return false;
-  const Problem pr = problem_of(Direction::kBackward, p, q, k, v);
+    if (!layout_offered(*t)) return false;
+  // Accumulating gradients go through packed temporaries added afterwards, which needs packed ones.
+  if (beta != 0.f && !(gq.is_contiguous() && gk.is_contiguous() && gv.is_contiguous())) return false;
+  const Problem pr = problem_of(Direction::kBackward, p, q, k, v, {&out, &gout, &gq, &gk, &gv});
   DeviceGuard guard(pr.device);
   const Entry& e = cached(pr);
   if (!e.graph) return false;

@@ -121,6 +121,24 @@ TEST(ScaledDotProductAttention, StridedViewsAreReadInPlaceAndGiveTheValuesOfCopi
         << "input " << i;
 }
 
+TEST(ScaledDotProductAttention, OutputLiesTokensFirstSoMergingTheHeadsIsAView) {
+  Generator gen(5);
+  const std::int64_t B = 2, H = 3, T = 5, D = 4;
+  const Variable q(randn({B, H, T, D}, gen), true), k(randn({B, H, T, D}, gen), true), v(randn({B, H, T, D}, gen), true);
+  const Variable y = scaled_dot_product_attention(q, k, v, true);
+  EXPECT_EQ(y.shape(), (Shape{B, H, T, D}));
+  EXPECT_EQ(y.data().strides(), (Strides{T * H * D, D, H * D, 1}));
+  const Variable merged = reshape(transpose(y, 1, 2), {B, T, H * D});
+  EXPECT_TRUE(merged.data().shares_storage_with(y.data()));
+  EXPECT_TRUE(merged.data().is_contiguous());
+  // The merged rows' gradient reaches the inputs as a packed output's would.
+  EXPECT_TRUE(gradcheck(
+      [&](const Vars& x) {
+        return reshape(transpose(scaled_dot_product_attention(x[0], x[1], x[2], true), 1, 2), {B, T, H * D});
+      },
+      {q.data(), k.data(), v.data()}));
+}
+
 // A last dimension that is not contiguous (a head transposed from (D, T)) is read through a copy,
 // and its gradient goes back through the transpose.
 TEST(ScaledDotProductAttention, ReadsATransposedHeadThroughACopy) {

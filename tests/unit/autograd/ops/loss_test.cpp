@@ -96,6 +96,28 @@ TEST(OpsGradient, SoftmaxCrossEntropyHasTheClosedForm) {
   EXPECT_THAT(logits.grad().to_vector<float>(), Pointwise(FloatNear(1e-6f), std::vector<float>(expected.begin(), expected.end())));
 }
 
+TEST(OpsGradient, SoftmaxCrossEntropyGradientTakesOverTheLogitsOnlyWhenNothingElseHoldsThem) {
+  // Logits computed by an op: when the caller keeps them, they must come out of backward as they
+  // went in; when nobody does, the loss may write their gradient over them. Both give one gradient.
+  Generator gen(23);
+  const Tensor x0 = randn({6, 5}, gen, 2.f);
+  const Tensor labels = Tensor::from_vector<std::int32_t>({4, 0, 1, 1, 3, 2}, {6});
+  Variable x(x0.clone(), true);
+  const Variable kept = add(x, x);
+  const std::vector<float> before = values(kept.data());
+  softmax_cross_entropy(kept, labels).backward();
+  EXPECT_EQ(values(kept.data()), before);
+  const std::vector<float> want = values(x.grad());
+  for (const bool through_reshape : {false, true}) {
+    Variable y(x0.clone(), true);
+    Variable logits = through_reshape ? reshape(reshape(add(y, y), {30}), {6, 5}) : add(y, y);
+    const Variable loss = softmax_cross_entropy(logits, labels);
+    logits = Variable();  // the caller lets go of the logits
+    loss.backward();
+    EXPECT_THAT(values(y.grad()), Pointwise(FloatNear(0.f), want)) << "through_reshape " << through_reshape;
+  }
+}
+
 TEST(OpsGradient, SoftmaxCrossEntropyWithLabelSmoothing) {
   Generator gen(36);
   const Tensor labels = Tensor::from_vector<std::int32_t>({0, 3, 1, 3, 2}, {5});
