@@ -164,6 +164,17 @@ double validation_loss(models::GPT2& model, const std::vector<std::string>& shar
   return total.item() / comm.size();
 }
 
+/// Writes the model's parameters in float32 under their names, as serialize::save_weights does: a
+/// 16-bit model's float32 master weights (what its training kept; the model holds them rounded),
+/// or the model's own.
+void save_float32_weights(nn::Module& model, const optim::MixedPrecision& precision, const std::string& path) {
+  if (precision.dtype() == kFloat32) return serialize::save_weights(model, path);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const nn::ArenaEntry& e : model.arena().entries())
+    tensors.emplace_back(e.name, precision.master_params().narrow(0, e.offset, e.numel).reshape(e.shape));
+  serialize::save_safetensors(path, tensors);
+}
+
 int run(const Options& o_in) {
   Options o = o_in;
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator(o.communicator);
@@ -236,7 +247,9 @@ int run(const Options& o_in) {
                                                   .weight_decay(static_cast<float>(o.weight_decay)));
   // nanoGPT's groups: decay on the matrices and embeddings, none on biases and LayerNorm weights.
   adamw->add_param_group(optim::ParamGroup::one_dimensional("no decay").weight_decay(0.f));
-  auto optimizer = parallel::create_multi_node_optimizer(optim::mixed_precision(std::move(adamw), o.dtype), comm);
+  std::unique_ptr<optim::MixedPrecision> precision = optim::mixed_precision(std::move(adamw), o.dtype);
+  const optim::MixedPrecision& masters = *precision;  // owned by the optimizer from here on
+  auto optimizer = parallel::create_multi_node_optimizer(std::move(precision), comm);
   optimizer->set_overlap(o.overlap);
   optimizer->setup(*model);
   if (o.clip > 0) optim::clip_gradients(*optimizer, o.clip);
@@ -359,9 +372,9 @@ int run(const Options& o_in) {
     if (train_seconds > 0)
       std::cout << "training: " << steps_run << " steps in " << train_seconds << " s, "
                 << static_cast<double>(steps_run * o.total_batch_tokens) / train_seconds << " tokens/s\n";
-    serialize::save_weights(*model, (std::filesystem::path(o.out) / "model.safetensors").string());
-    std::cout << "weights: " << (std::filesystem::path(o.out) / "model.safetensors").string() << " ("
-              << dtype_name(o.dtype) << ")\n";
+    const std::string weights = (std::filesystem::path(o.out) / "model.safetensors").string();
+    save_float32_weights(*model, masters, weights);
+    std::cout << "weights: " << weights << " (float32)\n";
     if (o.sample_tokens > 0) {
       examples::SamplingOptions sampling;
       sampling.tokens = o.sample_tokens;
