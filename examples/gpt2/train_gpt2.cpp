@@ -209,12 +209,13 @@ int run(const Options& o_in) {
   // The step's batch: k micro-batches of b sequences on each of the p ranks.
   const std::int64_t per_micro_batch = o.batch * o.seq_len * p;
   if (o.total_batch_tokens == 0) o.total_batch_tokens = per_micro_batch;
-  DPL_CHECK(o.total_batch_tokens % per_micro_batch == 0, "train_gpt2: --total-batch-tokens ", o.total_batch_tokens,
-            " is not a multiple of -b x -t x processes = ", o.batch, " x ", o.seq_len, " x ", p, " = ",
-            per_micro_batch, "; expected a multiple such as ",
-            std::max<std::int64_t>(1, o.total_batch_tokens / per_micro_batch) * per_micro_batch, " or ",
-            (o.total_batch_tokens / per_micro_batch + 1) * per_micro_batch,
-            " (the micro-batches per step are --total-batch-tokens / (b·t·p))");
+  if (o.total_batch_tokens % per_micro_batch != 0) {
+    const std::int64_t below = o.total_batch_tokens / per_micro_batch * per_micro_batch;
+    DPL_FAIL("train_gpt2: --total-batch-tokens ", o.total_batch_tokens, " is not a multiple of -b x -t x processes = ",
+             o.batch, " x ", o.seq_len, " x ", p, " = ", per_micro_batch, "; expected a multiple such as ",
+             below > 0 ? std::to_string(below) + " or " : std::string(), below + per_micro_batch,
+             " (the micro-batches per step are --total-batch-tokens / (b·t·p))");
+  }
   const std::int64_t micro_batches = o.total_batch_tokens / per_micro_batch;
   DPL_CHECK(micro_batches <= std::numeric_limits<int>::max(), "train_gpt2: --total-batch-tokens ",
             o.total_batch_tokens, " needs ", micro_batches, " micro-batches per step; expected at most ",
