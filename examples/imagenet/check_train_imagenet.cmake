@@ -5,19 +5,10 @@
 # Inputs (-D): TOOL (idx_to_jpeg; empty without TurboJPEG), DATA (the IDX folder), OUT (a scratch
 # folder), RUN (mpiexec and its arguments and the program, words separated by |), and optionally
 # EXTRA (more train_imagenet flags, separated by |) and TRAIN_ONLY (1: only the training run).
-if(NOT TOOL)
-  message("SKIPPED: this build has no TurboJPEG, so no JPEG decoder and no idx_to_jpeg")
+set(LIMIT 320)
+include(${CMAKE_CURRENT_LIST_DIR}/jpeg_fixture.cmake)
+if(JPEG_FIXTURE_SKIPPED)
   return()
-endif()
-if(NOT EXISTS ${DATA}/train-images-idx3-ubyte.gz AND NOT EXISTS ${DATA}/train-images-idx3-ubyte)
-  message("SKIPPED: ${DATA} is absent (Debian package dataset-fashion-mnist)")
-  return()
-endif()
-file(REMOVE_RECURSE ${OUT})
-execute_process(COMMAND ${TOOL} --data ${DATA} -o ${OUT}/data --size 32 --limit 320
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT 100)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "${out}\nidx_to_jpeg exited with ${rc}; expected 0")
 endif()
 
 string(REPLACE "|" ";" RUN "${RUN}")

@@ -8,10 +8,13 @@
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
 //       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]] [--skip-bad-images]
-//       [--sync-bn] [--shard-optimizer-state]
+//       [--sync-bn] [--shard-optimizer-state] [--snapshot-every N] [--keep 1] [--resume PATH]
 //
-// Every rank reads both list files and takes its own shard of each; a threaded ImageLoader
-// decodes, crops and flips its shard's JPEG (and PNG) files into 8-bit batches; with -g those travel to the
+// Every rank reads both list files. Training: the ranks take their shares of each global batch
+// (-B per process) from one order of the whole list, a function of the seed and the epoch, so a
+// checkpoint (--snapshot-every) resumes on another number of processes with the same global batch
+// (--resume; docs/training-state.md). Validation: each rank takes its own shard of the list. A
+// threaded ImageLoader decodes, crops and flips the JPEG (and PNG) files into 8-bit batches; with -g those travel to the
 // GPU as uint8 on a copy stream and are normalised there, into the model's dtype and layout (on
 // the host without -g); a MultiNodeOptimizer averages the gradients;
 // a Trainer runs the epochs, validation over every rank's validation shard, the report table,
@@ -31,6 +34,7 @@
 #include "../common/flags.hpp"
 #include "../common/launch.hpp"
 #include "../common/optimizer_state.hpp"
+#include "../common/resume.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/models.hpp"
@@ -56,6 +60,7 @@ struct Options {
   std::string train_list, val_list, root;
   std::string arch = "resnet50";
   std::int64_t batchsize = 32;
+  bool batchsize_given = false;  // -B on the command line (a resumed run otherwise takes the checkpoint's)
   std::int64_t val_batchsize = 0;  // 0: the training batch size
   std::int64_t epochs = 10;
   int loaders = 4;
@@ -86,6 +91,9 @@ struct Options {
   parallel::OverlapOptions overlap;
   bool shard_state = false;  // each rank keeps the momentum of 1/p of the parameters (ZeRO stage 1)
   std::uint64_t seed = 0;
+  std::int64_t snapshot_every = 0;  // epochs; 0: never
+  std::int64_t keep = 1;
+  std::string resume;
 };
 
 // The model's input form: its dtype and memory format. Every source below delivers batches in it
@@ -117,11 +125,13 @@ class Classifier : public nn::Module {
 
 // Random images and labels made once and kept on the device: the step's throughput without the
 // file system, the decoder or the host-to-device copy.
-class SyntheticSource : public data::BatchSource {
+// Its position is global, like the image loader's, so that --snapshot-every and --resume work
+// on it too (the images themselves are each rank's own).
+class SyntheticSource : public data::GlobalBatchSource {
  public:
-  SyntheticSource(std::int64_t batch, int size, std::int64_t classes, std::int64_t per_epoch,
-                  const data::ImageDelivery& form, std::uint64_t seed)
-      : per_epoch_(per_epoch) {
+  SyntheticSource(std::int64_t batch, std::int64_t global_batch, int size, std::int64_t classes,
+                  std::int64_t per_epoch, const data::ImageDelivery& form, std::uint64_t seed)
+      : global_batch_(global_batch), per_epoch_(per_epoch) {
     Generator gen(seed);
     batch_.x = Tensor::uniform({batch, 3, size, size}, -2.f, 2.f, gen, TensorOptions(form.dtype, form.device));
     if (form.format == MemoryFormat::kChannelsLast) batch_.x = batch_.x.to_channels_last();
@@ -138,29 +148,51 @@ class SyntheticSource : public data::BatchSource {
   bool is_new_epoch() const override { return iteration_ > 0 && iteration_ % per_epoch_ == 0; }
   double epoch_detail() const override { return static_cast<double>(iteration_) / static_cast<double>(per_epoch_); }
   std::int64_t batches_per_epoch() const override { return per_epoch_; }
+  std::int64_t global_batch() const override { return global_batch_; }
+  data::GlobalDataState global_state() const override {
+    data::GlobalDataState s;
+    s.samples = per_epoch_ * global_batch_;
+    s.global_batch = global_batch_;
+    s.epoch = epoch();
+    s.iteration = iteration_;
+    s.position = (iteration_ % per_epoch_) * global_batch_;
+    s.is_new_epoch = is_new_epoch();
+    s.settings = {{"synthetic data", "on"}};
+    return s;
+  }
+  void load_global_state(const data::GlobalDataState& s) override {
+    data::check_same_data_order(s, global_state(), "SyntheticSource::load_global_state");
+    DPL_CHECK(s.iteration >= 0, "SyntheticSource::load_global_state: expected an iteration >= 0, got ", s.iteration);
+    iteration_ = s.iteration;
+  }
 
  private:
   data::Batch batch_;
+  std::int64_t global_batch_;
   std::int64_t per_epoch_;
   std::int64_t iteration_ = 0;
 };
 
-// The positions of this rank's training shard: the list's indices in an order drawn from seed
-// (the same on every rank), cut by data::shard_of with equal lengths (see docs/imagenet.md).
-std::vector<std::int64_t> shard_indices(std::int64_t n, const comm::Communicator& comm, bool shuffle,
-                                        std::uint64_t seed, bool equal_length) {
+// The list's indices, in an order drawn from seed when shuffle is on (the same on every rank).
+std::vector<std::int64_t> shuffled_indices(std::int64_t n, bool shuffle, std::uint64_t seed) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   if (shuffle) {
-    // A class-sorted list would otherwise give each rank a few classes only.
+    // A class-sorted list would otherwise put a few classes only into a part of it.
     Generator gen(seed);
     for (std::int64_t i = n - 1; i > 0; --i)
       std::swap(order[static_cast<std::size_t>(i)],
                 order[static_cast<std::size_t>(gen.below(static_cast<std::uint64_t>(i + 1)))]);
   }
-  const data::Shard s = data::shard_of(n, comm.size(), comm.rank(), equal_length);
-  std::vector<std::int64_t> mine;
-  for (std::int64_t k = 0; k < s.length; ++k) mine.push_back(order[static_cast<std::size_t>((s.begin + k) % n)]);
+  return order;
+}
+
+// The positions of this rank's validation shard: a block of the list cut by data::shard_of,
+// unpadded, so that every image is evaluated once (see docs/imagenet.md).
+std::vector<std::int64_t> shard_indices(std::int64_t n, const comm::Communicator& comm) {
+  const data::Shard s = data::shard_of(n, comm.size(), comm.rank(), false);
+  std::vector<std::int64_t> mine(static_cast<std::size_t>(s.length));
+  std::iota(mine.begin(), mine.end(), s.begin);
   return mine;
 }
 
@@ -198,6 +230,8 @@ class SkippedImagesReport : public train::Extension {
     print("epoch " + std::to_string(epoch + 1), train_ ? train_->skipped_report(epoch) : data::SkippedExamples{},
           val_ ? val_->skipped_report(epoch) : data::SkippedExamples{}, false);
   }
+  // A resumed run's epochs go on from the checkpoint's.
+  void resumed(train::Trainer& trainer) override { epochs_seen_ = trainer.updater().iterator().epoch(); }
   void finalize(train::Trainer&) override {
     print("the run", train_ ? train_->skipped_report() : data::SkippedExamples{},
           val_ ? val_->skipped_report() : data::SkippedExamples{}, true);
@@ -254,6 +288,8 @@ int run(Options o) {
                               {"synthetic data (--synthetic)", o.synthetic ? "on" : "off"},
                               {"test run (--test)", o.test ? "on" : "off"},
                               {"seed (--seed)", std::to_string(o.seed)},
+                              {"snapshot interval (--snapshot-every)", std::to_string(o.snapshot_every)},
+                              {"resumed checkpoint (--resume)", o.resume},
                               {"graph capture (--graph)", o.graph ? "on" : "off"},
                               {"skip bad images (--skip-bad-images)", o.skip_bad_images ? "on" : "off"},
                               // Every synchronised layer is a collective: all ranks or none.
@@ -301,7 +337,9 @@ int run(Options o) {
     classes = 1000;
   }
 
-  const std::int64_t global_batch = o.batchsize * comm->size();
+  const std::int64_t global_batch = examples::resumed_global_batch("train_imagenet", "-B", o.batchsize,
+                                                                   o.batchsize_given, o.resume, comm->size());
+  o.batchsize = global_batch / comm->size();
   const double lr = o.lr >= 0 ? o.lr : 0.1 * static_cast<double>(global_batch) / 256.0;
   if (root) {
     std::cout << "==========================================\n"
@@ -315,26 +353,30 @@ int run(Options o) {
   }
 
   const data::ImageDelivery form = input_form(device, o.dtype, o.nhwc);
-  std::shared_ptr<data::BatchSource> train_source, val_source;
+  std::shared_ptr<data::GlobalBatchSource> train_source;
+  std::shared_ptr<data::BatchSource> val_source;
   std::int64_t val_batches = 0;
   // The loaders, owned by the sources: the skip report reads their counts.
   const data::ImageLoader* train_loader = nullptr;
   const data::ImageLoader* val_loader_seen = nullptr;
   if (o.synthetic) {
     const std::int64_t per_epoch = o.test ? kTestBatches : kSyntheticBatchesPerEpoch;
-    train_source = std::make_shared<SyntheticSource>(o.batchsize, o.crop_size, classes, per_epoch, form,
+    train_source = std::make_shared<SyntheticSource>(o.batchsize, global_batch, o.crop_size, classes, per_epoch, form,
                                                      o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
   } else {
-    std::vector<std::int64_t> train_idx = shard_indices(train_set->size(), *comm, true, o.seed, true);
-    std::vector<std::int64_t> val_idx = shard_indices(val_set->size(), *comm, false, 0, false);
+    // The whole list for training, each global batch split among the ranks by the loader; with
+    // --test, the global batches of its first few steps, drawn from the whole list by the seed.
+    std::vector<std::int64_t> train_idx = shuffled_indices(train_set->size(), o.test, o.seed);
+    std::vector<std::int64_t> val_idx = shard_indices(val_set->size(), *comm);
     if (o.test) {
-      train_idx.resize(std::min<std::size_t>(train_idx.size(), static_cast<std::size_t>(kTestBatches * o.batchsize)));
+      train_idx.resize(std::min<std::size_t>(train_idx.size(), static_cast<std::size_t>(kTestBatches * global_batch)));
       val_idx.resize(std::min<std::size_t>(val_idx.size(), static_cast<std::size_t>(kTestBatches * o.val_batchsize)));
     }
-    // Equal shards, so every rank reaches the same verdict and none is left waiting.
-    DPL_CHECK(o.batchsize <= static_cast<std::int64_t>(train_idx.size()), "-B ", o.batchsize,
-              " is larger than each process's share of the training list (", train_idx.size(), " images on each of ",
-              comm->size(), " processes); use -B ", train_idx.size(), " or less");
+    // Every rank has the whole list, so every rank reaches the same verdict and none is left waiting.
+    const auto share = static_cast<std::int64_t>(train_idx.size()) / comm->size();
+    DPL_CHECK(global_batch <= static_cast<std::int64_t>(train_idx.size()), "-B ", o.batchsize,
+              " is larger than each process's share of the training list (", share, " of its ", train_idx.size(),
+              " images on each of ", comm->size(), " processes); use -B ", share, " or less");
     DPL_CHECK(!val_idx.empty(), o.val_list, " has ", val_set->size(), " images, fewer than the ", comm->size(),
               " processes; expected at least one per process");
     const std::vector<float> mean = o.subtract_mean ? o.mean : std::vector<float>{0.f};
@@ -346,6 +388,8 @@ int run(Options o) {
     lo.shuffle = true;
     lo.seed = o.seed;
     lo.drop_last = true;  // every step has the global batch the learning rate was scaled for
+    lo.rank = comm->rank();
+    lo.world_size = comm->size();
     lo.pin_memory = o.gpu;
     // --skip-bad-images: a training image that does not decode is replaced by a copy of another of
     // its batch, so every rank keeps stepping on full batches of the size the learning rate was
@@ -360,12 +404,17 @@ int run(Options o) {
     auto loader = std::make_unique<data::ImageLoader>(train_set, std::move(train_idx), train_transform, lo);
     train_loader = loader.get();
     train_source = std::make_shared<data::ImageBatchSource>(std::move(loader), mean, scale, form);
+    // A resumed run must read the same list (by content: the list's file may move).
+    train_source->set_order_settings({{"training list contents", train_set->contents_fingerprint()},
+                                      {"test run (--test)", o.test ? "on" : "off"}});
 
     data::ImageLoaderOptions vo = lo;
     vo.batch_size = o.val_batchsize;
     vo.workers = std::max(1, o.loaders / 2);
     vo.shuffle = false;  // every evaluation sees the same batches
     vo.drop_last = false;
+    vo.rank = 0;  // its own shard of the validation list, whole
+    vo.world_size = 1;
     // A validation image that does not decode is replaced too (keep_batch_size, from lo): left
     // out, it could empty a batch of a small shard, and a batch without images cannot be
     // evaluated. Its batch-mate then counts twice, one image in tens of thousands for ImageNet.
@@ -437,6 +486,9 @@ int run(Options o) {
   trainer.extend(std::make_shared<train::extensions::ProgressBar>());
   trainer.extend(std::make_shared<train::extensions::PhaseSummary>());
   if (o.skip_bad_images) trainer.extend(std::make_shared<SkippedImagesReport>(train_loader, val_loader_seen, comm->rank()));
+  if (o.snapshot_every > 0)
+    trainer.extend(std::make_shared<train::extensions::Snapshot>("", o.keep), train::Trigger::epochs(o.snapshot_every));
+  if (!o.resume.empty()) trainer.resume(o.resume);
   trainer.run();
   // Each rank writes its own timeline; tools/merge_traces.py puts them on one time axis.
   if (o.trace)
@@ -466,13 +518,15 @@ int main(int argc, char** argv) {
   std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
               crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
               warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0",
-              seed = "0", bucket_mb = "25", first_bucket_mb = "1";
+              seed = "0", bucket_mb = "25", first_bucket_mb = "1", snapshot_every = "0", keep = "1";
   CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
   app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
   app.add_option("val", o.val_list, "List of validation images, in the same format");
   app.add_option("-R,--root", o.root, "Folder the list's relative paths start from");
   app.add_option("-a,--arch", o.arch, "Model: resnet18, resnet34, resnet50, resnet101 or resnet152");
-  app.add_option("-B,--batchsize", batchsize, "Training images per mini-batch, per process");
+  app.add_option("-B,--batchsize", batchsize,
+                 "Training images per mini-batch, per process (with --resume, default: the checkpoint's global batch "
+                 "divided among the processes)");
   app.add_option("--val-batchsize", val_batchsize, "Validation images per mini-batch, per process (default: -B)");
   app.add_option("-E,--epoch", epochs, "Number of sweeps over the training list");
   app.add_option("-j,--loaderjob", loaders, "Threads that decode and transform images, per process");
@@ -510,7 +564,12 @@ int main(int argc, char** argv) {
                "report how many and which at each epoch's end and the run's");
   app.add_flag("--test", o.test, "A tiny run: at most 3 batches per process per epoch");
   app.add_option("--seed", seed, "Seed for initialisation, sharding, shuffling and augmentation");
+  app.add_option("--snapshot-every", snapshot_every, "Write a checkpoint into the output folder every N epochs (0: never)");
+  app.add_option("--keep", keep, "Number of the newest checkpoints to keep");
+  app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint file (on any number of processes "
+                                       "that divides its global batch)");
   CLI11_PARSE(app, argc, argv);
+  o.batchsize_given = app.count("-B") > 0;
   try {
     constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     o.batchsize = static_cast<std::int64_t>(parse_whole("-B", batchsize, 1, std::uint64_t{1} << 24));
@@ -539,6 +598,8 @@ int main(int argc, char** argv) {
     o.classes = static_cast<std::int64_t>(parse_whole("--classes", classes, 0, std::uint64_t{1} << 31));
     o.log_interval = static_cast<std::int64_t>(parse_whole("--log-interval", log_interval, 0, kMax));
     o.seed = parse_whole("--seed", seed, 0, kMax);
+    o.snapshot_every = static_cast<std::int64_t>(parse_whole("--snapshot-every", snapshot_every, 0, 1000000));
+    o.keep = static_cast<std::int64_t>(parse_whole("--keep", keep, 1, 1000000));
     const double mib = 1024.0 * 1024.0;
     o.overlap.bucket_bytes = static_cast<std::size_t>(parse_real("--bucket-mb", bucket_mb, 1e-6, 1e6) * mib);
     o.overlap.first_bucket_bytes =

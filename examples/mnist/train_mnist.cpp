@@ -7,8 +7,11 @@
 //                                           [--overlap] [--bucket-mb 25] [--first-bucket-mb 1]
 //                                           [--graph] [--shard-optimizer-state]
 //
-// Rank 0 reads the data set and scatters shards; every rank trains on its shard with a
-// MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
+// Rank 0 reads the data set and gives every rank all of it; the ranks draw their shares of each
+// global batch (-b per process) from one order of the whole set, a function of the seed and the
+// epoch, so a checkpoint resumes on another number of processes with the same global batch
+// (--resume; docs/training-state.md). Evaluation runs on scattered shards of the test set. Every
+// rank trains with a MultiNodeOptimizer driven by a Trainer; rank 0 prints Chainer's report table and progress bar
 // and, at the end, the phase-timer summary across ranks. A NaN or Inf gradient on any rank stops
 // every rank with the iteration, the rank(s) and the parameter (--non-finite: docs/reliability.md).
 // Ranks started with different flags are refused at the start, naming the flag and each rank's
@@ -25,6 +28,7 @@
 #include "../common/launch.hpp"
 #include "../common/memory_check.hpp"
 #include "../common/optimizer_state.hpp"
+#include "../common/resume.hpp"
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
 #include "dpl/parallel.hpp"
@@ -37,6 +41,7 @@ constexpr std::int32_t kClasses = 10;
 
 struct Options {
   std::int64_t batchsize = 100;
+  bool batchsize_given = false;  // -b on the command line (a resumed run otherwise takes the checkpoint's)
   std::int64_t epochs = 20;
   std::int64_t units = 1000;
   bool gpu = false;
@@ -100,6 +105,9 @@ int run(const Options& o) {
                              "train_mnist");
 
   const Device device = examples::device_for_rank(o.gpu, *comm);
+  const std::int64_t global_batch = examples::resumed_global_batch("train_mnist", "-b", o.batchsize,
+                                                                   o.batchsize_given, o.resume, comm->size());
+  const std::int64_t batchsize = global_batch / comm->size();
 
   if (root) {
     std::cout << "==========================================\n"
@@ -107,13 +115,13 @@ int run(const Options& o) {
               << (o.gpu ? "Using GPUs\n" : "")
               << "Using " << o.communicator << " communicator\n"
               << "Num unit: " << o.units << "\n"
-              << "Num Minibatch-size: " << o.batchsize << "\n"
+              << "Num Minibatch-size: " << batchsize << " (global " << global_batch << ")\n"
               << "Num epoch: " << o.epochs << "\n"
               << "==========================================" << std::endl;
   }
 
-  // Rank 0 reads the files; everyone gets a shard. Training shards are padded to equal length
-  // (every rank runs the same number of iterations); test shards are exact for evaluation.
+  // Rank 0 reads the files; every rank gets the whole training set, whose one order all ranks
+  // share, and a shard of the test set (exact, not padded, for evaluation).
   data::Dataset train_all, test_all;
   if (root) {
     train_all = data::load_mnist(o.data, "train");
@@ -136,16 +144,17 @@ int run(const Options& o) {
               " pixels each, but the test images (", o.data, "/t10k-images-idx3-ubyte or its .gz) have ",
               test_all.sample_numel(), "; expected images of one shape in both");
   }
-  const data::Dataset train = data::scatter_dataset(train_all, *comm, true, o.seed, true);
+  const data::Dataset train = data::broadcast_dataset(train_all, *comm);
   const data::Dataset test = data::scatter_dataset(test_all, *comm, true, o.seed + 1, false);
   train_all = test_all = data::Dataset();
-  // Equal shards, so every rank reaches the same verdict and none is left waiting.
-  DPL_CHECK(o.batchsize <= train.size(), "-b ", o.batchsize, " is larger than each process's share of the training "
-            "set (", train.size(), " samples on each of ", comm->size(), " processes); a batch would repeat samples, "
-            "so use -b ", train.size(), " or less");
+  // Every rank holds the whole set, so every rank reaches the same verdict and none is left waiting.
+  const std::int64_t share = train.size() / comm->size();
+  DPL_CHECK(global_batch <= train.size(), "-b ", batchsize, " is larger than each process's share of the training "
+            "set (", share, " of its ", train.size(), " samples on each of ", comm->size(), " processes); a global "
+            "batch would repeat samples, so use -b ", share, " or less");
 
   // The MLP's parameters are allocated next: first check that they, Adam's state and a step fit.
-  examples::check_memory_fits(mlp_memory(train.sample_numel(), o.units, o.batchsize), device, comm->host_size(),
+  examples::check_memory_fits(mlp_memory(train.sample_numel(), o.units, batchsize), device, comm->host_size(),
                               "train_mnist", "lower -u (units per hidden layer) or -b (batch size)");
   Generator init(o.seed);
   nn::MLP model(o.units, train.sample_numel(), kClasses, init);
@@ -159,9 +168,8 @@ int run(const Options& o) {
   optimizer->setup(model);
   examples::print_optimizer_state_bytes(*optimizer);
 
-  data::BatchIterator batches(train, o.batchsize, true, o.seed + 1000 + static_cast<std::uint64_t>(comm->rank()));
-  // The seed cut the shards: a resume with another one would silently train on other rows.
-  batches.set_order_settings({{"seed (--seed)", std::to_string(o.seed)}});
+  // One order for the job (its seed is recorded and checked on resume); each rank takes its share.
+  data::GlobalBatchIterator batches(train, global_batch, comm->rank(), comm->size(), true, o.seed);
   train::StandardUpdater updater(batches, *optimizer, [&](const data::Batch& b, train::Observation& observation) {
     const Variable logits = model(Variable(b.x));
     observation.observe("main/accuracy", accuracy(logits, b.y));
@@ -170,7 +178,7 @@ int run(const Options& o) {
   if (o.graph) updater.set_graph_capture(true);
 
   train::Trainer trainer(updater, train::TrainerOptions(o.epochs, train::LengthUnit::kEpoch).communicator(comm).out(o.out));
-  trainer.extend(std::make_shared<train::extensions::Evaluator>(test, o.batchsize));
+  trainer.extend(std::make_shared<train::extensions::Evaluator>(test, batchsize));
   trainer.extend(std::make_shared<train::extensions::LogReport>());
   trainer.extend(std::make_shared<train::extensions::PrintReport>());
   trainer.extend(std::make_shared<train::extensions::ProgressBar>());
@@ -193,7 +201,9 @@ int main(int argc, char** argv) {
   std::string batchsize = "100", epochs = "20", units = "1000", seed = "0", snapshot_every = "0", keep = "1";
   std::string non_finite = "stop", bucket_mb = "25", first_bucket_mb = "1";
   CLI::App app{"Data-parallel MNIST MLP training with dpl (ChainerMN's example)"};
-  app.add_option("-b,--batchsize", batchsize, "Number of images in each mini-batch (per process)");
+  app.add_option("-b,--batchsize", batchsize,
+                 "Number of images in each mini-batch (per process; with --resume, default: the checkpoint's global "
+                 "batch divided among the processes)");
   app.add_option("-e,--epoch", epochs, "Number of sweeps over the data set to train");
   app.add_option("-u,--unit", units, "Number of units in each hidden layer");
   app.add_flag("-g,--gpu", o.gpu, "Train on GPUs (one per process, chosen by the rank within the node)");
@@ -215,6 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--resume", o.resume, "Continue the run saved in this checkpoint file");
   app.add_option("--non-finite", non_finite, "What a step with an Inf or NaN gradient does: stop, skip or off");
   CLI11_PARSE(app, argc, argv);
+  o.batchsize_given = app.count("-b") > 0;
   try {
     constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     o.batchsize = static_cast<std::int64_t>(parse_whole("-b", batchsize, 1, std::uint64_t{1} << 31));

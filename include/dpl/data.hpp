@@ -4,6 +4,8 @@
 // normalisation of 8-bit batches on the device).
 #include "dpl/data/batch_iterator.hpp"
 #include "dpl/data/dataset.hpp"
+#include "dpl/data/global_batch_iterator.hpp"
+#include "dpl/data/global_batch_source.hpp"
 #include "dpl/data/idx.hpp"
 #include "dpl/data/image/decode.hpp"
 #include "dpl/data/image/image_batch_source.hpp"

@@ -33,13 +33,13 @@ Shard shard_of(std::int64_t n, int size, int rank, bool force_equal_length) {
   return s;
 }
 
-Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool shuffle, std::uint64_t seed,
-                        bool force_equal_length) {
-  const char* op = "scatter_dataset";
+namespace {
+
+// N and the sample shape of rank 0's data set, on every rank (the others size their buffers by
+// them). Throws on every rank for an empty set or samples of too many dimensions.
+std::pair<std::int64_t, Shape> broadcast_header(const Dataset& dataset, comm::Communicator& comm, const char* op) {
   const int rank = comm.rank();
   const int size = comm.size();
-
-  // Only rank 0 knows N and the sample shape; every rank needs them to size its receive buffers.
   // Layout: [N, sample dims, extent 0, ..., extent 5].
   Tensor header = Tensor::zeros({2 + kMaxSampleDims}, kInt64);
   if (rank == 0) {
@@ -58,7 +58,43 @@ Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool s
             size, ")");
   DPL_CHECK(h[1] <= kMaxSampleDims, op, ": rank 0's samples have ", h[1], " dimensions; at most ", kMaxSampleDims,
             " are supported (rank ", rank, " of ", size, ")");
-  const Shape sample(h + 2, h + 2 + h[1]);
+  return {n, Shape(h + 2, h + 2 + h[1])};
+}
+
+}  // namespace
+
+Dataset broadcast_dataset(const Dataset& dataset, comm::Communicator& comm) {
+  const auto [n, sample] = broadcast_header(dataset, comm, "broadcast_dataset");
+  const bool root = comm.rank() == 0;
+  Shape rows{n};
+  rows.insert(rows.end(), sample.begin(), sample.end());
+  const std::int64_t row = shape_numel(sample);
+  Tensor x = root ? dataset.images() : Tensor::empty(rows, kFloat32);
+  Tensor y = root ? dataset.labels() : Tensor::empty({n}, kInt32);
+  // In messages of bounded size, as scatter_dataset sends: below MPI's element count limit.
+  const auto row_bytes = static_cast<std::size_t>(std::max<std::int64_t>(row, 1)) * sizeof(float);
+  const std::int64_t per_message =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(detail::scatter_message_bytes() / row_bytes));
+  for (std::int64_t c = 0; c < n; c += per_message) {
+    const std::int64_t count = std::min(per_message, n - c);
+    Shape part{count};
+    part.insert(part.end(), sample.begin(), sample.end());
+    Tensor xs = x.view_range(c * row, part);
+    Tensor ys = y.view_range(c, {count});
+    comm.broadcast(xs, 0);
+    comm.broadcast(ys, 0);
+  }
+  return root ? dataset : Dataset(x, y);
+}
+
+Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool shuffle, std::uint64_t seed,
+                        bool force_equal_length) {
+  const char* op = "scatter_dataset";
+  const int rank = comm.rank();
+  const int size = comm.size();
+
+  // Only rank 0 knows N and the sample shape; every rank needs them to size its receive buffers.
+  const auto [n, sample] = broadcast_header(dataset, comm, op);
   const std::int64_t row = shape_numel(sample);
 
   auto rows_shape = [&](std::int64_t count) {

@@ -10,6 +10,7 @@
 #include "dpl/core/error.hpp"
 #include "dpl/core/random.hpp"
 #include "dpl/data/dataset.hpp"
+#include "dpl/data/global_batch_source.hpp"
 
 namespace dpl::data {
 
@@ -19,19 +20,6 @@ constexpr const char* kOp = "TokenLoader";
 // Open shards at most; beyond it all are closed and reopened as needed. Far below the usual
 // limit of 1024 open files, so the program keeps room for its own.
 constexpr std::int64_t kMaxOpenShards = 64;
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// The seed of epoch e's permutation: a function of (seed, e) only, so an epoch's order does not
-// depend on how the run got there (how many processes, where it resumed).
-std::uint64_t epoch_seed(std::uint64_t seed, std::int64_t e) {
-  return splitmix64(splitmix64(seed) + static_cast<std::uint64_t>(e));
-}
 
 }  // namespace
 
@@ -85,33 +73,13 @@ TokenLoader::TokenLoader(std::vector<std::string> shard_paths, std::int64_t batc
 TokenLoader TokenLoader::with_global_batch(std::vector<std::string> shard_paths, std::int64_t global_batch,
                                            std::int64_t seq_len, int rank, int world_size, bool shuffle,
                                            std::uint64_t seed) {
-  const char* op = "TokenLoader::with_global_batch";
-  DPL_CHECK(global_batch >= 1, op, ": expected a global batch >= 1, got ", global_batch);
-  DPL_CHECK(world_size >= 1, op, ": expected world_size >= 1, got ", world_size);
-  if (global_batch % world_size != 0) {
-    std::string divisors;
-    int listed = 0;
-    for (std::int64_t d = 1; d <= global_batch && listed < 16; ++d) {
-      if (global_batch % d != 0) continue;
-      divisors += (listed++ ? ", " : "") + std::to_string(d);
-    }
-    DPL_FAIL(op, ": a global batch of ", global_batch, " windows does not divide among ", world_size,
-             " processes (", global_batch, " mod ", world_size, " = ", global_batch % world_size,
-             "); expected a process count that divides the global batch (",
-             listed < 16 ? "one of " : "e.g. ", divisors, ")");
-  }
-  return TokenLoader(std::move(shard_paths), global_batch / world_size, seq_len, rank, world_size, shuffle, seed);
+  const std::int64_t batch = per_process_batch(global_batch, world_size, "TokenLoader::with_global_batch", "windows");
+  return TokenLoader(std::move(shard_paths), batch, seq_len, rank, world_size, shuffle, seed);
 }
 
 std::vector<std::int64_t> TokenLoader::epoch_order(std::int64_t e) const {
   DPL_CHECK(e >= 0, "TokenLoader::epoch_order: expected an epoch >= 0, got ", e);
-  if (!shuffle_) {
-    std::vector<std::int64_t> order(static_cast<std::size_t>(num_windows_));
-    std::iota(order.begin(), order.end(), std::int64_t{0});
-    return order;
-  }
-  Generator gen(epoch_seed(seed_, e));
-  return permutation(num_windows_, gen);
+  return global_epoch_order(num_windows_, shuffle_, seed_, e);
 }
 
 std::pair<std::int64_t, std::int64_t> TokenLoader::window_location(std::int64_t w) const {

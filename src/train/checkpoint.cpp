@@ -29,6 +29,10 @@ using Json = nlohmann::ordered_json;
 
 constexpr const char* kModel = "model/";
 constexpr const char* kOptimizer = "optimizer/";
+// The global data source's position: the job's, so stored once, without a rank prefix.
+constexpr const char* kDataCounters = "data/counters";
+constexpr const char* kDataSettings = "data/settings";
+constexpr const char* kGlobalBatchKey = "global_batch";
 
 std::string rank_prefix(int rank) { return detail::concat("rank", rank, "/"); }
 
@@ -106,7 +110,12 @@ Named rank_parts(const TrainingState& s) {
 // One line per part that must be present on every rank alike.
 std::string parts_description(const TrainingState& s) {
   std::string d = detail::concat("model ", s.model != nullptr, "\noptimizer ", s.optimizer != nullptr, "\niterator ",
-                                 s.iterator != nullptr);
+                                 s.iterator != nullptr, "\nglobal source ", s.source != nullptr);
+  // The global position is rank 0's in the file: every rank must stand where rank 0 does.
+  if (s.source) {
+    const data::GlobalDataState g = s.source->global_state();
+    d += detail::concat(" at iteration ", g.iteration, " of global batch ", g.global_batch);
+  }
   for (const auto& [name, gen] : s.generators) d += "\ngenerator " + name;
   for (const auto& [key, text] : s.rank_values) d += "\nvalue " + key;
   return d;
@@ -213,6 +222,19 @@ Json metadata_json(const serialize::SafetensorsFile& file, const std::string& ke
   }
 }
 
+// A list of [name, value] strings, as the iterators' settings are stored; `name` is its tensor's.
+std::vector<std::pair<std::string, std::string>> settings_of(const Tensor& t, const std::string& path,
+                                                             const std::string& name) {
+  const Json j = Json::parse(text_of(t, path, name), nullptr, false);
+  bool pairs = j.is_array();
+  for (const Json& kv : j)
+    pairs = pairs && kv.is_array() && kv.size() == 2 && kv.at(0).is_string() && kv.at(1).is_string();
+  DPL_CHECK(pairs, "load_checkpoint: ", path, ": '", name, "' must be a JSON list of [name, value] strings");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Json& kv : j) out.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
+  return out;
+}
+
 // Rank 0 gets every rank's parts, in rank order; the other ranks get nothing. Collective.
 std::vector<Named> gather_parts(const Named& mine, comm::Communicator* comm) {
   std::vector<Named> all;
@@ -251,6 +273,8 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
   Named mine;
   std::string failure = failure_of(who, path, [&] {
     DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
+    DPL_CHECK(state.iterator == nullptr || state.source == nullptr, who, ": ", path,
+              ": the training state has both a per-rank iterator and a global source; a run has one data position");
     mine = rank_parts(state);
   });
   agree(comm, failure, who);
@@ -278,6 +302,16 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
       for (const auto& [name, t] : optimizer_state) tensors.emplace_back(kOptimizer + name, t);
       for (const auto& [key, value] : state.optimizer->state_scalars()) meta_optimizer[key] = value;
     }
+    std::int64_t global_batch = 0;
+    if (state.source) {
+      const data::GlobalDataState g = state.source->global_state();
+      global_batch = g.global_batch;
+      tensors.emplace_back(kDataCounters, Tensor::from_vector<std::int64_t>({g.samples, g.global_batch, g.epoch,
+                                                                             g.iteration, g.position,
+                                                                             g.is_new_epoch ? 1 : 0},
+                                                                            {6}));
+      tensors.emplace_back(kDataSettings, text_tensor(Json(g.settings).dump()));
+    }
     for (int r = 0; r < size; ++r)
       for (const auto& [name, t] : parts[static_cast<std::size_t>(r)]) tensors.emplace_back(rank_prefix(r) + name, t);
 
@@ -293,6 +327,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
     if (state.optimizer) metadata["optimizer"] = meta_optimizer.dump();
     if (state.log) metadata["log"] = log_json(*state.log).dump();
     if (!state.run_id.empty()) metadata["run"] = state.run_id;
+    if (state.source) metadata[kGlobalBatchKey] = std::to_string(global_batch);
     serialize::save_safetensors(path, tensors, metadata);
   });
   agree(comm, failure, who);
@@ -340,13 +375,14 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   const char* who = "load_checkpoint";
   const int rank = comm ? comm->rank() : 0;
   const int size = comm ? comm->size() : 1;
-  const bool per_rank = state.iterator != nullptr || !state.generators.empty() || !state.rank_values.empty();
 
   serialize::SafetensorsFile file;
   Named model_tensors, optimizer_tensors;
   std::map<std::string, const Tensor*> own;  // this rank's parts, without the prefix
+  std::int64_t saved_ranks = 0;
   std::uint64_t content_hash = 0;
   std::vector<std::pair<std::string, std::string>> iterator_settings;
+  data::GlobalDataState global;
   std::string failure = failure_of(who, path, [&] {
     DPL_CHECK(state.model != nullptr, who, ": ", path, ": the training state has no model");
     file = read_verified(path, who);
@@ -366,30 +402,54 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
         DPL_CHECK(file.contains(full), who, ": ", path, " lacks the optimizer's state tensor '", full, "'");
       }
     }
-    const auto saved_ranks =
+    saved_ranks =
         whole_of(metadata_json(file, "ranks"), path, "\"ranks\" in the metadata", 1, std::numeric_limits<int>::max());
-    DPL_CHECK(!per_rank || saved_ranks == size, who, ": ", path, " was saved by ", saved_ranks,
-              " processes, this job has ", size, "; each rank's data iterator and generators resume only with "
-              "the same number of processes");
+    const bool has_global = file.contains(kDataCounters);
+    const bool has_iterators = file.contains(rank_prefix(0) + "iterator/counters");
     if (state.iterator) {
+      DPL_CHECK(!has_global, who, ": ", path, " holds the job's global data position (a data::GlobalBatchSource), "
+                "but this run draws from a per-rank data::BatchIterator; resume it with the global source it was "
+                "saved with");
+      DPL_CHECK(saved_ranks == size, who, ": ", path, " was saved by ", saved_ranks, " processes, this job has ", size,
+                "; each rank's data iterator resumes only with the same number of processes (a run that draws "
+                "from a data::GlobalBatchSource resumes on another number: docs/training-state.md)");
       for (const char* part : {"iterator/counters", "iterator/order", "iterator/generator"})
         DPL_CHECK(own.count(part) == 1, who, ": ", path, " lacks '", rank_prefix(rank), part, "'");
       DPL_CHECK(own.at("iterator/counters")->numel() == 6 && own.at("iterator/counters")->dtype() == kInt64, who,
                 ": ", path, ": '", rank_prefix(rank), "iterator/counters' must be 6 int64 values");
       // Absent from checkpoints written before the settings were recorded: nothing to compare.
-      if (own.count("iterator/settings") == 1) {
-        const std::string name = rank_prefix(rank) + "iterator/settings";
-        const Json j = Json::parse(text_of(*own.at("iterator/settings"), path, name), nullptr, false);
-        bool pairs = j.is_array();
-        for (const Json& kv : j)
-          pairs = pairs && kv.is_array() && kv.size() == 2 && kv.at(0).is_string() && kv.at(1).is_string();
-        DPL_CHECK(pairs, who, ": ", path, ": '", name, "' must be a JSON list of [name, value] strings");
-        for (const Json& kv : j) iterator_settings.emplace_back(kv.at(0).get<std::string>(), kv.at(1).get<std::string>());
-      }
+      if (own.count("iterator/settings") == 1)
+        iterator_settings = settings_of(*own.at("iterator/settings"), path, rank_prefix(rank) + "iterator/settings");
     }
-    for (const auto& [name, gen] : state.generators)
-      DPL_CHECK(own.count("generator/" + name) == 1, who, ": ", path, " lacks '", rank_prefix(rank), "generator/",
-                name, "'");
+    if (state.source) {
+      DPL_CHECK(has_global, who, ": ", path, " holds no global data position",
+                has_iterators ? detail::concat(": it holds each rank's own data iterator (a run of ", saved_ranks,
+                                               " processes that each shuffled their own shard), which this run's "
+                                               "global source cannot continue")
+                              : std::string(),
+                "; resume it with the kind of data source it was saved with");
+      const Tensor& c = file.at(kDataCounters);
+      DPL_CHECK(c.numel() == 6 && c.dtype() == kInt64, who, ": ", path, ": '", kDataCounters,
+                "' must be 6 int64 values");
+      DPL_CHECK(file.contains(kDataSettings), who, ": ", path, " lacks '", kDataSettings, "'");
+      const std::vector<std::int64_t> v = c.to_vector<std::int64_t>();
+      global.samples = v[0];
+      global.global_batch = v[1];
+      global.epoch = v[2];
+      global.iteration = v[3];
+      global.position = v[4];
+      global.is_new_epoch = v[5] != 0;
+      global.settings = settings_of(file.at(kDataSettings), path, kDataSettings);
+      // The data order first: the error then says what differs, not only that the counters do.
+      data::check_same_data_order(global, state.source->global_state(), "the data source");
+    }
+    // With another number of processes no saved rank is this one: generators are seeded afresh
+    // from rank 0's, values come back as every saved rank's.
+    const bool same_ranks = saved_ranks == size;
+    for (const auto& [name, gen] : state.generators) {
+      const std::string part = (same_ranks ? rank_prefix(rank) : rank_prefix(0)) + "generator/" + name;
+      DPL_CHECK(file.contains(part), who, ": ", path, " lacks '", part, "'");
+    }
     if (state.log) metadata_json(file, "log");
 
     detail::StableHash h;
@@ -404,6 +464,7 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
   }
 
   failure = failure_of(who, path, [&] {
+    const bool same_ranks = saved_ranks == size;
     if (state.iterator) {
       const std::vector<std::int64_t> c = own.at("iterator/counters")->to_vector<std::int64_t>();
       data::BatchIteratorState it;
@@ -418,9 +479,33 @@ void load_checkpoint(const std::string& path, TrainingState& state, comm::Commun
       it.settings = iterator_settings;
       state.iterator->load_state(it);
     }
-    for (auto& [name, gen] : state.generators) gen->set_state(words_of(*own.at("generator/" + name)));
-    for (auto& [key, text] : state.rank_values)
-      if (own.count("value/" + key) == 1) text = text_of(*own.at("value/" + key), path, rank_prefix(rank) + "value/" + key);
+    if (state.source) state.source->load_global_state(global);
+    for (auto& [name, gen] : state.generators) {
+      if (same_ranks) {
+        gen->set_state(words_of(*own.at("generator/" + name)));
+        continue;
+      }
+      const std::vector<std::uint64_t> words = words_of(file.at(rank_prefix(0) + "generator/" + name));
+      detail::StableHash h;
+      h.add(name).add_bytes(words.data(), words.size() * sizeof(std::uint64_t));
+      const std::uint64_t where[] = {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(size)};
+      h.add_bytes(where, sizeof where);
+      gen->seed(h.value());
+    }
+    state.saved_rank_values.clear();
+    for (auto& [key, text] : state.rank_values) {
+      if (same_ranks) {
+        if (own.count("value/" + key) == 1)
+          text = text_of(*own.at("value/" + key), path, rank_prefix(rank) + "value/" + key);
+        continue;
+      }
+      std::vector<std::string> saved;
+      for (std::int64_t r = 0; r < saved_ranks; ++r) {
+        const std::string name = rank_prefix(static_cast<int>(r)) + "value/" + key;
+        if (file.contains(name)) saved.push_back(text_of(file.at(name), path, name));
+      }
+      if (!saved.empty()) state.saved_rank_values[key] = std::move(saved);
+    }
     if (state.optimizer) {
       std::map<std::string, double> scalars;
       const Json saved = metadata_json(file, "optimizer");
@@ -469,22 +554,45 @@ std::string new_run_id() {
   return hex(h.value());
 }
 
-std::string checkpoint_run_id(const std::string& path) {
-  // The header alone: a folder may hold many large checkpoints, and pruning runs every snapshot.
+namespace {
+
+// The metadata of the safetensors header at path, read without the tensors; null when the file
+// cannot be read as one. A folder may hold many large checkpoints, and pruning reads every one.
+Json header_metadata(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   unsigned char length_bytes[8] = {};
-  if (!in.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return "";
+  if (!in.read(reinterpret_cast<char*>(length_bytes), sizeof length_bytes)) return nullptr;
   std::uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = length << 8 | length_bytes[i];
   constexpr std::uint64_t kMaxHeader = std::uint64_t{1} << 30;  // what no checkpoint's header reaches
-  if (length > kMaxHeader) return "";
+  if (length > kMaxHeader) return nullptr;
   std::string header(static_cast<std::size_t>(length), '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return "";
+  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return nullptr;
   const Json j = Json::parse(header, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("__metadata__")) return "";
-  const Json& meta = j.at("__metadata__");
-  if (!meta.is_object() || !meta.contains("run") || !meta.at("run").is_string()) return "";
+  if (!j.is_object() || !j.contains("__metadata__") || !j.at("__metadata__").is_object()) return nullptr;
+  return j.at("__metadata__");
+}
+
+}  // namespace
+
+std::string checkpoint_run_id(const std::string& path) {
+  const Json meta = header_metadata(path);
+  if (meta.is_null() || !meta.contains("run") || !meta.at("run").is_string()) return "";
   return meta.at("run").get<std::string>();
+}
+
+std::int64_t checkpoint_global_batch(const std::string& path) {
+  const char* who = "checkpoint_global_batch";
+  const Json meta = header_metadata(path);
+  DPL_CHECK(!meta.is_null(), who, ": cannot read ", path, " as a checkpoint (no file, or no safetensors header "
+            "with metadata)");
+  const bool tagged = meta.contains("format") && meta.at("format") == kCheckpointFormat;
+  DPL_CHECK(tagged, who, ": ", path, " is not a dpl checkpoint: expected \"format\": \"", kCheckpointFormat,
+            "\" in its metadata");
+  if (!meta.contains(kGlobalBatchKey)) return 0;
+  const Json& text = meta.at(kGlobalBatchKey);
+  const Json value = text.is_string() ? Json::parse(text.get<std::string>(), nullptr, false) : Json();
+  return whole_of(value, path, "\"global_batch\" in the metadata", 1, std::numeric_limits<std::int64_t>::max());
 }
 
 void remove_old_checkpoints(const std::string& folder, std::int64_t keep, const std::string& run_id) {

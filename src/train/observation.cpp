@@ -92,4 +92,29 @@ void Observation::restore_json(const std::string& text, Device device) {
   sums_ = std::move(sums);
 }
 
+std::string Observation::average_json(const std::vector<std::string>& texts) {
+  DPL_CHECK(!texts.empty(), "Observation::average_json: expected at least one rank's sums, got none");
+  std::vector<Observation> ranks(texts.size());
+  for (std::size_t r = 0; r < texts.size(); ++r) ranks[r].restore_json(texts[r], Device::cpu());
+  Observation mean = ranks[0];
+  const auto n = static_cast<double>(texts.size());
+  for (std::size_t k = 0; k < mean.sums_.size(); ++k) {
+    Sum& m = mean.sums_[k];
+    double device = 0.0, host = 0.0;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const std::vector<Sum>& theirs = ranks[r].sums_;
+      // Every rank observes the same keys every step, so the counts agree; sums of other counts
+      // would weigh the ranks unequally.
+      DPL_CHECK(theirs.size() == mean.sums_.size() && theirs[k].key == m.key && theirs[k].count == m.count,
+                "Observation::average_json: rank ", r, "'s sums differ in keys or counts from rank 0's: '", texts[r],
+                "' against '", texts[0], "'");
+      if (theirs[k].device_sum.defined()) device += static_cast<double>(theirs[k].device_sum.item());
+      host += theirs[k].host_sum;
+    }
+    if (m.device_sum.defined()) m.device_sum = Tensor::full({}, device / n, TensorOptions(kFloat32, Device::cpu()));
+    m.host_sum = host / n;
+  }
+  return mean.to_json();
+}
+
 }  // namespace dpl::train

@@ -10,10 +10,11 @@
 namespace dpl::train {
 
 StandardUpdater::StandardUpdater(data::BatchSource& iterator, data::BatchIterator* batch_iterator,
-                                 optim::Optimizer& optimizer, parallel::MultiNodeOptimizer* multi_node,
-                                 LossFunction loss, Device device)
+                                 data::GlobalBatchSource* global_source, optim::Optimizer& optimizer,
+                                 parallel::MultiNodeOptimizer* multi_node, LossFunction loss, Device device)
     : iterator_(iterator),
       batch_iterator_(batch_iterator),
+      global_source_(global_source),
       optimizer_(optimizer),
       multi_node_(multi_node),
       loss_(std::move(loss)),

@@ -218,11 +218,13 @@ TrainingState Trainer::training_state(const char* who) {
   state.model = &updater_.optimizer().target();
   state.optimizer = &updater_.optimizer();
   state.iterator = updater_.batch_iterator();
+  state.source = updater_.global_source();
   // A checkpoint without the data position would resume on different batches: refused, not
   // written silently incomplete.
-  DPL_CHECK(state.iterator != nullptr, who, ": expected the updater to draw from a data::BatchIterator, whose "
-            "position a checkpoint holds; got another data::BatchSource (an image loader's position is not "
-            "checkpointed; a BatchIterator must be given to the StandardUpdater as one)");
+  DPL_CHECK(state.iterator != nullptr || state.source != nullptr, who,
+            ": expected the updater to draw from a data::BatchIterator or a data::GlobalBatchSource, whose "
+            "position a checkpoint holds; got another data::BatchSource (it must be given to the StandardUpdater "
+            "as one of those types)");
   state.generators = generators_;
   state.generators.emplace_back("default", &default_generator());
   state.run_id = run_id_;
@@ -245,6 +247,10 @@ void Trainer::resume(const std::string& path) {
   load_checkpoint(path, state, comm_.get());
   run_id_ = state.run_id;
   std::string sums = state.rank_values[kObservationKey];
+  const auto saved = state.saved_rank_values.find(kObservationKey);
+  // Saved by another number of ranks: each rank takes their average, which keeps the log's
+  // mean over the ranks.
+  if (saved != state.saved_rank_values.end()) sums = Observation::average_json(saved->second);
   if (sums == unset) {
     const auto it = state.values.find(kObservationKey);
     sums = it == state.values.end() ? "[]" : it->second;

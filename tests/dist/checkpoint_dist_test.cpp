@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dpl/data.hpp"
 #include "dpl/dpl.hpp"
@@ -74,6 +75,69 @@ TEST(CheckpointDist, EveryRankGetsItsOwnIteratorAndGeneratorBack) {
   const std::string message = test::error_message([&] { train::load_checkpoint(single, loading, comm.get()); });
   if (comm->size() > 1) {
     EXPECT_THAT(message, HasSubstr("was saved by 1 processes, this job has " + std::to_string(comm->size())));
+  }
+  comm->barrier();
+  if (rank == 0) std::filesystem::remove_all(folder);
+}
+
+// A global source's checkpoint of p ranks loads on another count (here rank 0 alone, a job of
+// one): the source continues at the saved global position, each generator is re-seeded the same
+// way on every load (and not with any saved rank's state), and every saved rank's values come back.
+TEST(CheckpointDist, AGlobalSourceLoadsOnAnotherCountWithGeneratorsReseeded) {
+  std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
+  const int rank = comm->rank();
+  const int size = comm->size();
+  const std::string folder = shared_folder(*comm);
+  const std::string path = folder + "/g.safetensors";
+
+  Generator init(1);
+  nn::MLP model(4, 2, 2, init);
+  constexpr std::int64_t kGlobal = 12;  // every count of the dist layouts divides it
+  data::GlobalBatchIterator source(numbered(30), kGlobal, rank, size, true, 8);
+  Generator gen(90 + static_cast<std::uint64_t>(rank));
+  for (int i = 0; i < 3; ++i) source.next();
+  train::TrainingState saving;
+  saving.model = &model;
+  saving.source = &source;
+  saving.generators = {{"gen", &gen}};
+  saving.rank_values = {{"mine", "rank " + std::to_string(rank)}};
+  train::save_checkpoint(path, saving, comm.get());
+  const std::uint64_t rank0_next = gen.next_u64();
+  EXPECT_EQ(train::checkpoint_global_batch(path), kGlobal);
+
+  if (rank == 0) {
+    // The uninterrupted job's next global batch, as one process serves it.
+    data::GlobalBatchIterator straight(numbered(30), kGlobal, 0, 1, true, 8);
+    for (int i = 0; i < 4; ++i) straight.next();
+    const auto expected = straight.next().x.to_vector<float>();
+    std::vector<std::uint64_t> draws;
+    for (int load = 0; load < 2; ++load) {
+      data::GlobalBatchIterator alone(numbered(30), kGlobal, 0, 1, true, 8);
+      Generator fresh(0);
+      train::TrainingState state;
+      state.model = &model;
+      state.source = &alone;
+      state.generators = {{"gen", &fresh}};
+      state.rank_values = {{"mine", "unchanged"}};
+      train::load_checkpoint(path, state);  // one process: another count unless the job has one
+      EXPECT_EQ(alone.iteration(), 3);
+      alone.next();
+      EXPECT_EQ(alone.next().x.to_vector<float>(), expected);
+      draws.push_back(fresh.next_u64());
+      if (size > 1) {
+        EXPECT_EQ(state.rank_values.at("mine"), "unchanged");
+        ASSERT_EQ(state.saved_rank_values.at("mine").size(), static_cast<std::size_t>(size));
+        EXPECT_EQ(state.saved_rank_values.at("mine").back(), "rank " + std::to_string(size - 1));
+      } else {
+        EXPECT_EQ(state.rank_values.at("mine"), "rank 0");
+      }
+    }
+    EXPECT_EQ(draws[0], draws[1]) << "the re-seeding is deterministic";
+    if (size > 1) {
+      EXPECT_NE(draws[0], rank0_next) << "another count draws another stream";
+    } else {
+      EXPECT_EQ(draws[0], rank0_next) << "the same count restores the generator exactly";
+    }
   }
   comm->barrier();
   if (rank == 0) std::filesystem::remove_all(folder);

@@ -1,5 +1,5 @@
 #pragma once
-// Splitting a data set held by rank 0 into one shard per rank.
+// Splitting a data set held by rank 0 into one shard per rank, or giving every rank all of it.
 
 #include <cstdint>
 
@@ -43,5 +43,13 @@ Shard shard_of(std::int64_t n, int size, int rank, bool force_equal_length = tru
 /// 6 dimensions.
 Dataset scatter_dataset(const Dataset& dataset, comm::Communicator& comm, bool shuffle = false,
                         std::uint64_t seed = 0, bool force_equal_length = true);
+
+/// Gives every rank of comm rank 0's data set whole (for a data::GlobalBatchIterator, whose ranks
+/// draw their samples from one global order): rank 0 broadcasts N and the sample shape, then the
+/// samples and labels in messages of at most 256 MiB. Collective; only rank 0's `dataset` is
+/// read, the other ranks may pass Dataset{}. Requires rank 0's data set non-empty with samples of
+/// at most 6 dimensions; throws dpl::Error on every rank otherwise. Ensures: every rank holds
+/// the same samples in the same order (rank 0 keeps its own tensors, the others get copies).
+Dataset broadcast_dataset(const Dataset& dataset, comm::Communicator& comm);
 
 }  // namespace dpl::data

@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: everything a run needs to continue exactly where it stopped, in one safetensors
-// file — the model, the optimizer's state, every rank's data iterator and random generators, the
-// log's history and the caller's own values.
+// file — the model, the optimizer's state, the data position (every rank's iterator, or the job's
+// global one), every rank's random generators, the log's history and the caller's own values.
 
 #include <cstdint>
 #include <map>
@@ -12,6 +12,7 @@
 #include "dpl/comm/communicator.hpp"
 #include "dpl/core/random.hpp"
 #include "dpl/data/batch_iterator.hpp"
+#include "dpl/data/global_batch_source.hpp"
 #include "dpl/nn/module.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/train/training_log.hpp"
@@ -20,8 +21,13 @@ namespace dpl::train {
 
 /// The parts of a run that a checkpoint saves and restores. Null pointers (and empty lists) are
 /// left out of it. The model and the optimizer are the same on every rank and are saved from
-/// rank 0; the iterator and the generators are each rank's own and are saved for every rank; the
-/// log is rank 0's (the other ranks pass nullptr); values are rank 0's, given back to every rank.
+/// rank 0; the iterator and the generators are each rank's own and are saved for every rank; a
+/// global source's position is the job's and is saved once; the log is rank 0's (the other ranks
+/// pass nullptr); values are rank 0's, given back to every rank.
+///
+/// A checkpoint loads on another number of processes than saved it when it has no per-rank
+/// iterator: the source, if any, is global, the generators are re-seeded (see load_checkpoint)
+/// and each rank's values come back in saved_rank_values.
 struct TrainingState {
   nn::Module* model = nullptr;                                  ///< required
   optim::Optimizer* optimizer = nullptr;                        ///< set up on model
@@ -38,6 +44,12 @@ struct TrainingState {
   /// (a file without one leaves it as it is); remove_old_checkpoints prunes one run's files only.
   /// Empty: none is written.
   std::string run_id{};
+  /// The job's global data source, the same on every rank (saved once); not with iterator.
+  data::GlobalBatchSource* source = nullptr;
+  /// Set by load_checkpoint from a file of another number of processes, where no saved rank is
+  /// this rank: for each key of rank_values that the file holds, every saved rank's text in rank
+  /// order (rank_values then keep their values). Empty otherwise.
+  std::map<std::string, std::vector<std::string>> saved_rank_values{};
 };
 
 /// A fresh run id: 16 hex digits from std::random_device, the clock and the process id, so two
@@ -63,15 +75,26 @@ void save_checkpoint(const std::string& path, const TrainingState& state, comm::
 ///
 /// Collective over comm: every rank reads the file and checks it in full before anything changes:
 /// the format, every tensor's checksum (a damaged or truncated file is refused naming the file and
-/// the tensor), the model's names, shapes and dtypes, the optimizer's state names, and that it was
-/// saved by as many ranks as there are now when per-rank parts are restored. Then the ranks check
-/// that they all read the same checkpoint (the hash of its checksums and metadata, compared through
-/// comm::check_ranks_agree) and restore their parts: rank r takes the iterator and generators
-/// rank r saved. state.values receives the saved values.
+/// the tensor), the model's names, shapes and dtypes, the optimizer's state names, the kind of
+/// data position (per-rank iterators or a global source, as saved), and, for per-rank iterators,
+/// that it was saved by as many ranks as there are now. Then the ranks check that they all read
+/// the same checkpoint (the hash of its checksums and metadata, compared through
+/// comm::check_ranks_agree) and restore their parts: a global source takes the saved position
+/// (GlobalBatchSource::load_global_state); with as many ranks as saved it, rank r takes the
+/// iterator, generators and values rank r saved; with another number, each generator is seeded
+/// afresh from a hash of the state saved rank 0's had, its name, this rank and the number of
+/// ranks (deterministic, but not the stream any saved rank would have drawn), and the values come
+/// back in saved_rank_values. state.values receives the saved values.
 /// Requires: the same parts as were saved (the log may be absent on either side).
 /// Throws dpl::Error on every rank when any rank fails, naming the file and what is wrong, and,
 /// when not every rank failed alike, the ranks that failed.
 void load_checkpoint(const std::string& path, TrainingState& state, comm::Communicator* comm = nullptr);
+
+/// The global batch of the global data source saved in the checkpoint at path, read from its
+/// header alone (not collective, no checksum read): what a program resuming on another number of
+/// processes divides among them. 0 when the file holds no global source (per-rank iterators, or
+/// no data position). Throws dpl::Error naming the file when it cannot be read as a checkpoint.
+std::int64_t checkpoint_global_batch(const std::string& path);
 
 /// The model's parameters and buffers held by the checkpoint at path, under the names
 /// serialize::save_weights gives them (without the checkpoint's "model/" prefix), in the file's

@@ -32,6 +32,12 @@ class Observation {
   /// Restores sums saved by to_json, putting tensor sums on device. Throws dpl::Error for text
   /// that is not what to_json writes.
   void restore_json(const std::string& text, Device device);
+  /// The sums of several ranks' to_json texts (each a rank of another run) averaged key by key,
+  /// as to_json writes them: what each rank of a job with another number of ranks restores, so
+  /// that the log's mean over the ranks of each rank's means stays what the saving job's would
+  /// have been (to rounding). Requires at least one text; throws dpl::Error for text that is not
+  /// what to_json writes, or texts whose keys or counts differ.
+  static std::string average_json(const std::vector<std::string>& texts);
   /// While into is not null, observe(key, tensor) appends (key, tensor) to *into instead of
   /// adding the value up, and observe(key, number) throws dpl::Error. A recorded training step
   /// (StandardUpdater::set_graph_capture) uses it: the tensors are the recording's own buffers,

@@ -13,6 +13,7 @@
 #include "dpl/autograd/variable.hpp"
 #include "dpl/core/device.hpp"
 #include "dpl/data/batch_iterator.hpp"
+#include "dpl/data/global_batch_source.hpp"
 #include "dpl/data/batch_source.hpp"
 #include "dpl/optim/optimizer.hpp"
 #include "dpl/parallel/multi_node_optimizer.hpp"
@@ -38,7 +39,8 @@ class StandardUpdater {
   ///
   /// The static types of the arguments decide what the updater knows of them beyond training,
   /// without asking at run time: a data::BatchIterator (or a class derived from it) is a position
-  /// that Trainer::save and Trainer::resume can hold (batch_iterator()); a
+  /// that Trainer::save and Trainer::resume can hold (batch_iterator()), and so is a
+  /// data::GlobalBatchSource (global_source()), which resumes on another number of processes; a
   /// parallel::MultiNodeOptimizer (or derived) gets the "data" phase and the whole iteration
   /// recorded in its timer(), and lends its timer, communicator and summary to the Trainer and to
   /// extensions::PhaseSummary (multi_node_optimizer()). Passed as a plain data::BatchSource& or
@@ -47,8 +49,8 @@ class StandardUpdater {
             typename = std::enable_if_t<std::is_base_of_v<data::BatchSource, Source> &&
                                         std::is_base_of_v<optim::Optimizer, Opt>>>
   StandardUpdater(Source& iterator, Opt& optimizer, LossFunction loss, Device device = Device::cpu())
-      : StandardUpdater(iterator, checkpointable(iterator), optimizer, multi_node(optimizer), std::move(loss),
-                        device) {}
+      : StandardUpdater(iterator, checkpointable(iterator), global(iterator), optimizer, multi_node(optimizer),
+                        std::move(loss), device) {}
 
   /// One iteration (of micro_batches() batches). The wait for the batches (the source's next()
   /// and the copies to the device) is timed as the "data" phase; given a
@@ -67,6 +69,8 @@ class StandardUpdater {
   optim::Optimizer& optimizer() const { return optimizer_; }
   /// The source as a data::BatchIterator when it was given as one, else nullptr.
   data::BatchIterator* batch_iterator() const { return batch_iterator_; }
+  /// The source as a data::GlobalBatchSource when it was given as one, else nullptr.
+  data::GlobalBatchSource* global_source() const { return global_source_; }
   /// The optimizer as a parallel::MultiNodeOptimizer when it was given as one, else nullptr.
   parallel::MultiNodeOptimizer* multi_node_optimizer() const { return multi_node_; }
   /// The device batches are moved to.
@@ -102,16 +106,20 @@ class StandardUpdater {
   const CapturedStep* captured_step() const { return captured_.get(); }
 
  private:
-  StandardUpdater(data::BatchSource& iterator, data::BatchIterator* batch_iterator, optim::Optimizer& optimizer,
+  StandardUpdater(data::BatchSource& iterator, data::BatchIterator* batch_iterator,
+                  data::GlobalBatchSource* global_source, optim::Optimizer& optimizer,
                   parallel::MultiNodeOptimizer* multi_node, LossFunction loss, Device device);
   // What the template constructor knows of its arguments' static types.
   static data::BatchIterator* checkpointable(data::BatchIterator& iterator) { return &iterator; }
   static data::BatchIterator* checkpointable(data::BatchSource& /*source*/) { return nullptr; }
+  static data::GlobalBatchSource* global(data::GlobalBatchSource& source) { return &source; }
+  static data::GlobalBatchSource* global(data::BatchSource& /*source*/) { return nullptr; }
   static parallel::MultiNodeOptimizer* multi_node(parallel::MultiNodeOptimizer& optimizer) { return &optimizer; }
   static parallel::MultiNodeOptimizer* multi_node(optim::Optimizer& /*optimizer*/) { return nullptr; }
 
   data::BatchSource& iterator_;
   data::BatchIterator* batch_iterator_;     // &iterator_ when given as a BatchIterator
+  data::GlobalBatchSource* global_source_;  // &iterator_ when given as a GlobalBatchSource
   optim::Optimizer& optimizer_;
   parallel::MultiNodeOptimizer* multi_node_;  // &optimizer_ when given as a MultiNodeOptimizer
   LossFunction loss_;

@@ -157,14 +157,17 @@ class Trainer {
   /// value, instead of waiting for each other at the end (comm::check_settings_agree).
   void run();
 
-  /// Collective: writes a checkpoint of the model, optimizer, iterator, generators, log and
+  /// Collective: writes a checkpoint of the model, optimizer, data position, generators, log and
   /// observations to path (see save_checkpoint). Requires the updater to have been given a
-  /// data::BatchIterator, the only source whose position a checkpoint can hold (dpl::Error
-  /// otherwise, before anything is written).
+  /// data::BatchIterator or a data::GlobalBatchSource, the sources whose position a checkpoint
+  /// can hold (dpl::Error otherwise, before anything is written).
   void save(const std::string& path);
-  /// Collective: restores what save() wrote, so run() continues bit-identically (see
-  /// load_checkpoint), then tells every extension. Call after extend(), before run(). Requires a
-  /// data::BatchIterator source, as save() does.
+  /// Collective: restores what save() wrote, so run() continues bit-identically on as many
+  /// processes as saved it (see load_checkpoint), then tells every extension. A run drawing from
+  /// a data::GlobalBatchSource may resume on another number of processes with the same global
+  /// batch: generators are then re-seeded and each rank's pending observations are the saved
+  /// ranks' average (docs/training-state.md says what stays exact). Call after extend(), before
+  /// run(). Requires a source as save() does.
   void resume(const std::string& path);
 
   /// The extension of that name, or nullptr.

@@ -109,4 +109,45 @@ Batch ImageBatchSource::next() {
   return batch;
 }
 
+std::int64_t ImageBatchSource::global_batch() const {
+  return loader_->options().batch_size * loader_->options().world_size;
+}
+
+GlobalDataState ImageBatchSource::global_state() const {
+  const ImageLoaderOptions& o = loader_->options();
+  const std::int64_t per_epoch = loader_->batches_per_epoch();
+  GlobalDataState s;
+  s.samples = loader_->size();
+  s.global_batch = global_batch();
+  s.epoch = iteration_ / per_epoch;
+  s.iteration = iteration_;
+  s.position = (iteration_ % per_epoch) * s.global_batch;
+  s.is_new_epoch = is_new_epoch_;
+  s.settings = {{"shuffle", o.shuffle ? "on" : "off"}, {"seed", std::to_string(o.seed)},
+                {"drop last", o.drop_last ? "on" : "off"}};
+  s.settings.insert(s.settings.end(), program_order_settings().begin(), program_order_settings().end());
+  return s;
+}
+
+void ImageBatchSource::load_global_state(const GlobalDataState& s) {
+  const char* op = "ImageBatchSource::load_global_state";
+  check_same_data_order(s, global_state(), op);
+  const std::int64_t per_epoch = loader_->batches_per_epoch();
+  DPL_CHECK(s.iteration >= 0 && s.epoch == s.iteration / per_epoch &&
+                s.position == (s.iteration % per_epoch) * s.global_batch &&
+                s.is_new_epoch == (s.iteration > 0 && s.iteration % per_epoch == 0),
+            op, ": the counters disagree: iteration ", s.iteration, " of ", per_epoch,
+            " batches per epoch should be epoch ", s.iteration / per_epoch, " at position ",
+            (s.iteration % per_epoch) * s.global_batch, ", got epoch ", s.epoch, " at position ", s.position,
+            "; expected a state written by global_state()");
+  // A batch already taken for the GPU belongs to the old position: dropped, its copy waited for.
+  in_flight_.reset();
+  prefetch_error_ = nullptr;
+  loader_->restart_at(s.iteration);
+  iteration_ = s.iteration;
+  epoch_ = s.epoch;
+  is_new_epoch_ = s.is_new_epoch;
+  epoch_detail_ = static_cast<double>(s.iteration) / static_cast<double>(per_epoch);
+}
+
 }  // namespace dpl::data

@@ -74,6 +74,7 @@ struct ImageLoader::State {
   std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> orders;  // by epoch
   bool stop = false;
   std::int64_t fill_batch = -1;  // the batch whose examples are being handed out
+  std::int64_t first_batch = 0;  // the batch to start with when none is being handed out
   std::int64_t fill_next = 0;    // its next example position
   std::int64_t consumed = 0;     // batches returned by next()
   std::exception_ptr broken;     // the error next() threw; thrown again by every later call
@@ -82,10 +83,14 @@ struct ImageLoader::State {
   SkippedExamples skipped_in_run;
   std::vector<std::thread> workers;
 
+  std::int64_t global_batch() const { return options.batch_size * options.world_size; }
+  // Where this process's share of a batch starts in its epoch's order.
+  std::int64_t batch_start(std::int64_t batch) const {
+    return (batch % per_epoch) * global_batch() + options.rank * options.batch_size;
+  }
   std::int64_t batch_count(std::int64_t batch) const {
-    const std::int64_t k = batch % per_epoch;
     const auto n = static_cast<std::int64_t>(indices.size());
-    return std::min(options.batch_size, n - k * options.batch_size);
+    return std::min(options.batch_size, n - batch_start(batch));
   }
 
   // The order of an epoch, drawn once; orders of epochs no slot can still need are dropped.
@@ -109,7 +114,7 @@ struct ImageLoader::State {
       if (stop) return;
       if (fill_batch < 0 || fill_next == slots[static_cast<std::size_t>(fill_batch % slots.size())].count) {
         // The current batch is handed out: start the next one when its slot is free.
-        const std::int64_t b = fill_batch + 1;
+        const std::int64_t b = fill_batch < 0 ? first_batch : fill_batch + 1;
         Slot& s = slots[static_cast<std::size_t>(b % static_cast<std::int64_t>(slots.size()))];
         if (s.phase != Slot::Phase::kFree) {
           work_cv.wait(lock);
@@ -130,7 +135,7 @@ struct ImageLoader::State {
       Slot& s = slots[static_cast<std::size_t>(fill_batch % static_cast<std::int64_t>(slots.size()))];
       const std::int64_t pos = fill_next++;
       const std::int64_t epoch = s.batch / per_epoch;
-      const std::int64_t index = (*s.order)[static_cast<std::size_t>((s.batch % per_epoch) * options.batch_size + pos)];
+      const std::int64_t index = (*s.order)[static_cast<std::size_t>(batch_start(s.batch) + pos)];
       std::uint8_t* dst = static_cast<std::uint8_t*>(s.pixels->data()) + static_cast<std::size_t>(pos) * sample_bytes;
       lock.unlock();
 
@@ -224,6 +229,15 @@ struct ImageLoader::State {
     work_cv.notify_all();
   }
 
+  void start_workers() {
+    try {
+      for (int i = 0; i < options.workers; ++i) workers.emplace_back([this] { work(); });
+    } catch (...) {
+      shut_down();
+      throw;
+    }
+  }
+
   void shut_down() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -255,19 +269,28 @@ ImageLoader::ImageLoader(std::shared_ptr<const RandomAccessDataset> dataset, std
   DPL_CHECK(options.workers >= 1, op, ": expected workers (-j) >= 1, got ", options.workers);
   DPL_CHECK(options.prefetch >= 1, op, ": expected prefetch >= 1, got ", options.prefetch);
   DPL_CHECK(transform.size >= 1, op, ": expected a crop size >= 1, got ", transform.size);
+  DPL_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size, op,
+            ": expected world_size >= 1 and a rank in [0, world_size), got rank ", options.rank, " of ",
+            options.world_size);
+  DPL_CHECK(options.world_size == 1 || options.drop_last, op, ": splitting each global batch among ",
+            options.world_size, " processes requires drop_last, so that every process has a full share of every "
+            "batch");
   for (std::size_t i = 0; i < indices.size(); ++i)
     DPL_CHECK(indices[i] >= 0 && indices[i] < dataset->size(), op, ": index ", indices[i], " at position ", i,
               " is outside a data set of ", dataset->size(), " examples");
   const auto n = static_cast<std::int64_t>(indices.size());
-  DPL_CHECK(!options.drop_last || n >= options.batch_size, op, ": drop_last with ", n,
-            " indices and batch_size ", options.batch_size, " leaves no batch; expected at least one full batch");
+  const std::int64_t global = options.batch_size * options.world_size;
+  const std::string processes =
+      options.world_size > 1 ? ::dpl::detail::concat(" x ", options.world_size, " processes") : std::string();
+  DPL_CHECK(!options.drop_last || n >= global, op, ": drop_last with ", n, " indices and batch_size ",
+            options.batch_size, processes, " leaves no batch; expected at least one full batch");
 
   State& st = *state_;
   st.dataset = std::move(dataset);
   st.indices = std::move(indices);
   st.transform = transform;
   st.options = options;
-  st.per_epoch = options.drop_last ? n / options.batch_size : (n + options.batch_size - 1) / options.batch_size;
+  st.per_epoch = options.drop_last ? n / global : (n + global - 1) / global;
   st.sample_bytes = static_cast<std::size_t>(transform.size) * static_cast<std::size_t>(transform.size) *
                     static_cast<std::size_t>(st.dataset->channels());
   st.pinned = options.pin_memory && cuda_is_available();
@@ -277,12 +300,7 @@ ImageLoader::ImageLoader(std::shared_ptr<const RandomAccessDataset> dataset, std
     auto labels = host_buffer(sizeof(std::int32_t) * static_cast<std::size_t>(options.batch_size), st.pinned);
     s.labels = Tensor(labels, 0, {options.batch_size}, {1}, kInt32);
   }
-  try {
-    for (int i = 0; i < options.workers; ++i) st.workers.emplace_back([s = state_.get()] { s->work(); });
-  } catch (...) {
-    st.shut_down();
-    throw;
-  }
+  st.start_workers();
 }
 
 ImageLoader::~ImageLoader() { state_->shut_down(); }
@@ -338,7 +356,40 @@ ImageBatch ImageLoader::next() {
   return batch;
 }
 
+void ImageLoader::restart_at(std::int64_t batch) {
+  State& st = *state_;
+  const char* op = "ImageLoader::restart_at";
+  DPL_CHECK(batch >= 0, op, ": expected a batch >= 0, got ", batch);
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    DPL_CHECK(!st.broken, op, ": the loader has failed (an example that did not load); make a new one");
+    for (const State::Slot& s : st.slots)
+      DPL_CHECK(s.phase != State::Slot::Phase::kHeld, op, ": batch ", s.batch,
+                " is still held by the caller; release every batch first");
+  }
+  st.shut_down();
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.stop = false;
+    for (State::Slot& s : st.slots) {
+      s.phase = State::Slot::Phase::kFree;
+      s.batch = -1;
+      s.order.reset();
+    }
+    st.orders.clear();
+    st.fill_batch = -1;
+    st.fill_next = 0;
+    st.first_batch = batch;
+    st.consumed = batch;
+  }
+  st.start_workers();
+}
+
 std::int64_t ImageLoader::batches_per_epoch() const { return state_->per_epoch; }
+
+std::int64_t ImageLoader::size() const { return static_cast<std::int64_t>(state_->indices.size()); }
+
+const ImageLoaderOptions& ImageLoader::options() const { return state_->options; }
 
 std::int64_t ImageLoader::iteration() const {
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -90,6 +90,57 @@ TEST(Checkpoint, ResumedRunMatchesTheUninterruptedOneBitForBit) {
   EXPECT_EQ(file.metadata.at("ranks"), "1");
 }
 
+// A global source's position is stored once, with its global batch in the header; a checkpoint
+// holds one kind of data position, and a run with the other kind is refused, saying which.
+TEST(Checkpoint, AGlobalSourceIsStoredOnceAndMustMeetItsOwnKind) {
+  test::TempDir dir("dpl_checkpoint_global");
+  Generator init(1);
+  nn::MLP model(8, 4, 3, init);
+  optim::Adam opt(0.01f);
+  opt.setup(model);
+  data::GlobalBatchIterator source(problem(), 6, 0, 1, true, 5);
+  for (int i = 0; i < 4; ++i) source.next();
+  train::TrainingState saved;
+  saved.model = &model;
+  saved.optimizer = &opt;
+  saved.source = &source;
+  train::save_checkpoint(dir.file("g.safetensors"), saved);
+  EXPECT_EQ(train::checkpoint_global_batch(dir.file("g.safetensors")), 6);
+  const serialize::SafetensorsFile file = serialize::load_safetensors(dir.file("g.safetensors"));
+  EXPECT_TRUE(file.contains("data/counters"));
+  EXPECT_TRUE(file.contains("data/settings"));
+  EXPECT_FALSE(file.contains("rank0/iterator/counters"));
+
+  data::GlobalBatchIterator resumed(problem(), 6, 0, 1, true, 5);
+  train::TrainingState state = saved;
+  state.source = &resumed;
+  train::load_checkpoint(dir.file("g.safetensors"), state);
+  EXPECT_EQ(resumed.iteration(), 4);
+  EXPECT_EQ(resumed.next().x.to_vector<float>(), source.next().x.to_vector<float>());
+
+  // A per-rank iterator cannot continue a global position, nor a global source per-rank ones.
+  Replica replica(1);
+  train::TrainingState per_rank = replica.state();
+  per_rank.log = nullptr;
+  per_rank.generators.clear();
+  per_rank.model = &model;
+  per_rank.optimizer = &opt;
+  DPL_EXPECT_ERROR(train::load_checkpoint(dir.file("g.safetensors"), per_rank),
+                   HasSubstr("holds the job's global data position"));
+  train::save_checkpoint(dir.file("r.safetensors"), per_rank);
+  EXPECT_EQ(train::checkpoint_global_batch(dir.file("r.safetensors")), 0);
+  DPL_EXPECT_ERROR(train::load_checkpoint(dir.file("r.safetensors"), state),
+                   AllOf(HasSubstr("holds no global data position: it holds each rank's own data iterator"),
+                         HasSubstr("r.safetensors")));
+  // Another seed is named before anything changes.
+  data::GlobalBatchIterator other(problem(), 6, 0, 1, true, 6);
+  state.source = &other;
+  DPL_EXPECT_ERROR(train::load_checkpoint(dir.file("g.safetensors"), state),
+                   HasSubstr("setting 'seed' was 5 when saved, is 6 now"));
+  EXPECT_EQ(other.iteration(), 0);
+  DPL_EXPECT_ERROR(train::checkpoint_global_batch(dir.file("none.safetensors")), HasSubstr("cannot read"));
+}
+
 // The byte offset of a tensor's data in a safetensors file.
 std::size_t data_offset(const std::string& path, const std::string& name) {
   std::ifstream f(path, std::ios::binary);

@@ -36,6 +36,30 @@ TEST(Observation, SumsSixteenBitValuesInFloat32AndRefusesIntegers) {
 }
 
 // The Trainer's pending observations come back from a checkpoint's values, input as well.
+// What each rank of a job with another number of ranks restores: the saved ranks' sums
+// averaged, so the mean over ranks of each rank's mean is kept.
+TEST(Observation, AveragesTheSumsOfSeveralRanks) {
+  std::vector<std::string> texts;
+  for (double loss : {1.0, 2.0, 6.0}) {
+    Observation o;
+    o.observe("main/loss", Tensor::full({}, loss));
+    o.observe("main/loss", Tensor::full({}, loss));
+    o.observe("lr", loss / 10);
+    texts.push_back(o.to_json());
+  }
+  Observation mean;
+  mean.restore_json(Observation::average_json(texts), Device::cpu());
+  const auto means = mean.take_means();
+  ASSERT_EQ(means.size(), 2u);
+  EXPECT_EQ(means[0].first, "main/loss");
+  EXPECT_DOUBLE_EQ(means[0].second, 3.0);
+  EXPECT_DOUBLE_EQ(means[1].second, 0.3);
+  Observation other;
+  other.observe("main/loss", 1.0);
+  texts.push_back(other.to_json());
+  DPL_EXPECT_ERROR(Observation::average_json(texts), HasSubstr("rank 3's sums differ in keys or counts"));
+}
+
 TEST(Observation, RestoredCountsMustBeWholeNumbers) {
   Observation observation;
   for (const char* count : {"1e300", "-1", "1.5", "\"2\""}) {

@@ -82,7 +82,7 @@ struct SmallMlp {
   Variable loss(const data::Batch& b) { return softmax_cross_entropy(model(Variable(b.x)), b.y); }
 };
 
-TEST(Trainer, TrainsFromAnyBatchSourceButCheckpointsOnlyABatchIterator) {
+TEST(Trainer, TrainsFromAnyBatchSourceButCheckpointsOnlyOneWithAPosition) {
   test::TempDir dir("dpl_trainer_source");
   SmallMlp learner;
   WrappedSource source;  // 4 iterations per epoch
@@ -96,9 +96,9 @@ TEST(Trainer, TrainsFromAnyBatchSourceButCheckpointsOnlyABatchIterator) {
   ASSERT_EQ(log->log().size(), 2u);  // the epochs come from the source's own counters
   EXPECT_EQ(log->log()[1].iteration, 8);
   const std::string path = (dir.path() / "refused.safetensors").string();
-  DPL_EXPECT_ERROR(trainer.save(path), HasSubstr("Trainer::save: expected the updater to draw from a data::BatchIterator"));
+  DPL_EXPECT_ERROR(trainer.save(path), HasSubstr("Trainer::save: expected the updater to draw from a data::BatchIterator or a data::GlobalBatchSource"));
   EXPECT_FALSE(std::filesystem::exists(path));
-  DPL_EXPECT_ERROR(trainer.resume(path), HasSubstr("Trainer::resume: expected the updater to draw from a data::BatchIterator"));
+  DPL_EXPECT_ERROR(trainer.resume(path), HasSubstr("Trainer::resume: expected the updater to draw from a data::BatchIterator or a data::GlobalBatchSource"));
 }
 
 TEST(TrainerOptions, DefaultsAreOneEpochOneProcessAndChainersFolder) {

@@ -10,6 +10,7 @@
 #include "dpl/core/device.hpp"
 #include "dpl/core/dtype.hpp"
 #include "dpl/data/batch_source.hpp"
+#include "dpl/data/global_batch_source.hpp"
 #include "dpl/data/image/loader.hpp"
 #include "dpl/tensor/tensor.hpp"
 
@@ -53,7 +54,13 @@ struct ImageDelivery {
 /// batches, and epoch_detail() is the epochs completed plus the share of the current epoch's
 /// batches served. Errors of the loader (a missing file, a corrupt JPEG, with the list file and
 /// line) come out of next() as the loader throws them.
-class ImageBatchSource : public BatchSource {
+///
+/// Its position is global (GlobalBatchSource): a loader whose options split each global batch
+/// among the processes (ImageLoaderOptions::rank, world_size) over the whole job's indices
+/// resumes from a checkpoint on any number of processes with the same global batch. (A loader of
+/// a rank's own shard of indices has a position of that shard only: a program checkpointing one
+/// names the shard with set_order_settings, so that another rank's state is refused.)
+class ImageBatchSource : public GlobalBatchSource {
  public:
   /// Requires a loader, mean/std as normalize_images accepts them for the loader's channels (one
   /// entry per channel, or one for all; std non-zero), a float delivery dtype, and for a GPU
@@ -72,6 +79,15 @@ class ImageBatchSource : public BatchSource {
   bool is_new_epoch() const override { return is_new_epoch_; }
   double epoch_detail() const override { return epoch_detail_; }
   std::int64_t batches_per_epoch() const override { return loader_->batches_per_epoch(); }
+  std::int64_t global_batch() const override;
+  /// The settings it records are "shuffle", "seed" and "drop last", then the program's
+  /// (set_order_settings).
+  GlobalDataState global_state() const override;
+  /// See GlobalBatchSource::load_global_state; the counters must also agree (epoch = iteration
+  /// div batches_per_epoch(), position = (iteration mod batches_per_epoch()) · global batch).
+  /// Restarts the loader at the saved batch (ImageLoader::restart_at); a batch prefetched for the
+  /// GPU is dropped.
+  void load_global_state(const GlobalDataState& state) override;
   /// The loader the batches come from (one batch ahead of this source on a GPU, see above).
   ImageLoader& loader() const { return *loader_; }
   /// Where the batches are delivered.

@@ -88,6 +88,13 @@ struct ImageLoaderOptions {
   /// such a batch comes back empty (which ImageBatchSource refuses to deliver).
   bool keep_batch_size = false;
   bool pin_memory = true;        ///< page-locked buffers when a GPU is available
+  /// This process among world_size that share each global batch of batch_size · world_size
+  /// examples: it takes examples [rank · batch_size, (rank + 1) · batch_size) of each. The
+  /// global batches, and each example's crop and flip, are then the same on any number of
+  /// processes with the same global batch. world_size > 1 requires drop_last (every process then
+  /// has a full share of every global batch).
+  int rank = 0;
+  int world_size = 1;
 };
 
 /// The examples an ImageLoader skipped (skip_bad) in the batches it returned: how many, and the
@@ -100,8 +107,10 @@ struct SkippedExamples {
 
 /// Serves batches of transformed images from a data set, for ever, epoch after epoch.
 ///
-/// An epoch visits each of the given indices (a rank's shard) exactly once, in a new order each
-/// epoch when shuffle is on: the permutation is drawn from a generator seeded by (seed, epoch).
+/// An epoch visits each of the given indices exactly once, in a new order each epoch when shuffle
+/// is on: the permutation is drawn from a generator seeded by (seed, epoch). The indices are a
+/// rank's own shard, or, with ImageLoaderOptions::world_size > 1, the whole job's, of which each
+/// global batch is split among the processes.
 /// Every sample's crop and flip come from sample_generator(seed, epoch, index), so the batches are
 /// the same whatever the number of workers. Workers fill up to `prefetch` batches ahead; they
 /// stop when every buffer is full or held by the caller.
@@ -135,8 +144,20 @@ class ImageLoader {
   /// the batch whose buffer this one needs (more than `prefetch` batches held at once).
   ImageBatch next();
 
-  /// Batches in one epoch: ceil(n / batch_size), or floor with drop_last, for n indices.
+  /// Makes batch `batch` (counted over all epochs from 0) the next one next() returns, as if the
+  /// loader had returned the batches before it: stops the workers (each finishes the example it
+  /// is preparing), forgets what they prepared, and starts them at that batch. For resuming a run
+  /// (ImageBatchSource::load_global_state). Requires batch >= 0, no batch held by the caller and a
+  /// loader that has not failed; throws dpl::Error otherwise.
+  void restart_at(std::int64_t batch);
+
+  /// Batches in one epoch: ceil(n / g), or floor with drop_last, for n indices and the global
+  /// batch g = batch_size · world_size.
   std::int64_t batches_per_epoch() const;
+  /// The number of indices an epoch visits.
+  std::int64_t size() const;
+  /// The options given at construction.
+  const ImageLoaderOptions& options() const;
   /// Batches returned so far.
   std::int64_t iteration() const;
   /// The epoch of the last batch returned (0 before the first).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "dpl/data.hpp"
@@ -99,6 +100,62 @@ TEST(ImageLoader, BatchesAreTheSameWhateverTheNumberOfWorkers) {
   ASSERT_EQ(one.second.size(), 80u);
   EXPECT_EQ(one.second, three.second);
   EXPECT_TRUE(one.first == three.first) << "the pixels differ between 1 and 3 workers";
+}
+
+// A global batch split among p processes (ImageLoaderOptions::rank, world_size): the ranks'
+// shares, in rank order, are the batches of one process with the whole global batch, pixels
+// included; restart_at continues at a batch on another number of processes with the same bytes.
+TEST(ImageLoader, SplitGlobalBatchesMatchOneProcessAndRestartOnAnotherCount) {
+  auto ds = std::make_shared<Synthetic>(100);
+  constexpr std::int64_t kGlobal = 12;
+  const auto make = [&](int rank, int world) {
+    ImageLoaderOptions o = options(kGlobal / world, 2);
+    o.drop_last = true;
+    o.rank = rank;
+    o.world_size = world;
+    return std::make_unique<ImageLoader>(ds, ImageTransform::train(8), o);
+  };
+  // A global step: every rank's labels and pixels, in rank order.
+  const auto step = [](std::vector<std::unique_ptr<ImageLoader>>& ranks) {
+    std::pair<std::vector<std::int32_t>, std::vector<std::uint8_t>> out;
+    for (auto& l : ranks) {
+      const ImageBatch b = l->next();
+      for (std::int32_t v : labels_of(b)) out.first.push_back(v);
+      out.second.insert(out.second.end(), b.images(), b.images() + b.image_bytes());
+    }
+    return out;
+  };
+  const auto job = [&](int world) {
+    std::vector<std::unique_ptr<ImageLoader>> ranks;
+    for (int r = 0; r < world; ++r) ranks.push_back(make(r, world));
+    return ranks;
+  };
+  auto one = job(1), four = job(4);
+  EXPECT_EQ(four[3]->batches_per_epoch(), 8);  // floor(100 / 12), as on one process
+  std::vector<decltype(step(one))> expected;
+  for (int k = 0; k < 19; ++k) {
+    expected.push_back(step(one));
+    if (k < 10) {
+      EXPECT_TRUE(step(four) == expected.back()) << "step " << k;
+    }
+  }
+  // Four processes stopped after 10 steps (in the second epoch); 2 and 3 take over from there.
+  for (int q : {2, 3}) {
+    auto resumed = job(q);
+    for (auto& l : resumed) l->restart_at(10);
+    EXPECT_EQ(resumed[0]->iteration(), 10);
+    EXPECT_EQ(resumed[0]->epoch(), 1);
+    for (int k = 10; k < 19; ++k)
+      EXPECT_TRUE(step(resumed) == expected[static_cast<std::size_t>(k)]) << q << " processes, step " << k;
+  }
+
+  // A held batch cannot be restarted under, and a split without drop_last is refused.
+  auto held = make(0, 2);
+  const ImageBatch b = held->next();
+  DPL_EXPECT_ERROR(held->restart_at(0), HasSubstr("is still held by the caller"));
+  ImageLoaderOptions no_drop = options(6, 1);
+  no_drop.world_size = 2;
+  DPL_EXPECT_ERROR(ImageLoader(ds, ImageTransform::train(8), no_drop), HasSubstr("requires drop_last"));
 }
 
 TEST(ImageLoader, NormalizedBatchMatchesTheReference) {
