@@ -304,7 +304,10 @@ int run(const Options& o_in) {
   train::ReportTable table(std::cout, {"iteration", "epoch", "main/loss", "validation/main/loss", "lr", "tokens/s",
                                        "mfu%", "elapsed_time"});
   profile::PhaseTimer& timer = optimizer->timer();
-  double row_loss = 0.0, row_seconds = 0.0, train_seconds = 0.0;
+  // The row's losses are summed on the device and read once a row: reading each step's loss would
+  // make the host wait for the device every step, leaving it idle while the next step is queued.
+  Tensor row_loss;
+  double row_start = now_seconds(), train_seconds = 0.0;
   std::int64_t row_steps = 0, updates = 0;
   const std::int64_t first_step = loader.iteration();
   while (loader.iteration() < o.steps) {
@@ -326,11 +329,9 @@ int run(const Options& o_in) {
           },
           static_cast<int>(micro_batches));
     }
-    row_loss += loss.data().item();  // waits for the step's work, so the clock below is the step's
-    const double seconds = now_seconds() - t0;
-    timer.record(profile::kIterationSeries, t0, seconds, updates++);
-    row_seconds += seconds;
-    train_seconds += seconds;
+    const Tensor step_loss = loss.data().to(kFloat32);
+    row_loss = row_loss.defined() ? row_loss + step_loss : step_loss.clone();
+    timer.record(profile::kIterationSeries, t0, now_seconds() - t0, updates++);
     ++row_steps;
 
     const std::int64_t done = loader.iteration();
@@ -338,8 +339,12 @@ int run(const Options& o_in) {
     const bool validate = !val_paths.empty() && (last || (o.val_every > 0 && done % o.val_every == 0));
     if (validate || last || done % o.log_every == 0) {
       std::vector<std::pair<std::string, double>> values;
-      // The training loss of the row: every rank's mean over the row's steps.
-      Tensor mean = Tensor::from_vector<float>({static_cast<float>(row_loss / static_cast<double>(row_steps))}, {1});
+      // The training loss of the row: every rank's mean over the row's steps. Reading it waits for
+      // the row's work, so the clock then holds the row's time.
+      const float row_sum = row_loss.item();
+      const double row_seconds = now_seconds() - row_start;
+      train_seconds += row_seconds;
+      Tensor mean = Tensor::from_vector<float>({row_sum / static_cast<float>(row_steps)}, {1});
       comm->allreduce(mean, comm::ReduceOp::kSum);
       values.emplace_back("main/loss", mean.item() / p);
       if (validate) values.emplace_back("validation/main/loss", validation_loss(*model, val_paths, o, val_steps, *comm, device));
@@ -348,7 +353,7 @@ int run(const Options& o_in) {
       values.emplace_back("tokens/s", tokens_per_s);
       values.emplace_back("mfu%", 100.0 * tokens_per_s * flops / (static_cast<double>(p) * o.peak_flops));
       if (root) table.print(log->end_epoch(loader.epoch(), done, values));
-      row_loss = row_seconds = 0.0;
+      row_loss = Tensor();
       row_steps = 0;
     }
     if (o.snapshot_every > 0 && done % o.snapshot_every == 0 && !last) {
@@ -358,6 +363,7 @@ int run(const Options& o_in) {
       train::save_checkpoint(path, state, comm.get());
       if (root) train::remove_old_checkpoints(o.out, o.keep, run_id);
     }
+    if (row_steps == 0) row_start = now_seconds();  // a new row: validation and snapshots are not its time
   }
   if (captured) captured->settle();
 

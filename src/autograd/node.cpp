@@ -12,9 +12,7 @@ Node::~Node() { clear_inputs(); }
 
 bool GradTarget::fits(const Tensor& t) const {
   if (t.shape() != shape || t.dtype() != options.dtype || t.device() != options.device) return false;
-  return format == MemoryFormat::kChannelsLast ? t.memory_format() == MemoryFormat::kChannelsLast &&
-                                                     t.is_channels_last()
-                                               : t.is_contiguous();
+  return format == MemoryFormat::kChannelsLast ? t.memory_format() == MemoryFormat::kChannelsLast : t.is_contiguous();
 }
 
 Tensor& GradTarget::allocate() {

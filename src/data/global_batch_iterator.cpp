@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <utility>
 
 #include "core/stable_hash.hpp"
@@ -60,12 +59,7 @@ Batch GlobalBatchIterator::next() {
   Batch batch{Tensor::empty(shape, kFloat32), Tensor::empty({b}, kInt32)};
   detail::copy_rows(dataset_, indices.data(), b, batch.x.data<float>(), batch.y.data<std::int32_t>());
 
-  const std::int64_t n = dataset_.size();
-  position_ += global_batch_;
-  is_new_epoch_ = position_ >= n;
-  epoch_ += position_ / n;
-  position_ %= n;
-  ++iteration_;
+  advance_global_position(dataset_.size(), global_batch_, epoch_, position_, is_new_epoch_, iteration_);
   return batch;
 }
 
@@ -86,17 +80,7 @@ GlobalDataState GlobalBatchIterator::global_state() const {
 void GlobalBatchIterator::load_global_state(const GlobalDataState& s) {
   const char* op = "GlobalBatchIterator::load_global_state";
   check_same_data_order(s, global_state(), op);
-  const std::int64_t n = dataset_.size();
-  DPL_CHECK(s.epoch >= 0 && s.iteration >= 0, op, ": expected epoch and iteration >= 0, got ", s.epoch, " and ",
-            s.iteration);
-  DPL_CHECK(s.position >= 0 && s.position < n, op, ": expected a position in [0, ", n, "), got ", s.position);
-  // Every step serves the global batch, so the counters determine each other; a state where they
-  // disagree was not written by global_state().
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-  const bool fits = s.iteration <= kMax / global_batch_ && s.epoch <= (kMax - s.position) / n;
-  DPL_CHECK(fits && s.epoch * n + s.position == s.iteration * global_batch_, op, ": the counters disagree: epoch ",
-            s.epoch, " x ", n, " samples + position ", s.position, " should equal iteration ", s.iteration,
-            " x global batch ", global_batch_, "; expected a state written by global_state()");
+  check_global_position(dataset_.size(), global_batch_, s.epoch, s.position, s.iteration, op, "samples", "global_state()");
   epoch_ = s.epoch;
   position_ = s.position;
   iteration_ = s.iteration;

@@ -1,6 +1,7 @@
 #include "dpl/data/global_batch_source.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "dpl/core/error.hpp"
@@ -37,6 +38,28 @@ std::int64_t per_process_batch(std::int64_t global_batch, int world_size, const 
              divisors, ")");
   }
   return global_batch / world_size;
+}
+
+void advance_global_position(std::int64_t n, std::int64_t global_batch, std::int64_t& epoch, std::int64_t& position,
+                             bool& is_new_epoch, std::int64_t& iteration) {
+  position += global_batch;
+  is_new_epoch = position >= n;
+  epoch += position / n;
+  position %= n;
+  ++iteration;
+}
+
+void check_global_position(std::int64_t n, std::int64_t global_batch, std::int64_t epoch, std::int64_t position,
+                           std::int64_t iteration, const std::string& who, const std::string& unit,
+                           const std::string& writer) {
+  DPL_CHECK(epoch >= 0 && iteration >= 0, who, ": expected epoch and iteration >= 0, got ", epoch, " and ",
+            iteration);
+  DPL_CHECK(position >= 0 && position < n, who, ": expected a position in [0, ", n, "), got ", position);
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const bool fits = iteration <= kMax / global_batch && epoch <= (kMax - position) / n;
+  DPL_CHECK(fits && epoch * n + position == iteration * global_batch, who, ": the counters disagree: epoch ", epoch,
+            " x ", n, " ", unit, " + position ", position, " should equal iteration ", iteration, " x global batch ",
+            global_batch, "; expected a state written by ", writer);
 }
 
 std::vector<std::int64_t> global_epoch_order(std::int64_t n, bool shuffle, std::uint64_t seed, std::int64_t e) {

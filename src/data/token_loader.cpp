@@ -145,11 +145,7 @@ TokenBatch TokenLoader::next() {
   for (std::int64_t j = 0; j < batch_size_; ++j)
     read_window(window_at(first + j), inputs + j * seq_len_, targets + j * seq_len_);
 
-  position_ += global_batch();
-  is_new_epoch_ = position_ >= num_windows_;
-  epoch_ += position_ / num_windows_;
-  position_ %= num_windows_;
-  ++iteration_;
+  advance_global_position(num_windows_, global_batch(), epoch_, position_, is_new_epoch_, iteration_);
   return batch;
 }
 
@@ -188,19 +184,8 @@ void TokenLoader::load_state(const TokenLoaderState& s) {
   DPL_CHECK(differences.empty(), op, ": the state is of another data order: ", differences,
             "; resume with the shards and settings the state was saved with");
 
-  DPL_CHECK(s.epoch >= 0 && s.iteration >= 0, op, ": expected epoch and iteration >= 0, got ", s.epoch, " and ",
-            s.iteration);
-  DPL_CHECK(s.position >= 0 && s.position < num_windows_, op, ": expected a position in [0, ", num_windows_,
-            "), got ", s.position);
-  // Every step serves global_batch windows, so the counters determine each other; a state where
-  // they disagree was not written by state().
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-  const bool fits = s.iteration <= kMax / s.global_batch && s.epoch <= (kMax - s.position) / num_windows_;
-  DPL_CHECK(fits && s.epoch * num_windows_ + s.position == s.iteration * s.global_batch, op,
-            ": the counters disagree: epoch ", s.epoch, " x ", num_windows_, " windows + position ", s.position,
-            " should equal iteration ", s.iteration, " x global batch ", s.global_batch,
-            "; expected a state written by TokenLoader::state()");
-
+  check_global_position(num_windows_, s.global_batch, s.epoch, s.position, s.iteration, op, "windows",
+                        "TokenLoader::state()");
   epoch_ = s.epoch;
   position_ = s.position;
   iteration_ = s.iteration;

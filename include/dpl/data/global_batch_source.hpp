@@ -65,6 +65,21 @@ class GlobalBatchSource : public BatchSource {
 std::int64_t per_process_batch(std::int64_t global_batch, int world_size, const std::string& who,
                                const std::string& unit = "samples");
 
+/// Moves a global position past one step of global_batch of an epoch's n samples: position into
+/// the concatenated epochs' orders (epoch, position within it), is_new_epoch whether the step
+/// reached an epoch's end, and one more iteration. Requires n >= 1.
+void advance_global_position(std::int64_t n, std::int64_t global_batch, std::int64_t& epoch, std::int64_t& position,
+                             bool& is_new_epoch, std::int64_t& iteration);
+
+/// Checks saved counters of a global position over epochs of n `unit`s (samples, windows) with
+/// global_batch per step: epoch and iteration >= 0, position in [0, n), and epoch·n + position ==
+/// iteration·global_batch (every step serves the global batch, so the counters determine each
+/// other). Throws dpl::Error beginning with `who`, naming `writer` (what writes consistent
+/// counters), otherwise.
+void check_global_position(std::int64_t n, std::int64_t global_batch, std::int64_t epoch, std::int64_t position,
+                           std::int64_t iteration, const std::string& who, const std::string& unit,
+                           const std::string& writer);
+
 /// The order in which epoch e visits n samples: a permutation of 0..n-1 drawn from a generator
 /// seeded from (seed, e) alone when shuffle is on, 0, 1, ..., n-1 otherwise. It does not depend on
 /// how a run reached the epoch (the number of processes, where it resumed). Requires n >= 1, e >= 0.
