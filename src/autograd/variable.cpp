@@ -29,6 +29,19 @@ Tensor gradient_buffer_for(const VariableImpl& impl) {
              : Tensor::empty(impl.released_shape, impl.released_options);
 }
 
+// An op may hand one tensor to several inputs as their gradient buffers (add passes its output
+// gradient to both operands). Before anything adds into such a buffer in place, the variable
+// gets a copy of its own; usually the other holders are gone by then (the operand's other
+// consumers run after the branch that shared it) and nothing is copied. Only intermediate
+// buffers are ever shared: a leaf's gradient (perhaps a view of a reducer's arena) is written in
+// place always.
+void own_buffer(Tensor& buffer) {
+  if (buffer.storage().use_count() == 1) return;
+  Tensor copy = Tensor::empty_like(buffer);
+  copy.copy_(buffer);
+  buffer = std::move(copy);
+}
+
 // Every non-leaf variable has exactly one creator and every node one output, so the gradient
 // flowing into a non-leaf variable is keyed by its creator.
 struct Backprop {
@@ -73,6 +86,7 @@ struct Backprop {
       *buffer = gradient_buffer_for(impl);
       return fresh;
     }
+    if (impl.creator) own_buffer(*buffer);
     return {buffer, 1.f};
   }
 };
@@ -314,7 +328,9 @@ void Variable::backward() const {
       DPL_CHECK(!targets[i].unallocated || targets[i].tensor->defined(), "backward of ", node->name(),
                 ": expected the gradient buffer of input ", i, " to be defined by the op (it adopts its buffers), ",
                 "got none");
-      if (merge[i]) backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
+      if (!merge[i]) continue;
+      if (inputs[i].creator()) own_buffer(*merge[i]);
+      backend::axpby(1.f, scratch[i], 1.f, *merge[i]);
     }
     if (!ready_after.empty())
       for (VariableImpl* leaf : ready_after[index])

@@ -23,8 +23,8 @@ struct GradTarget {
   /// Set, for a node that adopts its gradient buffers (Node::adopts_gradient_buffers), on a
   /// replaceable target instead of allocating it: *tensor is still undefined, and backward must
   /// define it, with a tensor it already holds that fits() or with allocate(). An op that can hand
-  /// over a buffer (a reshape, a loss that turns its saved logits into their gradient) then never
-  /// costs a second one, not even for a moment.
+  /// over a buffer (a reshape, an add passing its gradient to both operands, a loss that turns its
+  /// saved logits into their gradient) then never costs a second one, not even for a moment.
   bool unallocated = false;
   /// The layout a buffer of an unallocated target must have: the input's shape, dtype, device and
   /// memory format.
@@ -55,7 +55,9 @@ class Node {
   /// The op's name, used in error messages.
   virtual const char* name() const = 0;
   /// Given the gradient of the output, writes or adds the gradient of each input i into
-  /// targets[i] (honouring its beta) when targets[i].needed().
+  /// targets[i] (honouring its beta) when targets[i].needed(). grad_output is read-only: it may
+  /// also be the gradient buffer of other variables (an op that adopts its buffers may hand one
+  /// tensor to several inputs; the engine copies such a buffer before anything adds into it).
   virtual void backward(const Tensor& grad_output, std::vector<GradTarget>& targets) = 0;
   /// Frees what backward needed (called by the engine once this node has run).
   virtual void release() {}

@@ -50,8 +50,18 @@ class BinaryNode final : public Node {
   MemoryFormat format;  // of the forward's operands and output
   Tensor a, b;          // saved for mul only
   const char* name() const override { return op == BinaryOp::kAdd ? "add" : op == BinaryOp::kSub ? "sub" : "mul"; }
+  // The gradient of a sum's operands is the sum's gradient itself: add hands that one tensor to
+  // both (sub to its first operand) instead of copying it, which in a residual network saves two
+  // copies of the stream's gradient per block. The engine copies a shared buffer before anything
+  // adds into it.
+  bool adopts_gradient_buffers() const override { return true; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
     const Tensor g = in_format(gy, format);
+    const bool passes_b = op == BinaryOp::kAdd && bc == Broadcast::kNone;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const bool passes = op != BinaryOp::kMul && (i == 0 || passes_b);
+      if (t[i].unallocated && !t[i].tensor->defined() && !passes) t[i].allocate();
+    }
     if (op == BinaryOp::kMul) {
       if (t[0].needed())
         write_in(t[0], format, [&](float beta, Tensor& ga) { backend::binary(BinaryOp::kMul, bc, g, b, beta, ga); });
@@ -67,8 +77,9 @@ class BinaryNode final : public Node {
       }
       return;
     }
-    if (t[0].needed()) write_in(t[0], format, [&](float beta, Tensor& ga) { backend::axpby(1.f, g, beta, ga); });
+    if (t[0].needed()) pass_into(g, t[0]);
     if (!t[1].needed()) return;
+    if (passes_b) return pass_into(g, t[1]);
     const float sign = op == BinaryOp::kAdd ? 1.f : -1.f;
     if (bc == Broadcast::kNone) write_in(t[1], format, [&](float beta, Tensor& gb) { backend::axpby(sign, g, beta, gb); });
     else reduce_into(bc, sign, g, t[1]);

@@ -71,10 +71,11 @@ inline Tensor empty_in_format_of(const Shape& shape, const Tensor& like) {
 /// target = beta*target + g for g of the target's shape, whatever the two formats.
 void add_into(const Tensor& g, GradTarget& target);
 
-/// add_into for an op that hands its own output gradient, in the input's shape, to its only
-/// input (reshape, squeeze, an expand that repeats nothing): g becomes the buffer when the target
-/// is replaceable and g has the buffer's strides, dtype and device (or, for an unallocated target,
-/// its layout), else it is added in. g must not go to any other target.
+/// add_into for an op that hands its own output gradient, in the input's shape, to an input
+/// (reshape, squeeze, an expand that repeats nothing, both operands of add): g becomes the buffer
+/// when the target is replaceable and g has the buffer's strides, dtype and device (or, for an
+/// unallocated target, its layout), else it is added in. g may go to several targets (the engine
+/// copies a shared buffer before anything adds into it); the op must not write into g afterwards.
 void pass_into(const Tensor& g, GradTarget& target);
 
 /// Runs `kernel(beta, out)`, a kernel that writes in format f, into target's buffer when the

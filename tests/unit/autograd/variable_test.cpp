@@ -257,9 +257,11 @@ class AdoptingProbeNode final : public Node {
   bool define = true, unallocated = false;
   Shape shape;
   MemoryFormat format = MemoryFormat::kContiguous;
+  const Storage* output_gradient = nullptr;  // the storage of the gradient this node received
   const char* name() const override { return "adopting_probe"; }
   bool adopts_gradient_buffers() const override { return true; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    output_gradient = gy.storage().get();
     if (!t[0].needed()) return;
     unallocated = t[0].unallocated;
     shape = t[0].shape;
@@ -298,6 +300,47 @@ TEST(Autograd, ANodeThatLeavesAnAdoptedBufferUndefinedIsNamed) {
   probe->set_inputs({h});
   const Variable loss = sum(Variable::make_result(h.data().clone(), probe));
   DPL_EXPECT_ERROR(loss.backward(), AllOf(HasSubstr("adopting_probe"), HasSubstr("to be defined by the op")));
+}
+
+TEST(Autograd, AddHandsItsGradientToBothOperandsWithoutACopy) {
+  Variable x(Tensor::from_vector<float>({1, 2, 3}, {3}), true), z(Tensor::from_vector<float>({4, 5, 6}, {3}), true);
+  auto left = std::make_shared<AdoptingProbeNode>(), right = std::make_shared<AdoptingProbeNode>();
+  left->set_inputs({x});
+  right->set_inputs({z});
+  const Variable s = add(Variable::make_result(x.data().clone(), left), Variable::make_result(z.data().clone(), right));
+  sum(mul(s, Variable(Tensor::from_vector<float>({1, 10, 100}, {3})))).backward();
+  ASSERT_NE(left->output_gradient, nullptr);
+  EXPECT_EQ(left->output_gradient, right->output_gradient);
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(1, 10, 100));
+  EXPECT_THAT(z.grad().to_vector<float>(), ElementsAre(1, 10, 100));
+}
+
+// y = h that hands gy to h as its gradient buffer and keeps a handle to gy outside the graph,
+// as a second operand of an add would.
+class SharingProbeNode final : public Node {
+ public:
+  std::shared_ptr<Tensor> kept;
+  const char* name() const override { return "sharing_probe"; }
+  bool adopts_gradient_buffers() const override { return true; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    *kept = gy;
+    ASSERT_TRUE(t[0].unallocated);
+    *t[0].tensor = gy;
+  }
+};
+
+TEST(Autograd, AGradientBufferSharedWithAnotherHolderIsCopiedBeforeAnythingAddsIntoIt) {
+  Variable x(Tensor::from_vector<float>({1, 2, 3}, {3}), true);
+  const Variable h = mul(x, Variable(Tensor::full({3}, 2.f)));  // h = 2x
+  auto probe = std::make_shared<SharingProbeNode>();
+  probe->kept = std::make_shared<Tensor>();
+  probe->set_inputs({h});
+  const Variable y = Variable::make_result(h.data().clone(), probe);
+  // The probe runs first and shares its gradient (ones) with h; then h*h adds 2h = 4x into h's
+  // buffer, which must not reach the tensor the probe still holds.
+  add(sum(mul(h, h)), sum(y)).backward();
+  EXPECT_THAT(probe->kept->to_vector<float>(), ElementsAre(1, 1, 1));
+  EXPECT_THAT(x.grad().to_vector<float>(), ElementsAre(2 * (1 + 4), 2 * (1 + 8), 2 * (1 + 12)));
 }
 
 TEST(Autograd, ValuesThatBackwardReadsOrAHandleHoldsSurvive) {
