@@ -86,4 +86,18 @@ StepTimes timed_steps(Device device, int warmup, int iters, bool recorded, Step&
   return out;
 }
 
+/// Runs `steps` more steps with a profiler's capture on (cuda::profiler_start/stop), so that a
+/// kernel profile (scripts/gpu_kernel_profile.sh) holds those steps and nothing else. `settle`
+/// runs after them, as in timed_steps. Nothing happens for steps <= 0.
+template <typename Step, typename Settle>
+void profiled_steps(Device device, int steps, Step&& step, Settle&& settle) {
+  if (steps <= 0) return;
+  sync(device);
+  cuda::profiler_start();
+  for (int i = 0; i < steps; ++i) step();
+  settle();
+  sync(device);
+  cuda::profiler_stop();
+}
+
 }  // namespace dpl::bench

@@ -123,14 +123,9 @@ int main(int argc, char** argv) {
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
     const float loss = step().item();
     if (graph) captured.settle();
-    if (profile_steps > 0) {
-      sync(device);
-      cuda::profiler_start();
-      for (int i = 0; i < profile_steps; ++i) step();
+    bench::profiled_steps(device, profile_steps, step, [&] {
       if (graph) captured.settle();
-      sync(device);
-      cuda::profiler_stop();
-    }
+    });
     const double step_s = seconds / iters;
     std::printf("what=gpt2 layers=%lld embd=%lld heads=%lld params=%lld bs=%lld seq=%lld dtype=%s graph=%d clip=%g "
                 "tokens_per_s=%.0f step_ms=%.3f peak_mem_bytes=%zu held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",

@@ -16,6 +16,9 @@
 // it. The same buckets run either way, so the two differ only in the overlap; the record then
 // adds the mean bucket time per step and the mean exposed part (what the step waited for after
 // backward; on a GPU both are the GPU's, from events).
+//
+// --profile-steps N runs N more steps at the end with a profiler's capture on
+// (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -39,7 +42,7 @@ int main(int argc, char** argv) {
   CLI::App app{"dpl ResNet training-step throughput on synthetic data"};
   bench::DeviceFlags flags;
   std::string arch = "resnet50", dtype_arg = "float32", layout = "nchw";
-  int iters = 0, warmup = -1;
+  int iters = 0, warmup = -1, profile_steps = 0;
   std::int64_t batch = 128, image_size = 224, classes = 1000;
   float lr = 0.1f;
   std::uint64_t seed = 0;
@@ -71,6 +74,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--bucket-mb", bucket_mb, "MiB of gradients per bucket")->check(CLI::PositiveNumber);
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket")->check(CLI::PositiveNumber);
+  app.add_option("--profile-steps", profile_steps, "steps run at the end with a profiler's capture on")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -180,6 +185,9 @@ int main(int argc, char** argv) {
     // One more step whose loss is read, so that a broken run cannot pass as a fast one.
     const float loss = step().item();
     if (graph) captured.settle();
+    bench::profiled_steps(device, profile_steps, step, [&] {
+      if (graph) captured.settle();
+    });
     const double step_s = seconds / iters;
     std::printf("arch=%s batch=%lld dtype=%s layout=%s graph=%d img_per_s=%.2f step_ms=%.3f peak_mem_bytes=%zu "
                 "held_mem_bytes=%zu device=%s iters=%d loss=%.4f",

@@ -93,7 +93,7 @@ echo "|-----|---------:|------------:|------:|"
 for mode in plain graph; do
   v="$(med "dpl-$mode")"
   m="$(med "dpl-$mode-mem")"
-  ratio="$(awk -v a="$v" -v b="$best" 'BEGIN{if (a != "" && b > 0) printf "%.2f", a / b}')"
+  ratio="$(awk -v a="$v" -v b="$best" 'BEGIN{if (a != "" && b > 0) printf "%.3f", a / b}')"
   echo "| dpl $mode | ${v:-failed} | $(awk -v m="$m" 'BEGIN{if (m != "") printf "%.1f GB", m / 1e9}') | $ratio |"
 done
 for mode in $MODES; do
