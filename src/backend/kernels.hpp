@@ -146,6 +146,20 @@ DPL_DECLARE_KERNEL(gemm, floating(),
 /// take a product and an add instead (rounded twice).
 DPL_DECLARE_KERNEL(linear_bias, floating(),
                    void(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out));
+/// pre (m, n) = x (m, k) w^T + bias and out = gelu_tanh(pre): a linear layer and GPT's activation
+/// in one pass, each result rounded once from float32. On the GPU in 16 bits the activation runs
+/// in the product's epilogue (cuBLASLt), which also stores pre for backward; operands it refuses
+/// take a linear_bias and an activation pass instead (out then computed from the rounded pre).
+DPL_DECLARE_KERNEL(linear_bias_gelu, floating(),
+                   void(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, Tensor& pre));
+/// dpre (m, n) = gelu_tanh'(pre) * (gy (m, k) w (k, n)), and, when dbias is given,
+/// dbias (n,) = beta_bias * dbias + the column sums of dpre: the backward of linear_bias_gelu's
+/// activation and bias taken in the product that gives the activation's output gradient, each
+/// result rounded once. On the GPU in 16 bits that is the product's epilogue (cuBLASLt); operands
+/// it refuses take a product, an activation backward and a column sum (rounded in between).
+DPL_DECLARE_KERNEL(gemm_dgelu_bgrad, floating(),
+                   void(const Tensor& gy, const Tensor& w, const Tensor& pre, Tensor& dpre, float beta_bias,
+                        Tensor* dbias));
 /// c[i] = alpha * op(a[i]) op(b[i]) + beta * c[i] for a batch of row-major matrices: a, b, c
 /// contiguous 3-D (batch, rows, cols) with one batch extent (16-bit: float32 accumulation).
 DPL_DECLARE_KERNEL(gemm_batched, floating(),

@@ -112,17 +112,9 @@ CausalSelfAttention::CausalSelfAttention(const GPT2Config& config, Generator& ge
 Variable CausalSelfAttention::forward(const Variable& x) {
   DPL_CHECK(x.defined() && x.shape().size() == 3, "CausalSelfAttention: expected x (B, T, C), got ",
             x.defined() ? shape_str(x.shape()) : std::string("an undefined Variable"));
-  const std::int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2];
-  const std::int64_t D = C / n_head_;
-  // (B, T, 3C) -> (B, T, 3, H, D) is a view of the contiguous projection, and the permute to
-  // (3, B, H, T, D) only reorders strides: q, k and v reach the attention, which reads strided
-  // views in place, without a copy.
-  const Variable qkv = permute(reshape(c_attn_->forward(x), {B, T, 3, n_head_, D}), {2, 0, 3, 1, 4});
-  const std::vector<Variable> parts = split(qkv, 1, 0);
-  const Variable y =
-      scaled_dot_product_attention(squeeze(parts[0], 0), squeeze(parts[1], 0), squeeze(parts[2], 0), true);
-  // (B, H, T, D) -> (B, T, H, D) -> (B, T, C): views, as attention lays its output out tokens first.
-  return c_proj_->forward(reshape(transpose(y, 1, 2), {B, T, C}));
+  // The packed form reads q, k and v as views of c_attn's (B, T, 3C) output and writes their
+  // gradients straight into its gradient, with the heads merged in its (B, T, C) result.
+  return c_proj_->forward(scaled_dot_product_attention_packed(c_attn_->forward(x), n_head_, true));
 }
 
 GPT2MLP::GPT2MLP(const GPT2Config& config, Generator& gen) {
@@ -133,7 +125,8 @@ GPT2MLP::GPT2MLP(const GPT2Config& config, Generator& gen) {
 }
 
 Variable GPT2MLP::forward(const Variable& x) {
-  return c_proj_->forward(gelu(c_fc_->forward(x), GeluApproximation::kTanh));
+  // One op: the GELU and its derivative run inside the two layers' matrix products.
+  return gelu_mlp(x, c_fc_->weight(), c_fc_->bias(), c_proj_->weight(), c_proj_->bias());
 }
 
 GPT2Block::GPT2Block(const GPT2Config& config, Generator& gen) {

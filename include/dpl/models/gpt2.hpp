@@ -54,8 +54,8 @@ struct GPT2Config {
 
 /// Causal multi-head self-attention: c_attn (n_embd -> 3 n_embd, q, k, v side by side), then
 /// scaled_dot_product_attention(is_causal) over n_head heads of n_embd / n_head, then c_proj.
-/// q, k and v reach the attention as (B, H, T, D) views of c_attn's output (a permute of a
-/// reshape), without copies.
+/// The attention is the packed form (scaled_dot_product_attention_packed): q, k and v are read
+/// as views of c_attn's output and their gradients written into its gradient, without copies.
 class CausalSelfAttention : public nn::Module {
  public:
   /// Requires a config as GPT2Config says. Draws the weights from gen (see GPT2).
@@ -71,7 +71,7 @@ class CausalSelfAttention : public nn::Module {
 };
 
 /// The feed-forward half of a block: c_fc (n_embd -> 4 n_embd), GELU with the tanh
-/// approximation, c_proj (4 n_embd -> n_embd).
+/// approximation, c_proj (4 n_embd -> n_embd), as one op (gelu_mlp) when the layers have biases.
 class GPT2MLP : public nn::Module {
  public:
   /// Requires a config as GPT2Config says. Draws the weights from gen (see GPT2).

@@ -1,7 +1,9 @@
 // scaled_dot_product_attention: one kernel pair (backend::sdpa_forward, backend::sdpa_backward)
 // that keeps per-row log-sum-exp statistics instead of the (Tq, Tk) probabilities, as flash
 // attention does. q, k and v are read through their own strides; only an input whose last
-// dimension is strided is copied. The output is laid out (B, Tq, H, Dv) (see below).
+// dimension is strided is copied. The output is laid out (B, Tq, H, Dv) (see below). The packed
+// form takes q, k and v as strided views of one projection and writes their gradients through
+// the same views into one buffer.
 #include <cmath>
 
 #include "autograd/ops/support.hpp"
@@ -58,6 +60,37 @@ class AttentionNode final : public Node {
   void release() override { q = k = v = out = lse = Tensor(); }
 };
 
+constexpr const char* kPackedOp = "scaled_dot_product_attention_packed";
+
+// Part `part` of `parts` of the rows of t (B, T, parts * H * D), contiguous, as a (B, H, T, D)
+// view: strides (T * parts * H * D, D, parts * H * D, 1). Views only: nothing is recorded.
+Tensor heads_view(const Tensor& t, std::int64_t parts, std::int64_t part, std::int64_t heads) {
+  const std::int64_t B = t.size(0), T = t.size(1), D = t.size(2) / (parts * heads);
+  const Tensor split = t.reshape({B, T, parts, heads, D}).narrow(2, part, 1);
+  return permute(squeeze(Variable(split), 2), {0, 2, 1, 3}).data();
+}
+
+class PackedAttentionNode final : public Node {
+ public:
+  backend::SdpaParams params;
+  std::int64_t heads = 1;
+  Tensor qkv, out, lse;  // qkv contiguous (B, T, 3C), out (B, T, C)
+  const char* name() const override { return kPackedOp; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (!t[0].needed()) return;
+    // The kernels write the three gradients through the views with beta 0, so a fresh contiguous
+    // buffer takes them as they are; an accumulating one gets them through a temporary.
+    const bool direct = t[0].beta == 0.f && t[0].tensor->is_contiguous();
+    Tensor grad = direct ? *t[0].tensor : Tensor::empty_like(qkv);
+    Tensor gq = heads_view(grad, 3, 0, heads), gk = heads_view(grad, 3, 1, heads), gv = heads_view(grad, 3, 2, heads);
+    backend::sdpa_backward(params, heads_view(qkv, 3, 0, heads), heads_view(qkv, 3, 1, heads),
+                           heads_view(qkv, 3, 2, heads), heads_view(out, 1, 0, heads),
+                           heads_view(dense(gy), 1, 0, heads), lse, 0.f, gq, gk, gv);
+    if (!direct) add_into(grad, t[0]);
+  }
+  void release() override { qkv = out = lse = Tensor(); }
+};
+
 }  // namespace
 
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v, bool is_causal,
@@ -100,6 +133,36 @@ Variable scaled_dot_product_attention(const Variable& q, const Variable& k, cons
   node->out = out;
   node->lse = lse;
   node->set_inputs({q, k, v});
+  return Variable::make_result(out, node);
+}
+
+Variable scaled_dot_product_attention_packed(const Variable& qkv, std::int64_t heads, bool is_causal,
+                                             std::optional<double> scale) {
+  check_operands(kPackedOp, {{qkv, "a packed projection", 3, " (B, T, 3 * H * D)"}});
+  const Shape& s = qkv.data().shape();
+  DPL_CHECK(heads >= 1, kPackedOp, ": expected heads >= 1, got ", heads);
+  DPL_CHECK(s[1] >= 1 && s[2] >= 3 * heads && s[2] % (3 * heads) == 0, kPackedOp,
+            ": expected a projection (B, T, 3 * H * D) with T >= 1 and a last dimension that 3 * heads = ", 3 * heads,
+            " divides, got shape ", shape_str(s));
+  DPL_CHECK(!scale || std::isfinite(*scale), kPackedOp, ": expected a finite scale, got ", scale.value_or(0.0));
+  const std::int64_t B = s[0], T = s[1], C = s[2] / 3;
+  backend::SdpaParams p;
+  p.causal = is_causal;
+  p.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(C / heads)));
+  const Tensor packed = dense(qkv.data());
+  Tensor out = empty_on({B, T, C}, packed);
+  Tensor lse = Tensor::empty({B, heads, T}, TensorOptions(kFloat32, packed.device()));
+  Tensor out_heads = heads_view(out, 1, 0, heads);
+  backend::sdpa_forward(p, heads_view(packed, 3, 0, heads), heads_view(packed, 3, 1, heads),
+                        heads_view(packed, 3, 2, heads), out_heads, lse);
+  if (!any_requires_grad({&qkv})) return Variable(out);
+  auto node = std::make_shared<PackedAttentionNode>();
+  node->params = p;
+  node->heads = heads;
+  node->qkv = packed;
+  node->out = out;
+  node->lse = lse;
+  node->set_inputs({qkv});
   return Variable::make_result(out, node);
 }
 

@@ -1,6 +1,6 @@
-// matmul, bmm and linear: GEMMs, with the transposed GEMMs of their gradients. The N-D forms of
-// matmul and linear are composed of the shape ops (views where the strides allow) around the 2-D
-// GEMM or the batched one, so their gradients come from those ops' nodes.
+// matmul, bmm, linear and gelu_mlp: GEMMs, with the transposed GEMMs of their gradients. The N-D
+// forms of matmul and linear are composed of the shape ops (views where the strides allow) around
+// the 2-D GEMM or the batched one, so their gradients come from those ops' nodes.
 #include <algorithm>
 
 #include "autograd/ops/support.hpp"
@@ -182,6 +182,71 @@ Variable linear(const Variable& x, const Variable& weight, const Variable& bias)
   node->x = tx;
   node->w = tw;
   node->set_inputs(defined_inputs({&x, &weight, &bias}));
+  return Variable::make_result(out, node);
+}
+
+namespace {
+
+// Saves the input, both weights and the hidden layer before (pre) and after (h) the activation.
+// Backward takes W2's gradients from gy and h first, so that h is freed before the hidden
+// layer's gradient is made.
+class GeluMlpNode final : public Node {
+ public:
+  Tensor x, w1, pre, h, w2;
+  const char* name() const override { return "gelu_mlp"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (t[3].needed()) backend::gemm(true, false, 1.f, gy, h, t[3].beta, *t[3].tensor);  // gW2 = gy^T h
+    if (t[4].needed()) backend::sum_rows(1.f, gy, t[4].beta, *t[4].tensor);               // gb2 = sum_rows gy
+    h = Tensor();
+    if (!(t[0].needed() || t[1].needed() || t[2].needed())) return;
+    // dpre = gelu'(pre) * (gy W2), and gb1 = sum_rows dpre, in one product.
+    Tensor dpre = Tensor::empty_like(pre);
+    backend::gemm_dgelu_bgrad(gy, w2, pre, dpre, t[2].needed() ? t[2].beta : 0.f,
+                              t[2].needed() ? t[2].tensor : nullptr);
+    pre = Tensor();
+    if (t[0].needed()) backend::gemm(false, false, 1.f, dpre, w1, t[0].beta, *t[0].tensor);  // gx = dpre W1
+    if (t[1].needed()) backend::gemm(true, false, 1.f, dpre, x, t[1].beta, *t[1].tensor);   // gW1 = dpre^T x
+  }
+  void release() override { x = w1 = pre = h = w2 = Tensor(); }
+};
+
+}  // namespace
+
+Variable gelu_mlp(const Variable& x, const Variable& w1, const Variable& b1, const Variable& w2, const Variable& b2) {
+  const char* op = "gelu_mlp";
+  check_operands(op, {{x, "an input", -1, " (..., in)"},
+                      {w1, "a first weight", 2, " (hidden, in)"},
+                      {w2, "a second weight", 2, " (out, hidden)"}});
+  const std::int64_t in = w1.data().size(1), hidden = w1.data().size(0), outf = w2.data().size(0);
+  DPL_CHECK(x.data().dim() >= 1 && x.data().size(-1) == in, op, ": expected an input of shape (..., ", in,
+            ") for a first weight of shape ", shape_str(w1.shape()), ", got ", shape_str(x.shape()));
+  DPL_CHECK(w2.data().size(1) == hidden, op, ": expected a second weight of shape (out, ", hidden,
+            ") for a first weight of shape ", shape_str(w1.shape()), ", got ", shape_str(w2.shape()));
+  if (!b1.defined() || !b2.defined()) return linear(gelu(linear(x, w1, b1), GeluApproximation::kTanh), w2, b2);
+  check_operands(op, {{x, "an input"}, {b1, "a first bias"}, {b2, "a second bias"}});
+  DPL_CHECK(b1.data().dim() == 1 && b1.data().size(0) == hidden, op, ": expected a first bias of shape (", hidden,
+            ",), got ", shape_str(b1.shape()));
+  DPL_CHECK(b2.data().dim() == 1 && b2.data().size(0) == outf, op, ": expected a second bias of shape (", outf,
+            ",), got ", shape_str(b2.shape()));
+  if (x.data().dim() != 2) {
+    // Any leading dimensions fold into the rows of the products.
+    Shape out_shape = x.shape();
+    out_shape.back() = outf;
+    return reshape(gelu_mlp(reshape(x, {-1, in}), w1, b1, w2, b2), out_shape);
+  }
+  const Tensor tx = dense(x.data()), tw1 = dense(w1.data()), tw2 = dense(w2.data());
+  Tensor pre = empty_on({tx.size(0), hidden}, tx), h = empty_on({tx.size(0), hidden}, tx);
+  backend::linear_bias_gelu(tx, tw1, dense(b1.data()), h, pre);
+  Tensor out = empty_on({tx.size(0), outf}, tx);
+  backend::linear_bias(h, tw2, dense(b2.data()), out);
+  if (!any_requires_grad({&x, &w1, &b1, &w2, &b2})) return Variable(out);
+  auto node = std::make_shared<GeluMlpNode>();
+  node->x = tx;
+  node->w1 = tw1;
+  node->pre = pre;
+  node->h = h;
+  node->w2 = tw2;
+  node->set_inputs({x, w1, b1, w2, b2});
   return Variable::make_result(out, node);
 }
 

@@ -63,8 +63,25 @@ void linear_bias_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, Tenso
     for (std::int64_t c = 0; c < n; ++c) po[r * n + c] += pb[c];
 }
 
+// Both in float32 (16-bit operands are widened and the results rounded once, as on the GPU).
+void linear_bias_gelu_cpu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, Tensor& pre) {
+  linear_bias_cpu(x, w, bias, pre);
+  activation(Activation::kGeluTanh, 0.f, 0.f, pre, out);
+}
+
+void gemm_dgelu_bgrad_cpu(const Tensor& gy, const Tensor& w, const Tensor& pre, Tensor& dpre, float beta_bias,
+                          Tensor* dbias) {
+  const std::int64_t m = gy.size(0), n = w.size(1);
+  gemm_matrices(false, false, 1.f, gy.data<float>(), m, gy.size(1), w.data<float>(), w.size(0), n, 0.f,
+                dpre.data<float>());
+  activation_backward(Activation::kGeluTanh, 0.f, 0.f, pre, dpre, 0.f, dpre);
+  if (dbias != nullptr) sum_rows(1.f, dpre, beta_bias, *dbias);
+}
+
 }  // namespace
 
+DPL_REGISTER_CPU_FLOAT_KERNEL(linear_bias_gelu, linear_bias_gelu_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(gemm_dgelu_bgrad, gemm_dgelu_bgrad_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(linear_bias, linear_bias_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(gemm, gemm_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(gemm_batched, gemm_batched_cpu);

@@ -6,10 +6,13 @@
 // float32 goes to cublasSgemm (TF32 only when allowed); bfloat16 and float16 go to cublasGemmEx
 // with float32 accumulation (CUBLAS_COMPUTE_32F) and float alpha and beta. Batches of matrices
 // (gemm_batched) go to the strided-batched forms of the same calls. A 16-bit linear layer's product
-// with its bias (linear_bias) goes to cuBLASLt, which adds the bias in the product's epilogue.
+// with its bias (linear_bias, and with GELU after it, linear_bias_gelu) and the product that gives
+// that GELU's input gradient (gemm_dgelu_bgrad) go to cuBLASLt, which does the rest in the
+// product's epilogue.
 #include <library_types.h>
 
 #include <map>
+#include <initializer_list>
 #include <mutex>
 #include <tuple>
 
@@ -86,35 +89,63 @@ void gemm_any(const char* name, bool batched, bool trans_a, bool trans_b, float 
                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// --- the linear layer's product with its bias in the epilogue (cuBLASLt) ---------------------
-// out^T (n x m, column-major) = w^T (n x k: w's row-major (n, k) read transposed) x^T (k x m) with
-// the bias added to each of out^T's rows in the epilogue. A plan (descriptors and the heuristic's
-// algorithm) is made once per device and problem and kept: making one costs more host time than
-// the product of a small layer takes on the device.
-struct LinearBiasPlan {
+// --- products with an epilogue (cuBLASLt) ----------------------------------------------------
+// A linear layer's forward, out^T (n x m, column-major) = w^T (n x k: w's row-major (n, k) read
+// transposed) x^T (k x m), with the bias added to each of out^T's rows in the epilogue, and with
+// GELU applied after it (the pre-activation stored as the auxiliary output). The activation's
+// backward, dpre^T (n x m) = w'^T (n x k: the row-major (k, n) w read as is) gy^T (k x m), with
+// GELU's derivative at the stored pre-activation applied in the epilogue and, with BGRAD, dpre's
+// sums over the m rows written as the bias gradient. A plan (descriptors and the heuristic's
+// algorithm) is made once per device, epilogue and problem and kept: making one costs more host
+// time than the product of a small layer takes on the device.
+enum class LtEpilogue { kBias, kGeluAuxBias, kDGelu, kDGeluBGrad };
+
+struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t w_layout = nullptr, x_layout = nullptr, out_layout = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  bool usable = false;  // false when cuBLASLt offered no algorithm: the two-pass path then
+  bool usable = false;  // false when cuBLASLt offered no algorithm: the caller's unfused path then
 };
 
-using PlanKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, int>;  // device, m, n, k, dtype
+using PlanKey = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, int>;  // device, epilogue, m, n, k, dtype
 
-LinearBiasPlan make_linear_bias_plan(CudaDevice& d, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype) {
-  LinearBiasPlan p;
+cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
+  switch (e) {
+    case LtEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LtEpilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogue::kDGeluBGrad: break;
+  }
+  return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+
+LtPlan make_lt_plan(CudaDevice& d, LtEpilogue e, std::int64_t m, std::int64_t n, std::int64_t k, DType dtype) {
+  LtPlan p;
   const cudaDataType_t t = cuda_data_type(dtype);
+  const bool forward = e == LtEpilogue::kBias || e == LtEpilogue::kGeluAuxBias;
   DPL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
-  DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+  const cublasOperation_t trans_a = forward ? CUBLAS_OP_T : CUBLAS_OP_N, no_trans = CUBLAS_OP_N;
+  DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof(no_trans)));
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = lt_epilogue(e);
   DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof(t)));
-  DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.w_layout, t, static_cast<std::uint64_t>(k),
-                                              static_cast<std::uint64_t>(n), k));
-  DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.x_layout, t, static_cast<std::uint64_t>(k),
+  if (e != LtEpilogue::kDGelu)
+    DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof(t)));
+  if (e != LtEpilogue::kBias) {
+    const std::int64_t aux_ld = n;  // the pre-activation is laid out as the output
+    DPL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+  }
+  // A: w, (k x n) ld k read transposed forward, (n x k) ld n as is backward; B: x or gy, (k x m).
+  if (forward)
+    DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a_layout, t, static_cast<std::uint64_t>(k),
+                                                static_cast<std::uint64_t>(n), k));
+  else
+    DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a_layout, t, static_cast<std::uint64_t>(n),
+                                                static_cast<std::uint64_t>(k), n));
+  DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b_layout, t, static_cast<std::uint64_t>(k),
                                               static_cast<std::uint64_t>(m), k));
-  DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.out_layout, t, static_cast<std::uint64_t>(n),
+  DPL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d_layout, t, static_cast<std::uint64_t>(n),
                                               static_cast<std::uint64_t>(m), n));
   cublasLtMatmulPreference_t pref = nullptr;
   DPL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -123,8 +154,8 @@ LinearBiasPlan make_linear_bias_plan(CudaDevice& d, std::int64_t m, std::int64_t
                                                         sizeof(workspace)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(d.cublas_lt(), p.desc, p.w_layout, p.x_layout,
-                                                           p.out_layout, p.out_layout, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(d.cublas_lt(), p.desc, p.a_layout, p.b_layout,
+                                                           p.d_layout, p.d_layout, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
     p.algo = result.algo;
@@ -133,26 +164,41 @@ LinearBiasPlan make_linear_bias_plan(CudaDevice& d, std::int64_t m, std::int64_t
   return p;
 }
 
-// Runs the product with the bias epilogue; false (nothing queued) when cuBLASLt has no algorithm.
-bool linear_bias_lt(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+// One product with epilogue e: a (w) and b (x or gy) as the plan lays them out, the output d, the
+// bias (or the bias gradient) and the auxiliary pre-activation where e takes them. False (nothing
+// queued) when cuBLASLt has no algorithm for the problem.
+bool lt_matmul(LtEpilogue e, std::int64_t m, std::int64_t n, std::int64_t k, const Tensor& a, const Tensor& b,
+               Tensor& out, const void* bias, const void* aux) {
   static std::mutex mutex;
-  static std::map<PlanKey, LinearBiasPlan> plans;
-  const std::int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  CudaDevice& d = cuda_device_of(x);
+  static std::map<PlanKey, LtPlan> plans;
+  CudaDevice& d = cuda_device_of(a);
   cuda_detail::DeviceGuard guard(d.device());
   std::lock_guard<std::mutex> lock(mutex);
-  const PlanKey key{d.device(), m, n, k, static_cast<int>(x.dtype())};
+  const PlanKey key{d.device(), static_cast<int>(e), m, n, k, static_cast<int>(a.dtype())};
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_linear_bias_plan(d, m, n, k, x.dtype())).first;
-  const LinearBiasPlan& p = it->second;
+  if (it == plans.end()) it = plans.emplace(key, make_lt_plan(d, e, m, n, k, a.dtype())).first;
+  const LtPlan& p = it->second;
   if (!p.usable) return false;
-  const void* bias_ptr = bias.raw_data();
-  DPL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr, sizeof(bias_ptr)));
+  if (bias != nullptr)
+    DPL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  if (aux != nullptr)
+    DPL_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   const float alpha = 1.f, beta = 0.f;
-  DPL_CUBLAS_CHECK(cublasLtMatmul(d.cublas_lt(), p.desc, &alpha, w.raw_data(), p.w_layout, x.raw_data(), p.x_layout,
-                                  &beta, out.raw_data(), p.out_layout, out.raw_data(), p.out_layout, &p.algo,
+  DPL_CUBLAS_CHECK(cublasLtMatmul(d.cublas_lt(), p.desc, &alpha, a.raw_data(), p.a_layout, b.raw_data(), p.b_layout,
+                                  &beta, out.raw_data(), p.d_layout, out.raw_data(), p.d_layout, &p.algo,
                                   d.cublas_workspace(), CudaDevice::kCublasWorkspace, d.stream()));
+  return true;
+}
+
+// Whether cuBLASLt's epilogues may take these operands: 16-bit, extents that fit an int and are
+// not empty, 16-byte aligned pointers (and, for an auxiliary matrix of n columns, n a multiple of
+// 8, which keeps each of its rows aligned).
+constexpr std::int64_t kIntMax = 2147483647;
+bool lt_offered(std::int64_t m, std::int64_t n, std::int64_t k, bool aux, std::initializer_list<const Tensor*> ts) {
+  if (m <= 0 || n <= 0 || k <= 0 || m > kIntMax || n > kIntMax || k > kIntMax || (aux && n % 8 != 0)) return false;
+  for (const Tensor* t : ts)
+    if (t != nullptr && (t->dtype() == kFloat32 || !cuda_detail::aligned16(t->raw_data()))) return false;
   return true;
 }
 
@@ -161,14 +207,48 @@ void linear_bias_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, Tens
                 bias.size(0) == w.size(0) && out.size(0) == x.size(0) && out.size(1) == w.size(0),
             "linear_bias: shapes x ", shape_str(x.shape()), ", w ", shape_str(w.shape()), ", bias ",
             shape_str(bias.shape()), " -> ", shape_str(out.shape()), " do not fit");
-  constexpr std::int64_t kIntMax = 2147483647;
-  const bool epilogue = x.dtype() != kFloat32 && x.size(0) > 0 && x.size(1) > 0 && w.size(0) > 0 &&
-                        x.size(0) <= kIntMax && x.size(1) <= kIntMax && w.size(0) <= kIntMax &&
-                        cuda_detail::aligned16(x.raw_data()) && cuda_detail::aligned16(w.raw_data()) &&
-                        cuda_detail::aligned16(bias.raw_data()) && cuda_detail::aligned16(out.raw_data());
-  if (epilogue && linear_bias_lt(x, w, bias, out)) return;
+  const std::int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  if (lt_offered(m, n, k, false, {&x, &w, &bias, &out}) &&
+      lt_matmul(LtEpilogue::kBias, m, n, k, w, x, out, bias.raw_data(), nullptr))
+    return;
   gemm_any("linear_bias", false, false, true, 1.f, x, w, 0.f, out);
   binary(BinaryOp::kAdd, Broadcast::kRow, out, bias, 0.f, out);
+}
+
+void linear_bias_gelu_cuda(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, Tensor& pre) {
+  DPL_CHECK(x.dim() == 2 && w.dim() == 2 && bias.dim() == 1 && x.size(1) == w.size(1) && bias.size(0) == w.size(0) &&
+                out.shape() == Shape({x.size(0), w.size(0)}) && pre.shape() == out.shape(),
+            "linear_bias_gelu: shapes x ", shape_str(x.shape()), ", w ", shape_str(w.shape()), ", bias ",
+            shape_str(bias.shape()), " -> ", shape_str(out.shape()), " and ", shape_str(pre.shape()), " do not fit");
+  const std::int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  if (lt_offered(m, n, k, true, {&x, &w, &bias, &out, &pre}) &&
+      lt_matmul(LtEpilogue::kGeluAuxBias, m, n, k, w, x, out, bias.raw_data(), pre.raw_data()))
+    return;
+  linear_bias_cuda(x, w, bias, pre);
+  activation(Activation::kGeluTanh, 0.f, 0.f, pre, out);
+}
+
+void gemm_dgelu_bgrad_cuda(const Tensor& gy, const Tensor& w, const Tensor& pre, Tensor& dpre, float beta_bias,
+                           Tensor* dbias) {
+  DPL_CHECK(gy.dim() == 2 && w.dim() == 2 && gy.size(1) == w.size(0) &&
+                pre.shape() == Shape({gy.size(0), w.size(1)}) && dpre.shape() == pre.shape() &&
+                (dbias == nullptr || dbias->shape() == Shape({w.size(1)})),
+            "gemm_dgelu_bgrad: shapes gy ", shape_str(gy.shape()), ", w ", shape_str(w.shape()), ", pre ",
+            shape_str(pre.shape()), " -> ", shape_str(dpre.shape()), " do not fit");
+  const std::int64_t m = gy.size(0), k = gy.size(1), n = w.size(1);
+  // The epilogue writes the bias gradient; one that accumulates takes it through a temporary.
+  Tensor fresh_bias;
+  Tensor* bias_out = dbias;
+  if (dbias != nullptr && beta_bias != 0.f) bias_out = &(fresh_bias = Tensor::empty_like(*dbias));
+  if (lt_offered(m, n, k, true, {&gy, &w, &pre, &dpre, bias_out}) &&
+      lt_matmul(bias_out ? LtEpilogue::kDGeluBGrad : LtEpilogue::kDGelu, m, n, k, w, gy, dpre,
+                bias_out ? bias_out->raw_data() : nullptr, pre.raw_data())) {
+    if (fresh_bias.defined()) axpby(1.f, fresh_bias, beta_bias, *dbias);
+    return;
+  }
+  gemm_any("gemm_dgelu_bgrad", false, false, false, 1.f, gy, w, 0.f, dpre);
+  activation_backward(Activation::kGeluTanh, 0.f, 0.f, pre, dpre, 0.f, dpre);
+  if (dbias != nullptr) sum_rows(1.f, dpre, beta_bias, *dbias);
 }
 
 void gemm_cuda(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta, Tensor& c) {
@@ -184,6 +264,8 @@ void gemm_batched_cuda(bool trans_a, bool trans_b, float alpha, const Tensor& a,
 
 DPL_REGISTER_KERNEL(gemm, kCuda, gemm_cuda);
 DPL_REGISTER_KERNEL(linear_bias, kCuda, linear_bias_cuda);
+DPL_REGISTER_KERNEL(linear_bias_gelu, kCuda, linear_bias_gelu_cuda);
+DPL_REGISTER_KERNEL(gemm_dgelu_bgrad, kCuda, gemm_dgelu_bgrad_cuda);
 DPL_REGISTER_KERNEL(gemm_batched, kCuda, gemm_batched_cuda);
 
 }  // namespace dpl::backend

@@ -571,6 +571,48 @@ TEST_F(KernelsTest, LinearBiasEveryDtypeWithAndWithoutTheEpilogue) {
   }
 }
 
+// The GELU epilogues: forward (pre and gelu_tanh(pre)) and the activation's backward with and
+// without the bias gradient, fresh and accumulated, against the CPU's float32 kernels on the same
+// 16-bit-exact values. (m, k, n): shapes the epilogue takes (n a multiple of 8), GPT-2's c_fc, and
+// one whose rows break alignment (the unfused path, which rounds in between as well).
+TEST_F(KernelsTest, LinearBiasGeluAndItsBackwardEveryDtypeWithAndWithoutTheEpilogue) {
+  const std::vector<std::array<std::int64_t, 3>> problems{{64, 96, 128}, {1024, 768, 3072}, {33, 17, 9}};
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (const auto& [m, k, n] : problems) {
+      const std::string what = std::string(" ") + dtype_name(dt) + " m=" + std::to_string(m) +
+                               " k=" + std::to_string(k) + " n=" + std::to_string(n);
+      const float kf = static_cast<float>(k), mf = static_cast<float>(m);
+      const auto close = [&](const Tensor& got, const Tensor& want, float scale, const std::string& name) {
+        if (dt == kFloat32) expect_close(got, want, 1e-5f, 1e-6f * scale, name + what);
+        else expect_close(got.to(kFloat32), want, 2.f * ulp_of(dt), ulp_of(dt) * scale, name + what);
+      };
+      const Tensor x = rand_as(*this, dt, {m, k}), w = rand_as(*this, dt, {n, k}), b = rand_as(*this, dt, {n});
+      Tensor pre = Tensor::empty({m, n}), out = Tensor::empty({m, n});
+      Tensor gpre = poisoned_as(dt, {m, n}), gout = poisoned_as(dt, {m, n});
+      backend::linear_bias_gelu(x.to(kFloat32), w.to(kFloat32), b.to(kFloat32), out, pre);
+      backend::linear_bias_gelu(on_gpu(x), on_gpu(w), on_gpu(b), gout, gpre);
+      close(gpre, pre, std::sqrt(kf), "linear_bias_gelu pre");
+      close(gout, out, std::sqrt(kf), "linear_bias_gelu out");
+      // Backward from the GPU's own (rounded) pre-activation, so both sides read the same values.
+      const Tensor pre_h = gpre.to(Device::cpu()), gy = rand_as(*this, dt, {m, k}), w2 = rand_as(*this, dt, {k, n});
+      const Tensor prior = rand_as(*this, dt, {n});
+      for (bool with_bias : {false, true}) {
+        for (float beta : {0.f, 1.f}) {
+          if (!with_bias && beta != 0.f) continue;
+          Tensor dpre = Tensor::empty({m, n}), db = prior.to(kFloat32).clone();
+          Tensor gdpre = poisoned_as(dt, {m, n}), gdb = on_gpu(prior);
+          backend::gemm_dgelu_bgrad(gy.to(kFloat32), w2.to(kFloat32), pre_h.to(kFloat32), dpre, beta,
+                                    with_bias ? &db : nullptr);
+          backend::gemm_dgelu_bgrad(on_gpu(gy), on_gpu(w2), on_gpu(pre_h), gdpre, beta, with_bias ? &gdb : nullptr);
+          const std::string how = std::string(with_bias ? " with the bias gradient" : "") + (beta ? " accumulated" : "");
+          close(gdpre, dpre, std::sqrt(kf), "gemm_dgelu_bgrad dpre" + how);
+          if (with_bias) close(gdb, db, std::sqrt(kf * mf), "gemm_dgelu_bgrad dbias" + how);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KernelsTest, HalfSoftmaxCrossEntropyAndAccuracy) {
   for (DType dt : kHalfTypes) {
     for (const Shape& s : {Shape{100, 10}, Shape{3, 1000}, Shape{257, 33}}) {

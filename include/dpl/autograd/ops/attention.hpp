@@ -26,4 +26,15 @@ namespace dpl {
 Variable scaled_dot_product_attention(const Variable& q, const Variable& k, const Variable& v, bool is_causal = false,
                                       std::optional<double> scale = std::nullopt);
 
+/// scaled_dot_product_attention over the output of one (B, T, 3 * H * D) projection, as a GPT
+/// block's c_attn gives it: each row is [q | k | v], each of them H heads of D in order (PyTorch's
+/// `q, k, v = qkv.split(C, 2)` then `view(B, T, H, D).transpose(1, 2)`). Returns (B, T, H * D):
+/// the heads merged back in order, ready for the output projection. The values equal
+/// scaled_dot_product_attention on those views with the heads merged after it; the gradient of
+/// qkv is written straight into its (B, T, 3 * H * D) buffer, where the split-and-permute
+/// composition would go through three separate gradients and a copy. heads >= 1 must divide the
+/// last dimension by 3 * heads; scale and is_causal as above.
+Variable scaled_dot_product_attention_packed(const Variable& qkv, std::int64_t heads, bool is_causal = false,
+                                             std::optional<double> scale = std::nullopt);
+
 }  // namespace dpl

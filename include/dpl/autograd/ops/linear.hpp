@@ -20,5 +20,14 @@ Variable bmm(const Variable& a, const Variable& b);
 /// y = x W^T + b for x (..., in) of rank >= 1, W (out, in), b (out,) or undefined (no bias); y is
 /// (..., out).
 Variable linear(const Variable& x, const Variable& weight, const Variable& bias = Variable());
+/// A transformer block's two-layer perceptron, linear(gelu(linear(x, w1, b1), tanh), w2, b2), for
+/// x (..., in), w1 (hidden, in), b1 (hidden,), w2 (out, hidden) and b2 (out,); y is (..., out).
+/// With both biases it is one op whose GELU runs in the first product's epilogue and whose GELU
+/// derivative and first bias gradient run in the epilogue of the product that gives the hidden
+/// layer's gradient (cuBLASLt, 16-bit on the GPU), so neither the activation nor its gradient
+/// takes a pass over memory of its own; elsewhere it computes the same in float32 with each
+/// result rounded once. An undefined bias makes it that composition of ops. Like the composition
+/// it keeps the hidden layer before and after the activation for backward.
+Variable gelu_mlp(const Variable& x, const Variable& w1, const Variable& b1, const Variable& w2, const Variable& b2);
 
 }  // namespace dpl

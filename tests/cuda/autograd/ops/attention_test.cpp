@@ -4,7 +4,8 @@
 // fresh buffers (the allocator's cache first filled with NaN) and accumulated onto existing ones.
 // Then cuDNN's fused kernels against dpl's own on the same GPU tensors (in builds with cuDNN's
 // frontend; skipped otherwise), head dimensions cuDNN is not offered (which run on dpl's kernels),
-// the widest register layouts, and operands on two devices.
+// the widest register layouts, the packed form over one (B, T, 3 * H * D) projection, and operands
+// on two devices.
 //
 // Tolerances: in float32 both devices compute in float32 and differ in the order of their sums
 // (rtol 1e-4, atol 1e-5 of the largest value). In 16 bits the CPU rounds each result once, dpl's
@@ -44,21 +45,25 @@ class AttentionTest : public CudaTest {
     std::int64_t B, H, Tq, Tk, D, Dv;
     bool causal;
     bool strided;  // q, k, v as views of one (B, T, 3, H, D) projection (needs Tq == Tk, D == Dv)
+    bool packed = false;  // the projection (B, T, 3 * H * D) through scaled_dot_product_attention_packed
   };
 
   static std::string name_of(const Problem& p, DType t) {
     return std::string(dtype_name(t)) + " B" + std::to_string(p.B) + " H" + std::to_string(p.H) + " Tq" +
            std::to_string(p.Tq) + " Tk" + std::to_string(p.Tk) + " D" + std::to_string(p.D) + " Dv" +
-           std::to_string(p.Dv) + (p.causal ? " causal" : "") + (p.strided ? " strided" : "");
+           std::to_string(p.Dv) + (p.causal ? " causal" : "") + (p.strided ? " strided" : "") +
+           (p.packed ? " packed" : "");
   }
 
   // The leaves of a problem: q, k, v, or the one projection they are views of.
   std::vector<Shape> leaf_shapes(const Problem& p) const {
+    if (p.packed) return {{p.B, p.Tq, 3 * p.H * p.D}};
     if (p.strided) return {{p.B, p.Tq, 3, p.H, p.D}};
     return {{p.B, p.H, p.Tq, p.D}, {p.B, p.H, p.Tk, p.D}, {p.B, p.H, p.Tk, p.Dv}};
   }
 
   static Variable attention(const Problem& p, const Vars& leaves) {
+    if (p.packed) return scaled_dot_product_attention_packed(leaves[0], p.H, p.causal);
     if (!p.strided) return scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], p.causal);
     Vars heads;
     for (const Variable& part : chunk(leaves[0], 3, 2)) heads.push_back(permute(squeeze(part, 2), {0, 2, 1, 3}));
@@ -108,6 +113,13 @@ TEST_F(AttentionTest, AgreesWithTheCpu) {
     for (std::int64_t d : {64, 128})
       for (bool causal : {false, true})
         for (bool strided : {false, true}) check({2, 3, 100, 100, d, d, causal, strided}, t);
+}
+
+// The packed form, whose gradients the kernels write through strided views of one buffer.
+TEST_F(AttentionTest, PackedProjectionAgreesWithTheCpu) {
+  for (DType t : {kFloat32, kBFloat16, kFloat16})
+    for (std::int64_t d : {64, 128})
+      for (bool causal : {false, true}) check({2, 3, 100, 100, d, d, causal, false, true}, t);
 }
 
 // Causal with more queries than keys (the last rows see every key) and fewer (each row stops at

@@ -296,6 +296,71 @@ TEST(ScaledDotProductAttention, SixteenBitInputs) {
   }
 }
 
+// --- the packed form ---------------------------------------------------------------------------
+
+// What the packed form must equal: the heads of the (B, T, 3 * H * D) projection as views, the
+// attention, and the heads merged back into (B, T, H * D).
+Variable unpacked(const Variable& qkv, std::int64_t heads, bool causal, std::optional<double> scale = std::nullopt) {
+  const std::int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3;
+  const Vars v = heads_of_projection(reshape(qkv, {B, T, 3, heads, C / heads}));
+  return reshape(transpose(scaled_dot_product_attention(v[0], v[1], v[2], causal, scale), 1, 2), {B, T, C});
+}
+
+TEST(ScaledDotProductAttentionPacked, GradcheckOfTheProjection) {
+  Generator gen(21);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    EXPECT_TRUE(gradcheck([causal](const Vars& v) { return scaled_dot_product_attention_packed(v[0], 2, causal); },
+                          {randn({2, 4, 3 * 2 * 3}, gen)}));
+  }
+}
+
+TEST(ScaledDotProductAttentionPacked, EqualsTheAttentionOfTheSplitHeadsMergedBack) {
+  Generator gen(22);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (causal ? " causal" : ""));
+      const Tensor x = randn({2, 5, 3 * 3 * 4}, gen).to(dt);
+      const Tensor gy = randn({2, 5, 3 * 4}, gen).to(dt);
+      const Variable packed_in(x, true), split_in(x.clone(), true);
+      const Variable y = scaled_dot_product_attention_packed(packed_in, 3, causal, 0.3);
+      const Variable ref = unpacked(split_in, 3, causal, 0.3);
+      ASSERT_EQ(y.shape(), (Shape{2, 5, 12}));
+      EXPECT_TRUE(y.data().is_contiguous());
+      sum(mul(y, Variable(gy))).backward();
+      sum(mul(ref, Variable(gy))).backward();
+      // The same kernels on the same views: equal to the bit, in every dtype.
+      EXPECT_EQ(y.data().to(kFloat32).to_vector<float>(), ref.data().contiguous().to(kFloat32).to_vector<float>());
+      EXPECT_EQ(packed_in.grad().to(kFloat32).to_vector<float>(), split_in.grad().to(kFloat32).to_vector<float>());
+    }
+  }
+}
+
+TEST(ScaledDotProductAttentionPacked, AddsToAGradientTheProjectionAlreadyHas) {
+  Generator gen(23);
+  const Tensor x = randn({1, 4, 3 * 2 * 2}, gen);
+  const Variable packed_in(x, true), split_in(x.clone(), true);
+  // The projection is used twice: the other use's gradient is there before the attention's.
+  sum(add(scaled_dot_product_attention_packed(packed_in, 2, true), narrow(mul(packed_in, packed_in), 2, 0, 4)))
+      .backward();
+  sum(add(unpacked(split_in, 2, true), narrow(mul(split_in, split_in), 2, 0, 4))).backward();
+  expect_golden(packed_in.grad(), split_in.grad(), "gradient of the projection", 1e-6f, 1e-6f);
+}
+
+TEST(ScaledDotProductAttentionPacked, RefusesBadInputs) {
+  DPL_EXPECT_ERROR(scaled_dot_product_attention_packed(Variable(Tensor::ones({4, 12})), 2),
+                   HasSubstr("scaled_dot_product_attention_packed: expected a packed projection (B, T, 3 * H * D) "
+                             "with 3 dimensions, got shape (4, 12)"));
+  DPL_EXPECT_ERROR(scaled_dot_product_attention_packed(Variable(Tensor::ones({2, 4, 12})), 0),
+                   HasSubstr("expected heads >= 1, got 0"));
+  DPL_EXPECT_ERROR(scaled_dot_product_attention_packed(Variable(Tensor::ones({2, 4, 12})), 3),
+                   HasSubstr("a last dimension that 3 * heads = 9 divides, got shape (2, 4, 12)"));
+  DPL_EXPECT_ERROR(scaled_dot_product_attention_packed(Variable(Tensor::ones({2, 0, 12})), 2),
+                   HasSubstr("with T >= 1"));
+  DPL_EXPECT_ERROR(scaled_dot_product_attention_packed(Variable(Tensor::ones({2, 4, 12})), 2, false, NAN),
+                   HasSubstr("expected a finite scale"));
+}
+
 // --- bad inputs --------------------------------------------------------------------------------
 
 TEST(ScaledDotProductAttention, RefusesBadInputs) {

@@ -1,9 +1,10 @@
 // matmul, bmm and linear: forward values by hand, gradients against finite differences
 // (tests/support/gradcheck.hpp) for every rank matmul takes, bad inputs, and a small network of
-// them end to end.
+// them end to end. gelu_mlp: finite differences, and the values and gradients of the ops it fuses.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -125,15 +126,18 @@ TEST(OpsForward, BatchedMatmulInSixteenBitTypesRoundsTheFloat32Product) {
   }
 }
 
+// Runs op and expects a dpl::Error whose message holds part.
+template <typename Op>
+void expect_error(Op&& op, const std::string& part) {
+  try {
+    op();
+    ADD_FAILURE() << "expected dpl::Error holding \"" << part << "\"";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(part));
+  }
+}
+
 TEST(OpsErrors, MatmulAndBmmRefuseOperandsThatDoNotFit) {
-  const auto expect_error = [](auto&& op, const std::string& part) {
-    try {
-      op();
-      ADD_FAILURE() << "expected dpl::Error holding \"" << part << "\"";
-    } catch (const Error& e) {
-      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(part));
-    }
-  };
   const Variable a(Tensor::zeros({2, 3, 4})), b(Tensor::zeros({3, 5, 2}));
   expect_error([&] { matmul(a, b); }, "inner extents differ: (2, 3, 4) x (3, 5, 2)");
   expect_error([&] { matmul(a, Variable(Tensor::zeros({3, 4, 2}))); }, "do not broadcast (extents 2 and 3)");
@@ -141,6 +145,77 @@ TEST(OpsErrors, MatmulAndBmmRefuseOperandsThatDoNotFit) {
   expect_error([&] { bmm(a, Variable(Tensor::zeros({3, 4, 2}))); }, "batch extents differ");
   expect_error([&] { bmm(a, Variable(Tensor::zeros({4, 2}))); }, "with 3 dimensions");
   expect_error([&] { linear(a, Variable(Tensor::zeros({5, 3}))); }, "expected an input of shape (..., 3)");
+}
+
+// --- gelu_mlp ---------------------------------------------------------------------------------
+
+Variable composed_mlp(const Vars& v) {
+  return linear(gelu(linear(v[0], v[1], v[2]), GeluApproximation::kTanh), v[3], v[4]);
+}
+
+TEST(OpsGradient, GeluMlp) {
+  Generator gen(30);
+  EXPECT_TRUE(gradcheck([](const Vars& v) { return gelu_mlp(v[0], v[1], v[2], v[3], v[4]); },
+                        {randn({2, 3, 4}, gen), randn({6, 4}, gen), randn({6}, gen), randn({5, 6}, gen),
+                         randn({5}, gen)}));
+}
+
+// The fused op against the composition it stands for: output and all five gradients, written
+// fresh and then accumulated by a second backward. float32 differs only in the order of sums; in
+// bfloat16 the composition also rounds the hidden layer before the activation and the hidden
+// gradient before the derivative, which the fused op keeps in float32: about an ulp of each result.
+TEST(OpsForward, GeluMlpEqualsTheOpsItFuses) {
+  Generator gen(31);
+  const std::vector<Shape> shapes = {{3, 5, 8}, {16, 8}, {16}, {8, 16}, {8}};
+  std::vector<Tensor> values;
+  for (const Shape& s : shapes) values.push_back(randn(s, gen));
+  const Tensor w = randn({3, 5, 8}, gen);
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Vars fused, composed;
+    for (const Tensor& v : values) {
+      fused.emplace_back(v.to(dt), true);
+      composed.emplace_back(v.to(dt).clone(), true);
+    }
+    // Absolute tolerances, a fraction of each result's largest value: float32 1e-5, bfloat16 2^-5.
+    const auto near = [dt](const Tensor& want) {
+      const std::vector<float> w = want.to(kFloat32).to_vector<float>();
+      float largest = 0.f;
+      for (float v : w) largest = std::max(largest, std::fabs(v));
+      return Pointwise(FloatNear((dt == kFloat32 ? 1e-5f : 1.f / 32) * std::max(largest, 1.f)), w);
+    };
+    for (int pass = 0; pass < 2; ++pass) {
+      const Variable y = gelu_mlp(fused[0], fused[1], fused[2], fused[3], fused[4]);
+      const Variable yr = composed_mlp(composed);
+      ASSERT_EQ(y.shape(), (Shape{3, 5, 8}));
+      EXPECT_THAT(y.data().to(kFloat32).to_vector<float>(), near(yr.data().contiguous()));
+      sum(mul(y, Variable(w.to(dt)))).backward();
+      sum(mul(yr, Variable(w.to(dt)))).backward();
+      for (std::size_t i = 0; i < fused.size(); ++i)
+        EXPECT_THAT(fused[i].grad().to(kFloat32).to_vector<float>(), near(composed[i].grad()))
+            << "gradient of input " << i << " after " << pass + 1 << " backward passes";
+    }
+  }
+}
+
+TEST(OpsForward, GeluMlpWithoutABiasIsTheComposition) {
+  Generator gen(32);
+  const Variable x(randn({4, 6}, gen)), w1(randn({10, 6}, gen)), w2(randn({3, 10}, gen)), b2(randn({3}, gen));
+  EXPECT_EQ(gelu_mlp(x, w1, Variable(), w2, b2).data().to_vector<float>(),
+            composed_mlp({x, w1, Variable(), w2, b2}).data().to_vector<float>());
+}
+
+TEST(OpsForward, GeluMlpRefusesMismatchedShapes) {
+  const Variable x(Tensor::zeros({4, 6})), w1(Tensor::zeros({10, 6})), b1(Tensor::zeros({10})),
+      w2(Tensor::zeros({3, 10})), b2(Tensor::zeros({3}));
+  expect_error([&] { gelu_mlp(Variable(Tensor::zeros({4, 5})), w1, b1, w2, b2); },
+               "gelu_mlp: expected an input of shape (..., 6) for a first weight of shape (10, 6), got (4, 5)");
+  expect_error([&] { gelu_mlp(x, w1, b1, Variable(Tensor::zeros({3, 9})), b2); },
+               "expected a second weight of shape (out, 10) for a first weight of shape (10, 6), got (3, 9)");
+  expect_error([&] { gelu_mlp(x, w1, Variable(Tensor::zeros({9})), w2, b2); },
+               "expected a first bias of shape (10,), got (9,)");
+  expect_error([&] { gelu_mlp(x, w1, b1, w2, Variable(Tensor::zeros({4}))); },
+               "expected a second bias of shape (3,), got (4,)");
 }
 
 TEST(OpsGradient, SmallNetworkEndToEnd) {
