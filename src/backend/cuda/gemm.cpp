@@ -236,15 +236,18 @@ void gemm_dgelu_bgrad_cuda(const Tensor& gy, const Tensor& w, const Tensor& pre,
             "gemm_dgelu_bgrad: shapes gy ", shape_str(gy.shape()), ", w ", shape_str(w.shape()), ", pre ",
             shape_str(pre.shape()), " -> ", shape_str(dpre.shape()), " do not fit");
   const std::int64_t m = gy.size(0), k = gy.size(1), n = w.size(1);
-  // The epilogue writes the bias gradient; one that accumulates takes it through a temporary.
-  Tensor fresh_bias;
-  Tensor* bias_out = dbias;
-  if (dbias != nullptr && beta_bias != 0.f) bias_out = &(fresh_bias = Tensor::empty_like(*dbias));
-  if (lt_offered(m, n, k, true, {&gy, &w, &pre, &dpre, bias_out}) &&
-      lt_matmul(bias_out ? LtEpilogue::kDGeluBGrad : LtEpilogue::kDGelu, m, n, k, w, gy, dpre,
-                bias_out ? bias_out->raw_data() : nullptr, pre.raw_data())) {
-    if (fresh_bias.defined()) axpby(1.f, fresh_bias, beta_bias, *dbias);
-    return;
+  // The epilogue writes the bias gradient; one that accumulates takes it through a temporary,
+  // made only once the epilogue is known to take the operands.
+  const bool accumulate_bias = dbias != nullptr && beta_bias != 0.f;
+  if (lt_offered(m, n, k, true, {&gy, &w, &pre, &dpre, accumulate_bias ? nullptr : dbias}) &&
+      (dbias == nullptr || dbias->dtype() == dpre.dtype())) {
+    Tensor fresh_bias = accumulate_bias ? Tensor::empty_like(*dbias) : Tensor();
+    Tensor* bias_out = accumulate_bias ? &fresh_bias : dbias;
+    if (lt_matmul(bias_out ? LtEpilogue::kDGeluBGrad : LtEpilogue::kDGelu, m, n, k, w, gy, dpre,
+                  bias_out ? bias_out->raw_data() : nullptr, pre.raw_data())) {
+      if (accumulate_bias) axpby(1.f, fresh_bias, beta_bias, *dbias);
+      return;
+    }
   }
   gemm_any("gemm_dgelu_bgrad", false, false, false, 1.f, gy, w, 0.f, dpre);
   activation_backward(Activation::kGeluTanh, 0.f, 0.f, pre, dpre, 0.f, dpre);
