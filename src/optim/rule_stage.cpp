@@ -1,5 +1,6 @@
 #include "optim/rule_stage.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -54,9 +55,12 @@ void RuleStage::update() {
   rule_.on_step_taken();
 }
 
-void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
+void RuleStage::set_state_shard(const StateShard& state_shard) {
   const char* who = "sharded optimizer state";
-  if (numel >= 0) {
+  const std::vector<ArenaRange>& shard = state_shard.ranges;
+  std::int64_t numel = -1;
+  std::vector<std::int64_t> state_begin;
+  if (!shard.empty()) {
     DPL_CHECK(rule_.elementwise(), who, ": this optimizer's update is not elementwise (LAMB and LARS take norms over ",
               "whole parameter tensors), so its state cannot be split between ranks; shard SGD, MomentumSGD, Adam, ",
               "AdamW, RMSprop or Adagrad, or leave the state unsharded");
@@ -64,10 +68,36 @@ void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
               "read the whole averaged gradient; a sharded step averages only each rank's shard. Remove the hooks ",
               "or leave the state unsharded");
     DPL_CHECK(!replay_, who, ": not in replay mode (a recorded step); leave replay mode first");
-    DPL_CHECK(begin >= 0, who, ": expected a shard start >= 0, got ", begin);
+    numel = 0;
+    std::int64_t end = 0;
+    for (const ArenaRange& r : shard) {
+      DPL_CHECK(r.begin >= end && r.numel > 0, who, ": expected non-empty ranges in arena order, got [", r.begin,
+                ", ", r.begin + r.numel, ") after one ending at ", end);
+      state_begin.push_back(numel);
+      numel += r.numel;
+      end = r.begin + r.numel;
+    }
   }
-  if (rule_.shard_begin_ == begin && rule_.shard_numel_ == numel) return;
-  rule_.shard_begin_ = begin;
+  const auto same = [](const std::vector<ArenaRange>& a, const std::vector<ArenaRange>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const ArenaRange& x, const ArenaRange& y) { return x.begin == y.begin && x.numel == y.numel; });
+  };
+  if (!shard.empty() && state_shard.params.defined())
+    DPL_CHECK(state_shard.params.dim() == 1 && state_shard.params.numel() == numel && state_shard.grads.defined() &&
+                  state_shard.grads.shape() == state_shard.params.shape() &&
+                  state_shard.grads.dtype() == state_shard.params.dtype(),
+              who, ": expected the shard's parameters and gradients as 1-D tensors of its ", numel, " elements");
+  const auto same_tensor = [](const Tensor& a, const Tensor& b) {
+    return a.defined() == b.defined() &&
+           (!a.defined() || (a.shares_storage_with(b) && a.offset() == b.offset() && a.numel() == b.numel()));
+  };
+  const bool same_buffers =
+      same_tensor(rule_.shard_params_, state_shard.params) && same_tensor(rule_.shard_grads_, state_shard.grads);
+  if (rule_.shard_numel_ == numel && same(rule_.shard_, shard) && same_buffers) return;
+  rule_.shard_ = shard;
+  rule_.shard_params_ = shard.empty() ? Tensor() : state_shard.params;
+  rule_.shard_grads_ = shard.empty() ? Tensor() : state_shard.grads;
+  rule_.shard_state_begin_ = std::move(state_begin);
   rule_.shard_numel_ = numel;
   if (target_ == nullptr) return;
   // A new shard is a new layout: the state starts again from zero.

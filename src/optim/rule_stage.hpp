@@ -34,7 +34,9 @@ class RuleStage final : public CheckingStage {
   std::vector<std::pair<std::string, Tensor>> gathered_state() override { return state(); }
   /// Refuses a rule that is not elementwise, gradient hooks and replay mode (dpl::Error), then
   /// lays the state out again for the shard when set up.
-  void set_state_shard(std::int64_t begin, std::int64_t numel) override;
+  void set_state_shard(const StateShard& shard) override;
+  /// Undefined: the shard's averaged gradients go back into the arena's own gradients.
+  Tensor shard_gradients() override { return Tensor(); }
   std::map<std::string, double> state_scalars() const override;
   /// The parameter groups' settings among the state scalars (none without groups).
   std::map<std::string, double> group_scalars() const;
