@@ -325,7 +325,7 @@ void MixedPrecisionStage::set_state_shard(const StateShard& shard) {
   // The wrapped rule runs over the model's own layout (its names, shapes and groups select as
   // they do unsharded) but reads and writes the shard's float32 buffers. It refuses what cannot
   // be sharded before changing anything, so a refusal leaves this stage as it was.
-  next().set_state_shard({shard.ranges, params, grads});
+  next().set_state_shard({shard.ranges, params, grads, shard.sum_over_ranks});
   next().setup(target());
   shard_ = shard.ranges;
   shard_params_ = std::move(params);

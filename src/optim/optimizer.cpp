@@ -111,8 +111,8 @@ nn::Module& Optimizer::target() const { return front_->target(); }
 
 // The hooks run where the rule reads its gradients: after any wrapper's stage (on the averaged,
 // float32 master gradients).
-void Optimizer::add_gradient_hook(GradientHook hook, bool device_only) {
-  rule_stage().add_gradient_hook(std::move(hook), device_only);
+void Optimizer::add_gradient_hook(GradientHook hook, bool device_only, ShardedGradientHook sharded) {
+  rule_stage().add_gradient_hook(std::move(hook), device_only, std::move(sharded));
 }
 std::size_t Optimizer::gradient_hook_count() const { return rule_stage().gradient_hook_count(); }
 

@@ -148,7 +148,11 @@ void DataParallelStage::lay_out_shard() {
     gather_send_ = Tensor::zeros({block}, own);
     gather_recv_ = Tensor::zeros({p * block}, own);
   }
-  next().set_state_shard({shard_ranges_, Tensor(), Tensor()});
+  // What a sharded gradient hook (clipping) combines each rank's part of a norm with.
+  std::shared_ptr<comm::Communicator> comm = comm_;
+  next().set_state_shard({shard_ranges_, Tensor(), Tensor(), [comm](Tensor& t) {
+                            if (comm->size() > 1) comm->allreduce(t, comm::ReduceOp::kSum);
+                          }});
   shard_arena_numel_ = n;
   shard_arena_id_ = arena.id();
 }

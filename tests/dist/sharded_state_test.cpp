@@ -219,6 +219,38 @@ TEST(ZeroMixedPrecision, Float16OverflowOnOneRankSkipsTheSameStepsAsUnsharded) {
   }
 }
 
+// Clipping by global norm under sharding: each rank's sum of squares of its shard, summed over the
+// ranks, gives the norm of the whole averaged gradient on every rank, and each rank clips its
+// shard by it: the same norms and parameters as clipping unsharded.
+TEST(ZeroClipping, ClipsByTheGlobalNormAsUnsharded) {
+  for (const DType dtype : {kFloat32, kBFloat16}) {
+    for (const int stage : {1, 2}) {
+      TrainingRun plain = make_run("naive", "adamw_groups", 0, dtype);
+      TrainingRun sharded = make_run("naive", "adamw_groups", stage, dtype);
+      auto plain_clip = optim::clip_gradients(*plain.opt, 0.05);
+      auto sharded_clip = optim::clip_gradients(*sharded.opt, 0.05);
+      comm::Communicator& comm = sharded.opt->communicator();
+      const auto shard = test::batch_shard(comm, 13, kBatch, kIn, kOut);
+      const Tensor x = shard.x.to(dtype);
+      const std::string where = std::string(dtype_name(dtype)) + " stage " + std::to_string(stage);
+      for (int step = 0; step < 4; ++step) {
+        for (TrainingRun* r : {&plain, &sharded})
+          r->opt->update([&] { return softmax_cross_entropy((*r->model)(Variable(x)), shard.y); });
+        const double norm = sharded_clip->last_norm(), want = plain_clip->last_norm();
+        EXPECT_GT(want, 0.05) << where << ": the test must clip";
+        EXPECT_NEAR(norm, want, 1e-5 * want) << where << " step " << step;
+        const Tensor n = Tensor::from_vector<float>({static_cast<float>(norm)}, {1});
+        EXPECT_TRUE(test::same_on_every_rank(comm, n)) << where;
+      }
+      const Tensor a = state_named(sharded.opt->gathered_state(), dtype == kFloat32 ? "m" : "master");
+      const Tensor b = state_named(plain.opt->state(), dtype == kFloat32 ? "m" : "master");
+      EXPECT_LT(test::worst_relative_difference(a, b), 1e-5) << where;
+      EXPECT_LT(test::worst_relative_difference(params_of(sharded), params_of(plain)), dtype == kFloat32 ? 1e-5 : 1e-2)
+          << where;
+    }
+  }
+}
+
 // kStop under sharding: a NaN in one rank's data stops every rank with the same message.
 TEST(ZeroNonFinite, ANaNOnOneRankStopsEveryRank) {
   for (const int stage : {1, 2}) {
@@ -340,7 +372,13 @@ TEST(ShardedStateRefusals, EveryRankRefusesWhatCannotBeSharded) {
   auto adam = parallel::create_multi_node_optimizer(std::make_unique<optim::Adam>(), comm::create_communicator("naive"));
   adam->setup(model);
   adam->set_shard_optimizer_state(true);
-  DPL_EXPECT_ERROR(optim::clip_gradients(*adam, 1.0), ::testing::HasSubstr("sharded"));
+  // A hook of one's own reads the whole gradient: refused without its sharded form.
+  DPL_EXPECT_ERROR(adam->add_gradient_hook([](nn::ParameterArena&) {}),
+                   ::testing::HasSubstr("a gradient hook without a sharded form would see only this rank's shard"));
+  auto hooked = parallel::create_multi_node_optimizer(std::make_unique<optim::Adam>(), comm::create_communicator("naive"));
+  hooked->add_gradient_hook([](nn::ParameterArena&) {});
+  hooked->set_zero_stage(1);
+  DPL_EXPECT_ERROR(hooked->setup(model), ::testing::HasSubstr("1 gradient hook(s) without a sharded form"));
   parallel::OverlapOptions overlap;
   overlap.enabled = true;
   DPL_EXPECT_ERROR(adam->set_overlap(overlap), ::testing::HasSubstr("sharded"));

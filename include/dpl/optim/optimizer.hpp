@@ -233,8 +233,11 @@ class Optimizer {
   /// after the hooks added before it (clip_gradients, or a user's own transform). `device_only`
   /// says the hook only queues work on the gradients' device and reads nothing back, so that a
   /// recorded step (replay mode) may include it; any other hook keeps the optimizer out of replay
-  /// mode. Requires a callable hook; throws dpl::Error for an empty one.
-  void add_gradient_hook(GradientHook hook, bool device_only = false);
+  /// mode. `sharded`, when given, is the same transform under sharded optimizer state
+  /// (parallel::MultiNodeOptimizer::set_zero_stage), where the gradients are this rank's shard
+  /// only (clip_gradients gives one); a hook without it keeps sharding out (dpl::Error, on every
+  /// rank). Requires a callable hook; throws dpl::Error for an empty one.
+  void add_gradient_hook(GradientHook hook, bool device_only = false, ShardedGradientHook sharded = {});
   /// Number of hooks added.
   std::size_t gradient_hook_count() const;
 

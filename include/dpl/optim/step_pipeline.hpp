@@ -66,12 +66,28 @@ struct StateShard {
   /// state (optim::MixedPrecision's float32 master weights of the shard, and the gradients the
   /// shard's average lands in); undefined: the target's own arenas, at the ranges.
   Tensor params, grads;
+  /// Sums a small float32 tensor over the ranks that share the arena, in place (collective; empty:
+  /// one process, nothing to add): what a sharded gradient hook combines its shard's part with.
+  std::function<void(Tensor&)> sum_over_ranks;
 };
 
 /// The elements of `whole` (1-D, in an arena's layout) that `shard` names, one after the other
 /// in the order of `shard`: the layout of sharded per-element state. Requires every range inside
 /// `whole` (dpl::Error otherwise).
 Tensor gather_ranges(const Tensor& whole, const std::vector<ArenaRange>& shard);
+
+/// What a gradient hook sees under sharded optimizer state: this rank's shard of the averaged
+/// gradients, as pieces (views it may change in place), and the sum over the ranks with which it
+/// combines what it computes from them (a global norm from each rank's sum of squares).
+struct GradientShard {
+  std::vector<Tensor> grads;
+  std::function<void(Tensor&)> sum_over_ranks;
+};
+
+/// A gradient hook's counterpart under sharded optimizer state (see Optimizer::add_gradient_hook):
+/// the same transform, made from this rank's shard and collectives over the ranks. Every rank
+/// runs it at the same step.
+using ShardedGradientHook = std::function<void(GradientShard& shard)>;
 
 /// How an allreduce overlapped with backward (parallel::GradientReducer) obtains an optimizer's
 /// gradients range by range, while backward still runs.

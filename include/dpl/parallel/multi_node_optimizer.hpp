@@ -48,7 +48,9 @@ class DataParallelStage;
 /// non-finite policy and counters, and the state, which load_state() restores locally on each
 /// rank (no communication). Gradient hooks (add_gradient_hook) run inside the optimize phase,
 /// after the allreduce, on the averaged gradients, which are the same on every rank (so a norm
-/// a hook computes agrees across ranks without communication).
+/// a hook computes agrees across ranks without communication); under sharded optimizer state
+/// (set_zero_stage) their sharded forms run on this rank's shard instead (clipping: one allreduce
+/// of each rank's sum of squares).
 ///
 /// Replay mode (optim::Optimizer::set_replay_mode, for train::CapturedStep): one process only
 /// for now (the communicators time their phases on the host and the MPI ones call MPI from the
@@ -102,7 +104,8 @@ class MultiNodeOptimizer : public optim::OptimizerWrapper {
   /// train::save_checkpoint saves, the whole arena's, so a checkpoint is the same as an unsharded
   /// one and loads either way. Requires an elementwise rule (SGD, MomentumSGD, Adam, AdamW,
   /// RMSprop, Adagrad: not LAMB or LARS), a float32 model or a 16-bit one under
-  /// optim::MixedPrecision, no gradient hooks, no replay mode, overlap only with stage 2, and at
+  /// optim::MixedPrecision, no gradient hook without a sharded form (clip_gradients has one), no
+  /// replay mode, overlap only with stage 2, and at
   /// least one arena element for every rank (dpl::Error otherwise, on every rank). The
   /// reduce-scatter runs in float32 whatever CommOptions::allreduce_dtype says. Changing the
   /// stage after setup() starts the state again from zero (and a 16-bit model's masters from its
