@@ -53,6 +53,20 @@ inline double parse_real(const std::string& flag, const std::string& text, doubl
   return v;
 }
 
+/// The ZeRO stage from --zero (0, 1 or 2) and --shard-optimizer-state (the same as --zero 1);
+/// throws BadFlag for another stage, for both flags naming different stages, and for stage 1
+/// with --overlap (stage 1 reduce-scatters after backward; stage 2 during it).
+inline int parse_zero_stage(const std::string& zero, bool shard_state, bool overlap) {
+  const int stage = static_cast<int>(parse_whole("--zero", zero, 0, 2));
+  if (shard_state && stage == 2)
+    throw BadFlag{"--shard-optimizer-state is --zero 1, but --zero 2 was given too; give one of them"};
+  const int chosen = shard_state ? 1 : stage;
+  if (chosen == 1 && overlap)
+    throw BadFlag{"--zero 1 reduce-scatters after backward, so not with --overlap; --zero 2 reduce-scatters bucket by "
+                  "bucket during backward"};
+  return chosen;
+}
+
 /// A real number as text that tells any two different values apart (for the ranks' agreement on
 /// the flags): 0.1 and 0.10 give the same text, 0.1 and 0.1000001 do not.
 inline std::string exact_text(double v) {

@@ -8,7 +8,7 @@
 //       [--crop-scale 0.08] [--schedule step|cosine]
 //       [--label-smoothing 0] [--classes N] [--log-interval N] [--synthetic] [--test] [--seed 0]
 //       [--trace] [--graph] [--overlap [--bucket-mb 25] [--first-bucket-mb 1]] [--skip-bad-images]
-//       [--sync-bn] [--shard-optimizer-state] [--snapshot-every N] [--keep 1] [--resume PATH]
+//       [--sync-bn] [--zero 0|1|2] [--snapshot-every N] [--keep 1] [--resume PATH]
 //
 // Every rank reads both list files. Training: the ranks take their shares of each global batch
 // (-B per process) from one order of the whole list, a function of the seed and the epoch, so a
@@ -89,7 +89,7 @@ struct Options {
   bool skip_bad_images = false;  // an image that does not decode is skipped and reported, not fatal
   bool sync_bn = false;          // BatchNorm statistics over every rank's batch (parallel::convert_sync_batchnorm)
   parallel::OverlapOptions overlap;
-  bool shard_state = false;  // each rank keeps the momentum of 1/p of the parameters (ZeRO stage 1)
+  int zero = 0;  // ZeRO stage: 1 and 2 keep the momentum (and bf16/fp16 masters) of 1/p of the parameters per rank
   std::uint64_t seed = 0;
   std::int64_t snapshot_every = 0;  // epochs; 0: never
   std::int64_t keep = 1;
@@ -296,7 +296,7 @@ int run(Options o) {
                               {"synchronised BatchNorm (--sync-bn)", o.sync_bn ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
-                              {"sharded optimizer state (--shard-optimizer-state)", o.shard_state ? "on" : "off"},
+                              {"ZeRO stage (--zero)", std::to_string(o.zero)},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
                               {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_imagenet");
@@ -447,7 +447,7 @@ int run(Options o) {
       std::move(actual), comm,
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
   optimizer->set_overlap(o.overlap);
-  optimizer->set_shard_optimizer_state(o.shard_state);
+  optimizer->set_zero_stage(o.zero);
   optimizer->setup(model);
   examples::print_optimizer_state_bytes(*optimizer);
 
@@ -516,9 +516,10 @@ std::vector<float> parse_mean(const std::string& text, bool& subtract) {
 int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "32", val_batchsize = "0", epochs = "10", loaders = "4", mean = "123.675,116.28,103.53",
-              crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
+              zero = "0", crop = "224", dtype = "fp32", layout = "nchw", lr = "", momentum = "0.9", weight_decay = "0.0001",
               warmup = "0", crop_scale = "0.08", schedule = "step", smoothing = "0", classes = "0", log_interval = "0",
               seed = "0", bucket_mb = "25", first_bucket_mb = "1", snapshot_every = "0", keep = "1";
+  bool shard_state = false;
   CLI::App app{"Data-parallel ResNet training on ImageNet-style JPEG lists with dpl (ChainerMN's example)"};
   app.add_option("train", o.train_list, "List of training images: `relative/path.jpg label` per line");
   app.add_option("val", o.val_list, "List of validation images, in the same format");
@@ -554,9 +555,11 @@ int main(int argc, char** argv) {
                "Synchronised BatchNorm: training statistics over every process's batch together");
   app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
-  app.add_flag("--shard-optimizer-state", o.shard_state,
-               "Keep the momentum of 1/p of the parameters on each rank (ZeRO stage 1: reduce-scatter, update, "
-               "allgather); float32 only");
+  app.add_option("--zero", zero,
+                 "ZeRO stage: 0 off; 1 keeps the momentum (and bf16/fp16 master weights) of 1/p of the parameters on "
+                 "each rank (reduce-scatter, update, allgather); 2 also reduce-scatters the gradients bucket by bucket "
+                 "(during backward with --overlap)");
+  app.add_flag("--shard-optimizer-state", shard_state, "The same as --zero 1");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--skip-bad-images", o.skip_bad_images,
@@ -604,6 +607,7 @@ int main(int argc, char** argv) {
     o.overlap.bucket_bytes = static_cast<std::size_t>(parse_real("--bucket-mb", bucket_mb, 1e-6, 1e6) * mib);
     o.overlap.first_bucket_bytes =
         static_cast<std::size_t>(parse_real("--first-bucket-mb", first_bucket_mb, 1e-6, 1e6) * mib);
+    o.zero = examples::parse_zero_stage(zero, shard_state, o.overlap.enabled);
     const auto archs = models::resnet_archs();
     if (std::find(archs.begin(), archs.end(), o.arch) == archs.end())
       throw BadFlag{"-a must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + o.arch + "'"};

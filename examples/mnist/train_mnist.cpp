@@ -5,7 +5,7 @@
 //                                           [--snapshot-every N] [--resume PATH]
 //                                           [--non-finite stop|skip|off]
 //                                           [--overlap] [--bucket-mb 25] [--first-bucket-mb 1]
-//                                           [--graph] [--shard-optimizer-state]
+//                                           [--graph] [--zero 0|1|2]
 //
 // Rank 0 reads the data set and gives every rank all of it; the ranks draw their shares of each
 // global batch (-b per process) from one order of the whole set, a function of the seed and the
@@ -51,7 +51,7 @@ struct Options {
   std::uint64_t seed = 0;
   bool sync_timing = false;
   parallel::OverlapOptions overlap;
-  bool shard_state = false;
+  int zero = 0;  // ZeRO stage: 1 and 2 keep Adam's state for 1/p of the parameters per rank
   bool trace = false;
   bool graph = false;
   std::int64_t snapshot_every = 0;
@@ -99,7 +99,7 @@ int run(const Options& o) {
                               {"graph capture (--graph)", o.graph ? "on" : "off"},
                               // The buckets are the collectives: ranks that cut them differently never meet.
                               {"overlap (--overlap)", o.overlap.enabled ? "on" : "off"},
-                              {"sharded optimizer state (--shard-optimizer-state)", o.shard_state ? "on" : "off"},
+                              {"ZeRO stage (--zero)", std::to_string(o.zero)},
                               {"bucket bytes (--bucket-mb)", std::to_string(o.overlap.bucket_bytes)},
                               {"first bucket bytes (--first-bucket-mb)", std::to_string(o.overlap.first_bucket_bytes)}},
                              "train_mnist");
@@ -164,7 +164,7 @@ int run(const Options& o) {
       o.sync_timing ? profile::TimingMode::kSynchronized : profile::TimingMode::kNonIntrusive);
   optimizer->set_non_finite_policy(o.non_finite);
   optimizer->set_overlap(o.overlap);
-  optimizer->set_shard_optimizer_state(o.shard_state);
+  optimizer->set_zero_stage(o.zero);
   optimizer->setup(model);
   examples::print_optimizer_state_bytes(*optimizer);
 
@@ -199,7 +199,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   std::string batchsize = "100", epochs = "20", units = "1000", seed = "0", snapshot_every = "0", keep = "1";
-  std::string non_finite = "stop", bucket_mb = "25", first_bucket_mb = "1";
+  std::string non_finite = "stop", bucket_mb = "25", first_bucket_mb = "1", zero = "0";
+  bool shard_state = false;
   CLI::App app{"Data-parallel MNIST MLP training with dpl (ChainerMN's example)"};
   app.add_option("-b,--batchsize", batchsize,
                  "Number of images in each mini-batch (per process; with --resume, default: the checkpoint's global "
@@ -213,9 +214,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed for initialisation and shuffling");
   app.add_flag("--sync-timing", o.sync_timing, "Barriers between phases for clean phase times");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
-  app.add_flag("--shard-optimizer-state", o.shard_state,
-               "Keep Adam's state for 1/p of the parameters on each rank (ZeRO stage 1: reduce-scatter, update, "
-               "allgather)");
+  app.add_option("--zero", zero,
+                 "ZeRO stage: 0 off; 1 keeps Adam's state for 1/p of the parameters on each rank (reduce-scatter, "
+                 "update, allgather); 2 also reduce-scatters the gradients bucket by bucket (during backward with "
+                 "--overlap)");
+  app.add_flag("--shard-optimizer-state", shard_state, "The same as --zero 1");
   app.add_option("--bucket-mb", bucket_mb, "Megabytes (MiB) of gradients per overlapped bucket");
   app.add_option("--first-bucket-mb", first_bucket_mb, "MiB of the first bucket, the one backward finishes first");
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
@@ -238,6 +241,7 @@ int main(int argc, char** argv) {
     o.overlap.bucket_bytes = static_cast<std::size_t>(examples::parse_real("--bucket-mb", bucket_mb, 1e-6, 1e6) * mib);
     o.overlap.first_bucket_bytes =
         static_cast<std::size_t>(examples::parse_real("--first-bucket-mb", first_bucket_mb, 1e-6, 1e6) * mib);
+    o.zero = examples::parse_zero_stage(zero, shard_state, o.overlap.enabled);
     if (o.out.empty()) throw BadFlag{"-o must name an output folder, got an empty string"};
     bool known = false;
     for (auto p : {optim::NonFinitePolicy::kStop, optim::NonFinitePolicy::kSkip, optim::NonFinitePolicy::kOff}) {

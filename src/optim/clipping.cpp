@@ -4,6 +4,7 @@
 
 #include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
+#include "dpl/tensor/tensor_ops.hpp"
 
 namespace dpl::optim {
 
@@ -43,13 +44,33 @@ void GradientClipping::operator()(nn::ParameterArena& arena) {
   backend::clip_to_norm(grads, sum_squares_, static_cast<float>(max_norm_));
 }
 
+void GradientClipping::operator()(GradientShard& shard) {
+  if (shard.grads.empty()) {
+    sum_squares_ = Tensor();
+    return;
+  }
+  const Device device = shard.grads.front().device();
+  Tensor total;
+  for (const Tensor& piece : shard.grads) {
+    Tensor part = Tensor::empty({}, TensorOptions(kFloat32, device));
+    backend::sum_squares(piece, part);
+    total = total.defined() ? total + part : part;
+  }
+  // A one-element buffer for the collective; its sum is the whole arena's sum of squares.
+  Tensor sum = total.reshape({1}).contiguous();
+  shard.sum_over_ranks(sum);
+  sum_squares_ = sum.reshape({});
+  for (Tensor& piece : shard.grads) backend::clip_to_norm(piece, sum_squares_, static_cast<float>(max_norm_));
+}
+
 double GradientClipping::last_norm() const {
   return sum_squares_.defined() ? std::sqrt(static_cast<double>(sum_squares_.item())) : 0.0;
 }
 
 std::shared_ptr<GradientClipping> clip_gradients(Optimizer& optimizer, double max_norm) {
   auto clipping = std::make_shared<GradientClipping>(max_norm);
-  optimizer.add_gradient_hook([clipping](nn::ParameterArena& arena) { (*clipping)(arena); }, /*device_only=*/true);
+  optimizer.add_gradient_hook([clipping](nn::ParameterArena& arena) { (*clipping)(arena); }, /*device_only=*/true,
+                              [clipping](GradientShard& shard) { (*clipping)(shard); });
   return clipping;
 }
 

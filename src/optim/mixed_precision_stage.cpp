@@ -74,6 +74,12 @@ void MixedPrecisionStage::setup(nn::Module& model) {
   scale_ = dtype_ == kFloat16 ? scaling_.init_scale : 1.0;
   good_steps_ = 0;
   reset_counters();
+  if (sharded()) {
+    // A new setup starts from whole masters; a data-parallel stage shards them again after.
+    shard_.clear();
+    shard_params_ = shard_grads_ = staged_grads_ = Tensor();
+    next().set_state_shard({});
+  }
   const auto named = model.named_parameters();
   for (const auto& [name, var] : named)
     DPL_CHECK(is_float_dtype(var.dtype()), "MixedPrecision::setup: expected parameter '", name,
@@ -99,7 +105,7 @@ void MixedPrecisionStage::setup(nn::Module& model) {
 }
 
 nn::ParameterArena& MixedPrecisionStage::model_arena() const {
-  DPL_CHECK(masters_ != nullptr, "MixedPrecision: call setup(model) with a 16-bit dtype before using the masters");
+  DPL_CHECK(masters_ != nullptr || sharded(), "MixedPrecision: call setup(model) with a 16-bit dtype before using the masters");
   nn::ParameterArena& arena = target().arena();
   DPL_CHECK(arena.id() == model_arena_,
             "MixedPrecision: the model's parameters changed after setup() (a parameter added, or data replaced); ",
@@ -112,12 +118,32 @@ nn::ParameterArena& MixedPrecisionStage::master_arena() const {
   return masters_->arena();
 }
 
-const Tensor& MixedPrecisionStage::master_params() const { return master_arena().params(); }
-const Tensor& MixedPrecisionStage::master_grads() const { return master_arena().grads(); }
+const Tensor& MixedPrecisionStage::master_params() const {
+  return sharded() ? shard_params_ : master_arena().params();
+}
+const Tensor& MixedPrecisionStage::master_grads() const { return sharded() ? shard_grads_ : master_arena().grads(); }
+
+Tensor MixedPrecisionStage::prepared_gradients() {
+  if (!sharded()) return master_arena().grads();
+  const nn::ParameterArena& arena = model_arena();
+  if (!staged_grads_.defined() || staged_grads_.numel() != arena.numel() || staged_grads_.device() != arena.device())
+    staged_grads_ = Tensor::zeros({arena.numel()}, TensorOptions(kFloat32, arena.device()));
+  return staged_grads_;
+}
 
 void MixedPrecisionStage::cast_masters_into_model() const {
   Tensor params = model_arena().params();
-  backend::cast(master_arena().params(), params);
+  if (!sharded()) {
+    backend::cast(master_arena().params(), params);
+    return;
+  }
+  // Only the shard's parameters: the data-parallel stage gathers the others from their ranks.
+  std::int64_t at = 0;
+  for (const ArenaRange& r : shard_) {
+    Tensor into = params.narrow(0, r.begin, r.numel);
+    backend::cast(shard_params_.narrow(0, at, r.numel), into);
+    at += r.numel;
+  }
 }
 
 Variable MixedPrecisionStage::scale(const Variable& loss) const {
@@ -127,7 +153,7 @@ Variable MixedPrecisionStage::scale(const Variable& loss) const {
 
 std::vector<Tensor> MixedPrecisionStage::prepare_gradients() {
   const nn::ParameterArena& arena = model_arena();
-  Tensor master = master_arena().grads();
+  Tensor master = prepared_gradients();
   prepared_ = true;
   if (ranges_prepared_->exchange(false)) {
     // An overlapped allreduce filled (and averaged) the masters range by range: check only.
@@ -151,7 +177,7 @@ std::vector<Tensor> MixedPrecisionStage::prepare_gradients() {
 
 std::vector<Tensor> MixedPrecisionStage::adopt_prepared_gradients(const Tensor& flag) {
   if (!ranges_prepared_->exchange(false)) return prepare_gradients();
-  Tensor master = master_arena().grads();
+  Tensor master = prepared_gradients();
   prepared_ = true;
   if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff)
     return {master, adopt_non_finite_flag(flag, master.device())};
@@ -163,7 +189,7 @@ GradientRanges MixedPrecisionStage::gradient_ranges() {
   // Captured now, on the calling thread: the range calls touch only these tensors, never the
   // model (whose arena lookups are not for another thread).
   const Tensor source = model_arena().grads();
-  const Tensor master = master_arena().grads();
+  const Tensor master = prepared_gradients();
   const bool convert_only = dtype_ != kFloat16;
   const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
   // float16 always unscales through the checking pass; without a caller's flag it raises this
@@ -204,7 +230,7 @@ void MixedPrecisionStage::update() {
   // The step's one wait for the device (none with bfloat16 and the check off). Under a
   // MultiNodeOptimizer the flag is the mean of every rank's, so it is non-zero on all ranks or
   // on none. float16 never stops here: an overflow is loss scaling's to skip.
-  if (!admit_step(master_grads())) {
+  if (!admit_step(prepared_gradients())) {
     if (dtype_ == kFloat16) {
       scale_ *= scaling_.backoff_factor;
       good_steps_ = 0;
@@ -264,22 +290,63 @@ void MixedPrecisionStage::count_replayed_step(bool taken) {
   next().count_replayed_step(true);
 }
 
-void MixedPrecisionStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
-  DPL_CHECK(numel < 0, "sharded optimizer state: not with optim::MixedPrecision yet (its float32 master weights ",
-            "would need sharding too); train a float32 model, or leave the state unsharded");
-  next().set_state_shard(begin, numel);
+void MixedPrecisionStage::set_state_shard(const StateShard& shard) {
+  const char* who = "sharded optimizer state";
+  if (shard.ranges.empty()) {
+    if (!sharded()) {
+      next().set_state_shard(shard);
+      return;
+    }
+    // Whole masters again, from the model's weights: the other ranks' shards of the masters are
+    // not here, and this is no collective.
+    nn::Module& model = target();
+    model_arena();
+    masters_ = std::make_unique<MasterWeights>(model.named_parameters());
+    shard_.clear();
+    shard_params_ = shard_grads_ = staged_grads_ = Tensor();
+    ranges_prepared_->store(false);
+    next().set_state_shard({});
+    next().setup(*masters_);
+    return;
+  }
+  DPL_CHECK(masters_ != nullptr || sharded(), who, ": call setup(model) with a 16-bit dtype first");
+  nn::ParameterArena& arena = model_arena();
+  std::int64_t numel = 0;
+  for (const ArenaRange& r : shard.ranges) {
+    DPL_CHECK(r.begin >= 0 && r.numel > 0 && r.begin + r.numel <= arena.numel(), who, ": expected ranges inside the ",
+              arena.numel(), "-element arena, got [", r.begin, ", ", r.begin + r.numel, ")");
+    numel += r.numel;
+  }
+  // The shard's masters from the whole ones, exactly; when already sharded (another layout), from
+  // the model's weights.
+  const Tensor whole = masters_ != nullptr ? master_arena().params() : arena.params().to(kFloat32);
+  Tensor params = gather_ranges(whole, shard.ranges);
+  Tensor grads = Tensor::zeros({numel}, TensorOptions(kFloat32, arena.device()));
+  // The wrapped rule runs over the model's own layout (its names, shapes and groups select as
+  // they do unsharded) but reads and writes the shard's float32 buffers. It refuses what cannot
+  // be sharded before changing anything, so a refusal leaves this stage as it was.
+  next().set_state_shard({shard.ranges, params, grads, shard.sum_over_ranks});
+  next().setup(target());
+  shard_ = shard.ranges;
+  shard_params_ = std::move(params);
+  shard_grads_ = std::move(grads);
+  staged_grads_ = Tensor();
+  ranges_prepared_->store(false);
+  masters_.reset();
 }
+
+Tensor MixedPrecisionStage::shard_gradients() { return sharded() ? shard_grads_ : next().shard_gradients(); }
 
 std::vector<std::pair<std::string, Tensor>> MixedPrecisionStage::state() const {
   auto out = next().state();
-  out.emplace_back("master", master_arena().params());
+  out.emplace_back("master", master_params());
   return out;
 }
 
-// The masters are never sharded (set_state_shard refuses), so they join the gathered rest whole.
+// Sharded, "master" holds the shard: the data-parallel stage gathers it with the rule's state.
 std::vector<std::pair<std::string, Tensor>> MixedPrecisionStage::gathered_state() {
   auto out = next().gathered_state();
-  out.emplace_back("master", master_arena().params());
+  out.emplace_back("master", master_params());
   return out;
 }
 
@@ -295,8 +362,8 @@ std::map<std::string, double> MixedPrecisionStage::state_scalars() const {
 void MixedPrecisionStage::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                 const std::map<std::string, double>& scalars) {
   const char* who = "MixedPrecision::load_state";
-  model_arena();
-  Tensor live = master_arena().params();
+  const std::int64_t n = model_arena().numel();
+  Tensor live = master_params();
   Tensor master;
   std::vector<std::pair<std::string, Tensor>> inner_tensors;
   for (const auto& entry : tensors) {
@@ -304,8 +371,8 @@ void MixedPrecisionStage::load_state(const std::vector<std::pair<std::string, Te
     else inner_tensors.push_back(entry);
   }
   DPL_CHECK(master.defined(), who, ": missing state tensor 'master' (the float32 master weights)");
-  DPL_CHECK(master.dtype() == kFloat32 && master.shape() == live.shape(), who,
-            ": state tensor 'master' must be float32 of shape ", shape_str(live.shape()),
+  DPL_CHECK(master.dtype() == kFloat32 && master.shape() == Shape{n}, who,
+            ": state tensor 'master' must be float32 of shape ", shape_str(Shape{n}),
             " (the model's parameter layout), got ", master.dtype(), " of shape ", shape_str(master.shape()));
 
   std::map<std::string, double> inner_scalars = scalars;
@@ -327,7 +394,8 @@ void MixedPrecisionStage::load_state(const std::vector<std::pair<std::string, Te
   // The wrapped optimizer checks its part before changing anything; ours is checked already, so
   // either everything is restored or nothing is.
   next().load_state(inner_tensors, inner_scalars);
-  live.copy_(master);
+  // Sharded, the whole masters (as gathered_state() saves them) give this rank's shard.
+  live.copy_(sharded() ? gather_ranges(master, shard_) : master);
   scale_ = scale;
   good_steps_ = good;
   prepared_ = last_skipped_ = false;

@@ -29,8 +29,13 @@ class MixedPrecisionStage final : public CheckingStage {
   std::vector<std::pair<std::string, Tensor>> state() const override;
   std::vector<std::pair<std::string, Tensor>> gathered_state() override;
   std::map<std::string, double> state_scalars() const override;
-  /// Refuses a shard (dpl::Error): the float32 master weights are not sharded yet.
-  void set_state_shard(std::int64_t begin, std::int64_t numel) override;
+  /// Keeps float32 master weights (and gradients) for the shard's elements only, and runs the
+  /// wrapped pipeline on them, over the model's layout (its names, shapes and groups); an empty
+  /// shard takes whole masters again, from the model's weights. Either way the wrapped state
+  /// starts again from zero.
+  void set_state_shard(const StateShard& shard) override;
+  /// Under a shard, the float32 gradients of its elements (what the wrapped rule reads).
+  Tensor shard_gradients() override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::map<std::string, double>& scalars) override;
 
@@ -45,6 +50,8 @@ class MixedPrecisionStage final : public CheckingStage {
   Variable scale(const Variable& loss) const;
   double loss_scale() const { return scale_; }
   std::int64_t good_steps() const { return good_steps_; }
+  /// The float32 master weights and gradients: the model's arena layout, or under a shard its
+  /// elements one after the other.
   const Tensor& master_params() const;
   const Tensor& master_grads() const;
 
@@ -52,6 +59,10 @@ class MixedPrecisionStage final : public CheckingStage {
   nn::ParameterArena& model_arena() const;
   nn::ParameterArena& master_arena() const;
   void cast_masters_into_model() const;
+  // What prepare_gradients() fills: the master gradients, or under a shard a float32 buffer of
+  // the whole arena's (the data-parallel stage reduce-scatters it into shard_grads_).
+  Tensor prepared_gradients();
+  bool sharded() const { return !shard_.empty(); }
 
   DType dtype_;
   LossScaling scaling_;
@@ -63,6 +74,11 @@ class MixedPrecisionStage final : public CheckingStage {
   // thread); the next prepare_gradients() then only checks them.
   std::shared_ptr<std::atomic<bool>> ranges_prepared_ = std::make_shared<std::atomic<bool>>(false);
   Tensor range_flag_;  // gradient_ranges()' flag when the caller passes none
+  // Sharded: the shard's ranges of the arena, its float32 master weights and gradients (its
+  // elements one after the other; masters_ is then null), and the whole arena's float32
+  // gradients as prepared, before the reduce-scatter.
+  std::vector<ArenaRange> shard_;
+  Tensor shard_params_, shard_grads_, staged_grads_;
 };
 
 }  // namespace dpl::optim

@@ -39,6 +39,23 @@ Variable StepStage::accumulate_gradients(const std::function<Variable(int)>& los
   return sum * share;
 }
 
+Tensor gather_ranges(const Tensor& whole, const std::vector<ArenaRange>& shard) {
+  std::int64_t total = 0;
+  for (const ArenaRange& r : shard) {
+    DPL_CHECK(whole.dim() == 1 && r.begin >= 0 && r.numel >= 0 && r.begin + r.numel <= whole.numel(),
+              "gather_ranges: expected the range [", r.begin, ", ", r.begin + r.numel, ") inside a 1-D tensor, got ",
+              "one of shape ", shape_str(whole.shape()));
+    total += r.numel;
+  }
+  Tensor out = Tensor::empty({total}, TensorOptions(whole.dtype(), whole.device()));
+  std::int64_t at = 0;
+  for (const ArenaRange& r : shard) {
+    if (r.numel > 0) out.narrow(0, at, r.numel).copy_(whole.narrow(0, r.begin, r.numel));
+    at += r.numel;
+  }
+  return out;
+}
+
 Optimizer::Optimizer() : own_stage_(std::make_unique<RuleStage>(*this)), front_(own_stage_.get()), rule_(this) {}
 Optimizer::Optimizer(StepStage& front, Optimizer& rule) : front_(&front), rule_(&rule) {}
 Optimizer::~Optimizer() = default;
@@ -55,10 +72,10 @@ std::int64_t Optimizer::t() const { return rule_->t_; }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const { return front_->state(); }
 std::vector<std::pair<std::string, Tensor>> Optimizer::gathered_state() { return front_->gathered_state(); }
-std::int64_t Optimizer::state_shard_begin() const { return rule_->shard_begin_; }
+const std::vector<ArenaRange>& Optimizer::state_shard() const { return rule_->shard_; }
 std::int64_t Optimizer::state_shard_numel() const { return rule_->shard_numel_; }
 Tensor Optimizer::state_zeros(const nn::ParameterArena& arena) const {
-  const Tensor& p = arena.params();
+  const Tensor& p = shard_params_.defined() ? shard_params_ : arena.params();
   const std::int64_t n = shard_numel_ < 0 ? p.numel() : shard_numel_;
   return Tensor::zeros({n}, TensorOptions(p.dtype(), p.device()));
 }
@@ -94,8 +111,8 @@ nn::Module& Optimizer::target() const { return front_->target(); }
 
 // The hooks run where the rule reads its gradients: after any wrapper's stage (on the averaged,
 // float32 master gradients).
-void Optimizer::add_gradient_hook(GradientHook hook, bool device_only) {
-  rule_stage().add_gradient_hook(std::move(hook), device_only);
+void Optimizer::add_gradient_hook(GradientHook hook, bool device_only, ShardedGradientHook sharded) {
+  rule_stage().add_gradient_hook(std::move(hook), device_only, std::move(sharded));
 }
 std::size_t Optimizer::gradient_hook_count() const { return rule_stage().gradient_hook_count(); }
 

@@ -105,15 +105,18 @@ const std::vector<std::size_t>& Optimizer::entry_groups(const nn::ParameterArena
 }
 
 namespace {
-// The parts of ranges inside [begin, begin + numel) (a shard of the arena), in order.
-std::vector<GroupRange> clipped(std::vector<GroupRange> ranges, std::int64_t begin, std::int64_t numel) {
+// The parts of ranges inside the shard's ranges (both in arena order), in order.
+std::vector<GroupRange> clipped(const std::vector<GroupRange>& ranges, const std::vector<ArenaRange>& shard) {
   std::vector<GroupRange> out;
-  for (GroupRange r : ranges) {
-    const std::int64_t lo = std::max(r.begin, begin), hi = std::min(r.begin + r.numel, begin + numel);
-    if (hi <= lo) continue;
-    r.begin = lo;
-    r.numel = hi - lo;
-    out.push_back(r);
+  for (const GroupRange& r : ranges) {
+    for (const ArenaRange& piece : shard) {
+      const std::int64_t lo = std::max(r.begin, piece.begin), hi = std::min(r.begin + r.numel, piece.begin + piece.numel);
+      if (hi <= lo) continue;
+      GroupRange part = r;
+      part.begin = lo;
+      part.numel = hi - lo;
+      out.push_back(part);
+    }
   }
   return out;
 }
@@ -121,7 +124,7 @@ std::vector<GroupRange> clipped(std::vector<GroupRange> ranges, std::int64_t beg
 
 std::vector<GroupRange> Optimizer::group_ranges(const nn::ParameterArena& arena) const {
   std::vector<GroupRange> ranges = all_group_ranges(arena);
-  return shard_numel_ < 0 ? ranges : clipped(std::move(ranges), shard_begin_, shard_numel_);
+  return shard_numel_ < 0 ? ranges : clipped(ranges, shard_);
 }
 
 std::vector<GroupRange> Optimizer::all_group_ranges(const nn::ParameterArena& arena) const {
@@ -154,10 +157,19 @@ std::vector<Optimizer::RangeStep> Optimizer::range_steps(nn::ParameterArena& are
   for (const GroupRange& r : group_ranges(arena)) {
     RangeStep s;
     s.range = r;
-    s.param = arena.params().narrow(0, r.begin, r.numel);
-    s.grad = arena.grads().narrow(0, r.begin, r.numel);
     s.values = values[r.group];
-    s.state_begin = r.begin - (shard_numel_ < 0 ? 0 : shard_begin_);
+    s.state_begin = r.begin;
+    if (shard_numel_ >= 0) {
+      // The shard's piece that holds the (clipped) range: the last one starting at or before it.
+      const auto piece = std::upper_bound(shard_.begin(), shard_.end(), r.begin,
+                                          [](std::int64_t at, const ArenaRange& p) { return at < p.begin; });
+      const auto i = static_cast<std::size_t>(piece - shard_.begin()) - 1;
+      s.state_begin = shard_state_begin_[i] + (r.begin - shard_[i].begin);
+    }
+    // A shard with buffers of its own (float32 masters) holds its elements as the state does.
+    const bool own = shard_params_.defined();
+    s.param = (own ? shard_params_ : arena.params()).narrow(0, own ? s.state_begin : r.begin, r.numel);
+    s.grad = (own ? shard_grads_ : arena.grads()).narrow(0, own ? s.state_begin : r.begin, r.numel);
     s.device_values = detail::group_values(replay_mode(), replay_values_on_device(), r.group, s.values.size());
     out.push_back(std::move(s));
   }

@@ -1,5 +1,6 @@
 #include "optim/rule_stage.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -41,33 +42,66 @@ void RuleStage::update() {
     DPL_CHECK(arena.id() == state_arena_, "Optimizer: the model's parameters changed since replay mode began; ",
               "leave replay mode and record the step again");
     prepared_ = false;
-    for (const GradientHook& hook : hooks_) hook(arena);  // device-only ones (replay_refusal)
+    run_hooks(arena);  // device-only ones (replay_refusal)
     rule_.step(arena);
     return;
   }
   if (!admit_step(arena.grads())) return;
   // A changed parameter set invalidates the per-element state.
   lay_out_state(arena);
-  for (const GradientHook& hook : hooks_) hook(arena);
+  run_hooks(arena);
   ++rule_.t_;
   rule_.step(arena);
   rule_.on_step_taken();
 }
 
-void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
+void RuleStage::set_state_shard(const StateShard& state_shard) {
   const char* who = "sharded optimizer state";
-  if (numel >= 0) {
+  const std::vector<ArenaRange>& shard = state_shard.ranges;
+  std::int64_t numel = -1;
+  std::vector<std::int64_t> state_begin;
+  if (!shard.empty()) {
     DPL_CHECK(rule_.elementwise(), who, ": this optimizer's update is not elementwise (LAMB and LARS take norms over ",
               "whole parameter tensors), so its state cannot be split between ranks; shard SGD, MomentumSGD, Adam, ",
               "AdamW, RMSprop or Adagrad, or leave the state unsharded");
-    DPL_CHECK(hooks_.empty(), who, ": the optimizer has ", hooks_.size(), " gradient hook(s) (e.g. clipping), which ",
-              "read the whole averaged gradient; a sharded step averages only each rank's shard. Remove the hooks ",
-              "or leave the state unsharded");
+    const auto unsharded = static_cast<std::size_t>(
+        std::count_if(sharded_hooks_.begin(), sharded_hooks_.end(), [](const ShardedGradientHook& h) { return !h; }));
+    DPL_CHECK(unsharded == 0, who, ": the optimizer has ", unsharded, " gradient hook(s) without a sharded ",
+              "form, which read the whole averaged gradient; a sharded step averages only each rank's shard. ",
+              "Give add_gradient_hook the hook's sharded form (clip_gradients does), remove the hooks, or leave the ",
+              "state unsharded");
     DPL_CHECK(!replay_, who, ": not in replay mode (a recorded step); leave replay mode first");
-    DPL_CHECK(begin >= 0, who, ": expected a shard start >= 0, got ", begin);
+    numel = 0;
+    std::int64_t end = 0;
+    for (const ArenaRange& r : shard) {
+      DPL_CHECK(r.begin >= end && r.numel > 0, who, ": expected non-empty ranges in arena order, got [", r.begin,
+                ", ", r.begin + r.numel, ") after one ending at ", end);
+      state_begin.push_back(numel);
+      numel += r.numel;
+      end = r.begin + r.numel;
+    }
   }
-  if (rule_.shard_begin_ == begin && rule_.shard_numel_ == numel) return;
-  rule_.shard_begin_ = begin;
+  const auto same = [](const std::vector<ArenaRange>& a, const std::vector<ArenaRange>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const ArenaRange& x, const ArenaRange& y) { return x.begin == y.begin && x.numel == y.numel; });
+  };
+  if (!shard.empty() && state_shard.params.defined())
+    DPL_CHECK(state_shard.params.dim() == 1 && state_shard.params.numel() == numel && state_shard.grads.defined() &&
+                  state_shard.grads.shape() == state_shard.params.shape() &&
+                  state_shard.grads.dtype() == state_shard.params.dtype(),
+              who, ": expected the shard's parameters and gradients as 1-D tensors of its ", numel, " elements");
+  const auto same_tensor = [](const Tensor& a, const Tensor& b) {
+    return a.defined() == b.defined() &&
+           (!a.defined() || (a.shares_storage_with(b) && a.offset() == b.offset() && a.numel() == b.numel()));
+  };
+  const bool same_buffers =
+      same_tensor(rule_.shard_params_, state_shard.params) && same_tensor(rule_.shard_grads_, state_shard.grads);
+  if (rule_.shard_numel_ == numel && same(rule_.shard_, shard) && same_buffers) return;
+  rule_.shard_ = shard;
+  rule_.shard_params_ = shard.empty() ? Tensor() : state_shard.params;
+  rule_.shard_grads_ = shard.empty() ? Tensor() : state_shard.grads;
+  sum_over_ranks_ = shard.empty() ? nullptr : state_shard.sum_over_ranks;
+  rule_.shard_state_begin_ = std::move(state_begin);
   rule_.shard_numel_ = numel;
   if (target_ == nullptr) return;
   // A new shard is a new layout: the state starts again from zero.
@@ -77,14 +111,32 @@ void RuleStage::set_state_shard(std::int64_t begin, std::int64_t numel) {
   rule_.lay_out_groups(arena);
 }
 
-void RuleStage::add_gradient_hook(GradientHook hook, bool device_only) {
+void RuleStage::add_gradient_hook(GradientHook hook, bool device_only, ShardedGradientHook sharded) {
   DPL_CHECK(static_cast<bool>(hook), "Optimizer::add_gradient_hook: expected a callable hook, got an empty one");
-  DPL_CHECK(rule_.shard_numel_ < 0, "Optimizer::add_gradient_hook: the optimizer state is sharded between ranks, and ",
-            "a gradient hook (e.g. clipping) would see only this rank's shard of the averaged gradient");
+  DPL_CHECK(rule_.shard_numel_ < 0 || static_cast<bool>(sharded), "Optimizer::add_gradient_hook: the optimizer state ",
+            "is sharded between ranks, and a gradient hook without a sharded form would see only this rank's shard of ",
+            "the averaged gradient; give its sharded form too (clip_gradients does)");
   DPL_CHECK(device_only || !replay_, "Optimizer::add_gradient_hook: a hook that is not device-only cannot join a ",
             "step in replay mode; leave replay mode first");
   hooks_.push_back(std::move(hook));
+  sharded_hooks_.push_back(std::move(sharded));
   if (!device_only) ++host_hooks_;
+}
+
+void RuleStage::run_hooks(nn::ParameterArena& arena) {
+  if (hooks_.empty()) return;
+  if (rule_.shard_numel_ < 0) {
+    for (const GradientHook& hook : hooks_) hook(arena);
+    return;
+  }
+  GradientShard shard;
+  if (rule_.shard_grads_.defined()) {
+    shard.grads.push_back(rule_.shard_grads_);
+  } else {
+    for (const ArenaRange& r : rule_.shard_) shard.grads.push_back(arena.grads().narrow(0, r.begin, r.numel));
+  }
+  shard.sum_over_ranks = sum_over_ranks_ ? sum_over_ranks_ : [](Tensor&) {};
+  for (const ShardedGradientHook& hook : sharded_hooks_) hook(shard);
 }
 
 // --- replay mode ---------------------------------------------------------------------------------

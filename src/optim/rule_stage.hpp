@@ -32,9 +32,12 @@ class RuleStage final : public CheckingStage {
   std::vector<std::pair<std::string, Tensor>> state() const override { return rule_.own_state(); }
   /// The rule's state as it is (a shard of it when sharded): gathering is the sharding stage's.
   std::vector<std::pair<std::string, Tensor>> gathered_state() override { return state(); }
-  /// Refuses a rule that is not elementwise, gradient hooks and replay mode (dpl::Error), then
+  /// Refuses a rule that is not elementwise, gradient hooks without a sharded form and replay
+  /// mode (dpl::Error), then
   /// lays the state out again for the shard when set up.
-  void set_state_shard(std::int64_t begin, std::int64_t numel) override;
+  void set_state_shard(const StateShard& shard) override;
+  /// Undefined: the shard's averaged gradients go back into the arena's own gradients.
+  Tensor shard_gradients() override { return Tensor(); }
   std::map<std::string, double> state_scalars() const override;
   /// The parameter groups' settings among the state scalars (none without groups).
   std::map<std::string, double> group_scalars() const;
@@ -52,7 +55,7 @@ class RuleStage final : public CheckingStage {
   void settle_replay();
   bool verdict_pending() const { return pending_verdict_ != nullptr; }
 
-  void add_gradient_hook(GradientHook hook, bool device_only);
+  void add_gradient_hook(GradientHook hook, bool device_only, ShardedGradientHook sharded);
   std::size_t gradient_hook_count() const { return hooks_.size(); }
   const Tensor& replay_values_on_device() const { return replay_values_; }
   const Tensor& replay_skip_flag() const { return replay_skip_; }
@@ -63,6 +66,12 @@ class RuleStage final : public CheckingStage {
 
   Optimizer& rule_;
   std::vector<GradientHook> hooks_;
+  // Each hook's counterpart under sharded state (empty: none, which keeps sharding out); the
+  // shard's sum over the ranks.
+  std::vector<ShardedGradientHook> sharded_hooks_;
+  std::function<void(Tensor&)> sum_over_ranks_;
+  // The hooks run on the gradients the rule reads: the arena's, or under a shard its pieces.
+  void run_hooks(nn::ParameterArena& arena);
   std::size_t host_hooks_ = 0;  // hooks that are not device-only: they keep replay mode out
   // The arena the state was laid out for; a repacked model gets fresh state.
   std::uint64_t state_arena_ = 0;

@@ -99,11 +99,17 @@ void Adagrad::init_state(const nn::ParameterArena& arena) {
   // Only the parameters' slots start at the initial value: the padding between them stays zero,
   // as in every arena.
   if (options_.initial_accumulator_value() == 0.f) return;
-  // Sharded, sum_ holds the elements [begin, begin + sum_.numel()) of the arena.
-  const std::int64_t begin = state_shard_numel() < 0 ? 0 : state_shard_begin(), end = begin + sum_.numel();
-  for (const nn::ArenaEntry& e : arena.entries()) {
-    const std::int64_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.numel, end);
-    if (hi > lo) sum_.narrow(0, lo - begin, hi - lo).fill_(options_.initial_accumulator_value());
+  // Sharded, sum_ holds the shard's pieces of the arena one after the other.
+  std::vector<ArenaRange> pieces = state_shard();
+  if (pieces.empty()) pieces.push_back({0, sum_.numel()});
+  std::int64_t at = 0;
+  for (const ArenaRange& piece : pieces) {
+    const std::int64_t begin = piece.begin, end = begin + piece.numel;
+    for (const nn::ArenaEntry& e : arena.entries()) {
+      const std::int64_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.numel, end);
+      if (hi > lo) sum_.narrow(0, at + lo - begin, hi - lo).fill_(options_.initial_accumulator_value());
+    }
+    at += piece.numel;
   }
 }
 std::vector<float> Adagrad::step_values(float lr, float weight_decay) const {

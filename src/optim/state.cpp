@@ -62,14 +62,14 @@ void RuleStage::load_state(const std::vector<std::pair<std::string, Tensor>>& te
 
   const auto live = state();
   // Sharded, the live per-element state holds this rank's shard: a tensor of the whole arena
-  // (what gathered_state() saved) gives that shard's part.
+  // (what gathered_state() saved) gives that shard's pieces.
   std::vector<std::pair<std::string, Tensor>> own = tensors;
   if (rule_.shard_numel_ > 0) {
     for (auto& [name, src] : own) {
       const auto it = std::find_if(live.begin(), live.end(), [&wanted = name](const auto& e) { return e.first == wanted; });
       if (it != live.end() && src.defined() && it->second.numel() == rule_.shard_numel_ && src.dim() == 1 &&
           src.numel() == arena.numel())
-        src = src.narrow(0, rule_.shard_begin_, rule_.shard_numel_);
+        src = gather_ranges(src, rule_.shard_);
     }
   }
   const std::vector<std::pair<std::string, Tensor>>& tensors_in = own;

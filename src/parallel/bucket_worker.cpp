@@ -163,9 +163,15 @@ void BucketWorker::run() {
         }
         if (lane != nullptr) prepare_slice(slice, prepare, flag);  // on the host, ready() prepared it
         t.start = now_seconds();
-        comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
+        if (slice.scatter.recv.defined()) {
+          slice.scatter.send.narrow(0, 0, slice.data.numel()).copy_(slice.data);
+          comm_.reduce_scatter(slice.scatter.send, slice.scatter.recv, comm::ReduceOp::kMean);
+        } else {
+          comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
+        }
         t.seconds = now_seconds() - t.start;
-        if (lane == nullptr) t.phases = comm_.last_phases();
+        // last_phases() describes allreduces only.
+        if (lane == nullptr && !slice.scatter.recv.defined()) t.phases = comm_.last_phases();
         if (lane != nullptr) lane->end_item(k);
       } catch (...) {
         lock.lock();

@@ -40,16 +40,20 @@ class BucketWorker {
   BucketWorker& operator=(const BucketWorker&) = delete;
 
   /// One bucket: `data`, a view of the buffer to reduce, holding its elements [begin, end).
+  /// With `scatter` (ZeRO stage 2) the bucket is reduce-scattered instead of allreduced: copied
+  /// into scatter.send, whose padding past it is zero, and this rank's part of the mean received
+  /// in scatter.recv.
   struct Slice {
     Tensor data;
     std::int64_t begin = 0, end = 0;
+    BucketScatter scatter;
   };
   /// Fills a bucket's elements [begin, end) of the buffer before its allreduce, raising the flag
   /// (when not null) on an Inf or NaN: an optimizer's gradient ranges (optim::GradientRanges).
   using Prepare = std::function<void(std::int64_t begin, std::int64_t end, Tensor* flag)>;
 
   /// Arms one step over `slices` (in bucket order, all on one device), each reduced with kMean in
-  /// wire_dtype. Before a slice's allreduce, `prepare` (when set) fills it and raises `flag`;
+  /// wire_dtype (a reduce-scatter: in float32). Before a slice's allreduce, `prepare` (when set) fills it and raises `flag`;
   /// else `flag`, when not null, is raised when the slice holds an Inf or NaN. Slices on a GPU
   /// are reduced on that GPU's side lane (created on first use).
   void start(std::vector<Slice> slices, DType wire_dtype, Tensor* flag, Prepare prepare);

@@ -36,25 +36,43 @@ void DataParallelStage::setup(nn::Module& model) {
   if (overlap_.enabled)
     reducer_->check_overlap_supported("MultiNodeOptimizer with overlap", next().gradient_ranges().gradients.defined());
   shard_arena_numel_ = -1;  // a new model: lay the shard out again
-  if (shard_) lay_out_shard();
+  if (zero_stage_ > 0) lay_out_shard();
 }
 
-void DataParallelStage::set_shard_optimizer_state(bool on) {
-  const char* who = "MultiNodeOptimizer::set_shard_optimizer_state";
-  DPL_CHECK(!(on && overlap_.enabled), who, ": not with overlap yet (the sharded step reduce-scatters after backward); ",
-            "turn overlap off first");
-  DPL_CHECK(!replay_, who, ": not in replay mode; leave it first");
-  shard_ = on;
+void DataParallelStage::set_zero_stage(int stage) {
+  const char* who = "MultiNodeOptimizer::set_zero_stage";
+  DPL_CHECK(stage >= 0 && stage <= 2, who, ": expected 0 (off), 1 (sharded optimizer state) or 2 (and gradients ",
+            "reduce-scattered bucket by bucket), got ", stage);
+  DPL_CHECK(!(stage == 1 && overlap_.enabled), who, ": stage 1 reduce-scatters after backward, so not with overlap; ",
+            "stage 2 reduce-scatters bucket by bucket during backward (set_zero_stage(2)), or turn overlap off first");
+  DPL_CHECK(!(stage > 0 && replay_), who, ": not in replay mode; leave it first");
+  const int before = zero_stage_;
+  zero_stage_ = stage;
+  shard_arena_numel_ = -1;  // lay the shard out again
   if (model_ == nullptr) return;
-  if (on) {
-    shard_arena_numel_ = -1;
-    lay_out_shard();
-  } else {
-    next().set_state_shard(0, -1);
-    shard_begin_ = 0;
-    shard_numel_ = -1;
-    scatter_send_ = scatter_recv_ = gather_send_ = gather_recv_ = Tensor();
+  if (stage == 0) {
+    if (before > 0) drop_shard();
+    return;
   }
+  try {
+    lay_out_shard();
+  } catch (...) {
+    // Refused (the same refusal on every rank): the stage before stays, laid out as it was.
+    zero_stage_ = before;
+    shard_arena_numel_ = -1;
+    if (before > 0) lay_out_shard();
+    else drop_shard();
+    throw;
+  }
+}
+
+void DataParallelStage::drop_shard() {
+  next().set_state_shard({});
+  segments_.clear();
+  segment_of_bucket_.clear();
+  shard_ranges_.clear();
+  shard_numel_ = -1;
+  scatter_send_ = scatter_recv_ = gather_send_ = gather_recv_ = Tensor();
 }
 
 std::int64_t DataParallelStage::optimizer_state_bytes() const {
@@ -68,55 +86,138 @@ void DataParallelStage::lay_out_shard() {
   nn::ParameterArena& arena = target().arena();
   if (arena.numel() == shard_arena_numel_ && arena.id() == shard_arena_id_) return;
   const char* who = "sharded optimizer state";
-  DPL_CHECK(!next().gradient_ranges().gradients.defined(), who, ": expected a float32 model whose own gradients the ",
-            "optimizer reads; this optimizer prepares float32 gradients of its own (optim::MixedPrecision), whose ",
-            "master weights are not sharded yet");
-  DPL_CHECK(arena.dtype() == kFloat32, who, ": expected a float32 model, got parameters of ", arena.dtype());
+  // A 16-bit model's optimizer (MixedPrecision) prepares float32 gradients of its own, and keeps
+  // float32 master weights for the shard only.
+  const bool masters = next().gradient_ranges().gradients.defined();
+  DPL_CHECK(masters || arena.dtype() == kFloat32, who, ": expected a float32 model, or a 16-bit one under ",
+            "optim::MixedPrecision, got parameters of ", arena.dtype(), " whose optimizer keeps no float32 masters");
   const std::int64_t n = arena.numel(), p = comm_->size(), r = comm_->rank();
-  // Equal blocks, as the reduce-scatter and the allgather move them; the last may be shorter,
-  // and none may be empty (an empty shard would hold no state to tell apart from none).
-  const std::int64_t block = (n + p - 1) / p;
-  DPL_CHECK(n > 0 && (p - 1) * block < n, who, ": the model's ", n, " parameter elements are too few to give each of ",
-            p, " ranks a shard of ", block, "; shard larger models, or leave the state unsharded");
-  shard_block_ = block;
-  shard_begin_ = r * block;
-  shard_numel_ = std::min(block, n - shard_begin_);
-  const TensorOptions o(kFloat32, arena.device());
-  if (p > 1) {
-    // Zeros, so that the padding past the arena's end (the last block) adds nothing odd.
-    scatter_send_ = Tensor::zeros({p * block}, o);
-    scatter_recv_ = Tensor::zeros({block}, o);
-    gather_send_ = Tensor::zeros({block}, o);
-    gather_recv_ = Tensor::zeros({p * block}, o);
+  // The segments, in arena order: stage 2 cuts at the overlap's buckets, so that each bucket is
+  // reduce-scattered on its own as backward finishes it.
+  std::vector<std::pair<std::int64_t, std::int64_t>> bounds;
+  segment_of_bucket_.clear();
+  if (zero_stage_ == 2) {
+    const std::vector<Bucket>& buckets = reducer_->buckets();
+    for (const Bucket& b : buckets) bounds.emplace_back(b.begin, b.end);
+    std::sort(bounds.begin(), bounds.end());
+    for (const Bucket& b : buckets)
+      segment_of_bucket_.push_back(static_cast<std::size_t>(
+          std::lower_bound(bounds.begin(), bounds.end(), std::make_pair(b.begin, b.end)) - bounds.begin()));
+  } else if (n > 0) {
+    bounds.emplace_back(0, n);
   }
-  next().set_state_shard(shard_begin_, shard_numel_);
+  segments_.clear();
+  std::int64_t block = 0;
+  for (const auto& [begin, end] : bounds) {
+    Segment seg;
+    seg.begin = begin;
+    seg.end = end;
+    seg.part = (end - begin + p - 1) / p;
+    seg.offset = block;
+    block += seg.part;
+    segments_.push_back(seg);
+  }
+  // Every rank's shard must hold something (an empty one would hold no state to tell apart from
+  // none); each rank computes every rank's, so all refuse together.
+  for (std::int64_t q = 0; q < p; ++q) {
+    std::int64_t mine = 0;
+    for (const Segment& seg : segments_) mine += seg.last(q) - seg.first(q);
+    DPL_CHECK(mine > 0, who, ": the model's ", n, " parameter elements",
+              zero_stage_ == 2 ? detail::concat(" in ", segments_.size(), " bucket(s)") : std::string(),
+              " leave rank ", q, " of ", p, " no element of its own; shard larger models",
+              zero_stage_ == 2 ? ", use larger buckets or stage 1" : "", ", or leave the state unsharded");
+  }
+  shard_ranges_.clear();
+  shard_numel_ = 0;
+  for (const Segment& seg : segments_) {
+    const std::int64_t lo = seg.first(r), hi = seg.last(r);
+    if (hi <= lo) continue;
+    // Parts of neighbouring segments that touch are one range.
+    if (!shard_ranges_.empty() && shard_ranges_.back().begin + shard_ranges_.back().numel == lo)
+      shard_ranges_.back().numel += hi - lo;
+    else
+      shard_ranges_.push_back({lo, hi - lo});
+    shard_numel_ += hi - lo;
+  }
+  shard_block_ = block;
+  if (p > 1) {
+    // Zeros, so that the padding past each segment (its last parts) adds nothing odd.
+    const TensorOptions f32(kFloat32, arena.device()), own(arena.dtype(), arena.device());
+    scatter_send_ = Tensor::zeros({p * block}, f32);
+    scatter_recv_ = Tensor::zeros({block}, f32);
+    gather_send_ = Tensor::zeros({block}, own);
+    gather_recv_ = Tensor::zeros({p * block}, own);
+  }
+  // What a sharded gradient hook (clipping) combines each rank's part of a norm with.
+  std::shared_ptr<comm::Communicator> comm = comm_;
+  next().set_state_shard({shard_ranges_, Tensor(), Tensor(), [comm](Tensor& t) {
+                            if (comm->size() > 1) comm->allreduce(t, comm::ReduceOp::kSum);
+                          }});
   shard_arena_numel_ = n;
   shard_arena_id_ = arena.id();
 }
 
-// The sharded step: each rank receives the mean of its shard of the gradients (one
-// reduce-scatter: the bytes of an allreduce's first half), updates the parameters of its shard
-// with the state it holds for them, and the ranks then gather each other's updated shards (the
-// allreduce's second half).
-void DataParallelStage::reduce_scatter_and_step() {
-  if (reducer_->needs_broadcast()) broadcast_parameters();
-  lay_out_shard();
-  const std::vector<Tensor> buffers = prepare_gradients_timed();
-  const bool checked = buffers.size() > 1;
-  if (checked) local_flag_on(buffers.back().device()).copy_(buffers.back());
-  sync_point();
-  if (comm_->size() > 1) {
-    profile::ScopedPhase phase(timer_, "reduce_scatter", iteration_);
-    const Tensor& grads = buffers.front();
-    scatter_send_.narrow(0, 0, grads.numel()).copy_(grads);
-    comm_->reduce_scatter(scatter_send_, scatter_recv_, comm::ReduceOp::kMean);
-    grads.narrow(0, shard_begin_, shard_numel_).copy_(scatter_recv_.narrow(0, 0, shard_numel_));
-    for (std::size_t i = 1; i < buffers.size(); ++i) {
-      Tensor flag = buffers[i];
-      comm_->allreduce(flag, comm::ReduceOp::kMean);
-    }
-    if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+// Each segment's reduce-scatter input is its gradients followed by zeros, p parts long; its
+// output is this rank's part.
+std::vector<BucketScatter> DataParallelStage::bucket_scatters() const {
+  const std::int64_t p = comm_->size();
+  std::vector<BucketScatter> out;
+  for (const std::size_t k : segment_of_bucket_) {
+    const Segment& seg = segments_[k];
+    out.push_back({scatter_send_.narrow(0, p * seg.offset, p * seg.part), scatter_recv_.narrow(0, seg.offset, seg.part)});
   }
+  return out;
+}
+
+// The sharded step: each rank receives the mean of its shard of the gradients (reduce-scatters:
+// the bytes of an allreduce's first half; stage 2's ran bucket by bucket during backward),
+// updates the parameters of its shard with the state it holds for them, and the ranks then
+// gather each other's updated shards (the allreduce's second half).
+void DataParallelStage::reduce_scatter_and_step(bool overlapped) {
+  std::vector<Tensor> buffers;
+  bool checked = false;
+  if (overlapped) {
+    // As the overlapped allreduce: each bucket was checked on this rank before its reduce-scatter
+    // (local_flag_), which the wrapped optimizer takes as its flag.
+    checked = next().non_finite_policy() != optim::NonFinitePolicy::kOff;
+    OverlapTimes times;
+    {
+      profile::ScopedPhase phase(timer_, "reduce_scatter", iteration_);
+      times = reducer_->finish_backward();
+      if (checked) buffers = next().adopt_prepared_gradients(local_flag_);
+    }
+    record_overlap(times, "reduce_scatter");
+    if (!checked) buffers = prepare_gradients_timed();
+    // Without the policy's check a float16 model still checks for overflow, on this rank's own
+    // gradients: the flag is this rank's verdict too.
+    if (buffers.size() > 1 && !checked) local_flag_on(buffers.back().device()).copy_(buffers.back());
+    checked = buffers.size() > 1;
+    if (checked && comm_->size() > 1) comm_->allreduce(buffers.back(), comm::ReduceOp::kMean);
+  } else {
+    if (reducer_->needs_broadcast()) broadcast_parameters();
+    lay_out_shard();
+    buffers = prepare_gradients_timed();
+    checked = buffers.size() > 1;
+    if (checked) local_flag_on(buffers.back().device()).copy_(buffers.back());
+    sync_point();
+    if (comm_->size() > 1) {
+      profile::ScopedPhase phase(timer_, "reduce_scatter", iteration_);
+      const Tensor& grads = buffers.front();
+      const std::int64_t p = comm_->size();
+      for (std::size_t i = 1; i < buffers.size(); ++i) {
+        Tensor flag = buffers[i];
+        comm_->allreduce(flag, comm::ReduceOp::kMean);
+      }
+      for (const Segment& seg : segments_) {
+        Tensor send = scatter_send_.narrow(0, p * seg.offset, p * seg.part);
+        Tensor recv = scatter_recv_.narrow(0, seg.offset, seg.part);
+        send.narrow(0, 0, seg.end - seg.begin).copy_(grads.narrow(0, seg.begin, seg.end - seg.begin));
+        comm_->reduce_scatter(send, recv, comm::ReduceOp::kMean);
+      }
+      if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
+    }
+  }
+  deliver_shard_gradients(buffers.front());
   // The same averaged flag on every rank: all stop here together, or none does. (The gradients
   // outside a rank's shard are its own, not averaged: the parameter a rank names is the first
   // non-finite one it sees.)
@@ -124,50 +225,98 @@ void DataParallelStage::reduce_scatter_and_step() {
   step();
 }
 
+// This rank's parts of the averaged gradients, to where the pipeline reads them: the arena's
+// own gradients at their places, or the pipeline's shard buffer (MixedPrecision's float32 master
+// gradients of the shard), one part after the other. With one rank the "average" is grads itself.
+void DataParallelStage::deliver_shard_gradients(const Tensor& grads) {
+  const Tensor into = next().shard_gradients();
+  const std::int64_t r = comm_->rank();
+  const bool alone = comm_->size() == 1;
+  if (alone && !into.defined()) return;
+  std::int64_t at = 0;
+  for (const Segment& seg : segments_) {
+    const std::int64_t lo = seg.first(r), len = seg.last(r) - lo;
+    if (len <= 0) continue;
+    const Tensor mean = alone ? grads.narrow(0, lo, len) : scatter_recv_.narrow(0, seg.offset, len);
+    if (into.defined()) into.narrow(0, at, len).copy_(mean);
+    else grads.narrow(0, lo, len).copy_(mean);
+    at += len;
+  }
+}
+
 void DataParallelStage::gather_parameters() {
   if (comm_->size() == 1) return;
   profile::ScopedPhase phase(timer_, "allgather", iteration_);
   Tensor params = target().arena().params();  // a handle on the arena's storage
-  gather_send_.narrow(0, 0, shard_numel_).copy_(params.narrow(0, shard_begin_, shard_numel_));
+  const std::int64_t r = comm_->rank();
+  for (const Segment& seg : segments_) {
+    const std::int64_t lo = seg.first(r), len = seg.last(r) - lo;
+    if (len > 0) gather_send_.narrow(0, seg.offset, len).copy_(params.narrow(0, lo, len));
+  }
   comm_->allgather(gather_send_, gather_recv_);
-  params.copy_(gather_recv_.narrow(0, 0, params.numel()));
+  scatter_gathered(gather_recv_, params);
   if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
 }
 
+// Every rank's block (as allgathered: rank-major) back to the arena's layout.
+void DataParallelStage::scatter_gathered(const Tensor& all, Tensor& into) const {
+  for (std::int64_t q = 0; q < comm_->size(); ++q)
+    for (const Segment& seg : segments_) {
+      const std::int64_t lo = seg.first(q), len = seg.last(q) - lo;
+      if (len > 0) into.narrow(0, lo, len).copy_(all.narrow(0, q * shard_block_ + seg.offset, len));
+    }
+}
+
 Tensor DataParallelStage::gathered(const Tensor& shard) const {
-  const std::int64_t p = comm_->size();
+  const std::int64_t p = comm_->size(), r = comm_->rank();
   const TensorOptions o(shard.dtype(), shard.device());
   Tensor send = Tensor::zeros({shard_block_}, o), all = Tensor::empty({p * shard_block_}, o);
-  send.narrow(0, 0, shard_numel_).copy_(shard);
+  std::int64_t at = 0;
+  for (const Segment& seg : segments_) {
+    const std::int64_t len = seg.last(r) - seg.first(r);
+    if (len <= 0) continue;
+    send.narrow(0, seg.offset, len).copy_(shard.narrow(0, at, len));
+    at += len;
+  }
   comm_->allgather(send, all);
-  return all.narrow(0, 0, shard_arena_numel_).contiguous();
+  // Zeros, as the arena's padding is.
+  Tensor out = Tensor::zeros({shard_arena_numel_}, o);
+  scatter_gathered(all, out);
+  return out;
 }
 
 std::vector<std::pair<std::string, Tensor>> DataParallelStage::gathered_state() {
   std::vector<std::pair<std::string, Tensor>> out = next().gathered_state();
-  if (!shard_ || shard_numel_ <= 0 || comm_->size() == 1) return out;
-  // Every state tensor of a sharded (elementwise) rule holds either one value per element of the
-  // shard or nothing (a setting's unused state): the same choice on every rank.
+  if (zero_stage_ == 0 || shard_numel_ <= 0 || comm_->size() == 1) return out;
+  // Every per-element state tensor of a sharded (elementwise) rule, and MixedPrecision's masters,
+  // hold either one value per element of the shard or nothing (a setting's unused state): the
+  // same choice on every rank.
   for (auto& [name, t] : out)
     if (t.numel() == shard_numel_) t = gathered(t);
   return out;
 }
 
 void DataParallelStage::set_overlap(const OverlapOptions& options) {
-  DPL_CHECK(!(options.enabled && shard_), "MultiNodeOptimizer.set_overlap: not with sharded optimizer state yet (the ",
-            "sharded step reduce-scatters after backward); turn sharding off first");
+  DPL_CHECK(!(options.enabled && zero_stage_ == 1), "MultiNodeOptimizer.set_overlap: not with sharded optimizer state at ZeRO stage 1 (which ",
+            "reduce-scatters after backward); stage 2 reduce-scatters bucket by bucket during backward ",
+            "(set_zero_stage(2)), or turn sharding off first");
   if (reducer_) {
     reducer_->set_overlap(options);
     if (options.enabled)
       reducer_->check_overlap_supported("MultiNodeOptimizer.set_overlap", next().gradient_ranges().gradients.defined());
   }
   overlap_ = options;
+  // Stage 2's segments are the buckets, which the options cut.
+  if (zero_stage_ == 2) {
+    shard_arena_numel_ = -1;
+    if (model_ != nullptr) lay_out_shard();
+  }
 }
 
-void DataParallelStage::record_overlap(const OverlapTimes& times) {
+void DataParallelStage::record_overlap(const OverlapTimes& times, const std::string& phase) {
   for (std::size_t k = 0; k < times.buckets.size(); ++k) {
     const OverlapTimes::Interval& bucket = times.buckets[k];
-    const std::string name = "allreduce/bucket" + std::to_string(k);
+    const std::string name = phase + "/bucket" + std::to_string(k);
     timer_.record(name, bucket.start, bucket.seconds, iteration_);
     // Durations only, as without overlap: laid end to end from the bucket's start.
     double sub_start = bucket.start;
@@ -176,8 +325,8 @@ void DataParallelStage::record_overlap(const OverlapTimes& times) {
       sub_start += sub.seconds;
     }
   }
-  timer_.record("allreduce/hidden", times.backward_end - times.hidden, times.hidden, iteration_);
-  timer_.record("allreduce/total", times.backward_end, times.total, iteration_);
+  timer_.record(phase + "/hidden", times.backward_end - times.hidden, times.hidden, iteration_);
+  timer_.record(phase + "/total", times.backward_end, times.total, iteration_);
 }
 
 void DataParallelStage::broadcast_parameters() {
@@ -221,7 +370,7 @@ void DataParallelStage::step() {
     next().update();
     if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
   }
-  if (shard_) gather_parameters();
+  if (zero_stage_ > 0) gather_parameters();
   if (buffer_sync_ == BufferSync::kEveryStep) synchronize_buffers();
   ++iteration_;
 }
@@ -235,7 +384,7 @@ void DataParallelStage::synchronize_buffers() {
 }
 
 void DataParallelStage::allreduce_and_step(bool overlapped) {
-  if (shard_) return reduce_scatter_and_step();
+  if (zero_stage_ > 0) return reduce_scatter_and_step(overlapped);
   nn::Module& model = target();
   if (overlapped) {
     // The buckets were averaged during backward; the exposed part is what is left to wait for.
@@ -255,7 +404,7 @@ void DataParallelStage::allreduce_and_step(bool overlapped) {
         if (buffers.size() > 1) comm_->allreduce(buffers.back(), comm::ReduceOp::kMean);
       }
     }
-    record_overlap(times);
+    record_overlap(times, "allreduce");
     if (!checked) buffers = prepare_gradients_timed();
     if (buffers.size() > 1 && next().stops_on_non_finite() && !next().gradients_finite())
       stop_on_every_rank(buffers.front());
@@ -336,8 +485,14 @@ Variable DataParallelStage::update(const std::function<Variable(int)>& loss_fn, 
           flag = &local_flag_on(target().device());
           flag->fill_(0.0);
         }
-        // A 16-bit model's float32 master gradients are filled bucket by bucket on the way.
-        reducer_->begin_backward(flag, next().gradient_ranges());
+        // A 16-bit model's float32 master gradients are filled bucket by bucket on the way;
+        // ZeRO stage 2 reduce-scatters each bucket instead of allreducing it.
+        if (zero_stage_ == 2) {
+          lay_out_shard();
+          reducer_->begin_backward(flag, next().gradient_ranges(), bucket_scatters());
+        } else {
+          reducer_->begin_backward(flag, next().gradient_ranges());
+        }
       }
       next().backward(micro_loss);
       if (synchronized) synchronize(target().device());
@@ -355,7 +510,7 @@ Variable DataParallelStage::update(const std::function<Variable(int)>& loss_fn, 
 }
 
 std::string DataParallelStage::replay_refusal() const {
-  if (shard_) return "a step with sharded optimizer state cannot be recorded yet";
+  if (zero_stage_ > 0) return "a step with sharded optimizer state (ZeRO) cannot be recorded yet";
   if (comm_->size() > 1)
     return "a recorded step of " + std::to_string(comm_->size()) +
            " processes is not supported yet (the allreduce's phase timing and its MPI paths run on the host)";

@@ -1,10 +1,13 @@
 #pragma once
 // DataParallelStage: MultiNodeOptimizer's stage. In front of the wrapped optimizer's pipeline it
 // times the step's phases, averages what the wrapped pipeline's prepare_gradients() returns over
-// the ranks (after backward, or bucket by bucket during it), and stops every rank together on a
-// non-finite step.
+// the ranks (after backward, or bucket by bucket during it) or, with sharded optimizer state
+// (ZeRO stages 1 and 2), reduce-scatters it and allgathers the updated parameters, and stops
+// every rank together on a non-finite step.
 
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dpl/comm/communicator.hpp"
@@ -34,8 +37,8 @@ class DataParallelStage final : public optim::StepStage {
   // What MultiNodeOptimizer's own methods of the same names do.
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const { return overlap_; }
-  void set_shard_optimizer_state(bool on);
-  bool shards_optimizer_state() const { return shard_; }
+  void set_zero_stage(int stage);
+  int zero_stage() const { return zero_stage_; }
   std::int64_t optimizer_state_bytes() const;
   /// Under sharding: every rank's shard of each per-element state tensor, gathered (collective).
   std::vector<std::pair<std::string, Tensor>> gathered_state() override;
@@ -53,16 +56,20 @@ class DataParallelStage final : public optim::StepStage {
   void broadcast_parameters();
   void allreduce_and_step(bool overlapped);
   // Sharded optimizer state: this rank's shard of the current arena, told to the pipeline when
-  // it changed; the sharded step (reduce-scatter, update of the shard, allgather); one gathered
-  // per-element tensor.
+  // it changed; the sharded step (reduce-scatter, update of the shard, allgather); this rank's
+  // part of the averaged gradients handed to the pipeline; one gathered per-element tensor.
   void lay_out_shard();
-  void reduce_scatter_and_step();
+  void drop_shard();
+  void reduce_scatter_and_step(bool overlapped);
+  void deliver_shard_gradients(const Tensor& grads);
   void gather_parameters();
+  std::vector<BucketScatter> bucket_scatters() const;
   Tensor gathered(const Tensor& shard) const;
+  void scatter_gathered(const Tensor& all, Tensor& into) const;
   std::vector<Tensor> prepare_gradients_timed();
   void step();
   Tensor& local_flag_on(Device device);
-  void record_overlap(const OverlapTimes& times);
+  void record_overlap(const OverlapTimes& times, const std::string& phase);
   void sync_point();
   // The failure path of kStop: collective, reached by every rank alike (the averaged flag is the
   // same everywhere); throws the message naming the ranks.
@@ -81,11 +88,25 @@ class DataParallelStage final : public optim::StepStage {
   Tensor local_flag_;  // this rank's own non-finite flag, kept from before the allreduce averages it
   OverlapOptions overlap_;
   BufferSync buffer_sync_ = BufferSync::kBeforeUse;
-  // Sharding: whether it is on; the shard [begin, begin + numel) of an arena of arena_numel
-  // elements (id arena_id), blocks of shard_block_ elements per rank (the last ones shorter);
-  // the padded buffers of the reduce-scatter and the allgather.
-  bool shard_ = false;
-  std::int64_t shard_begin_ = 0, shard_numel_ = -1, shard_block_ = 0, shard_arena_numel_ = -1;
+  // Sharding (ZeRO stage 1 or 2; 0: off). The arena is cut into segments (stage 1: one, the
+  // whole arena; stage 2: the overlap's buckets), in arena order, and each segment into parts of
+  // `part` elements, one per rank in rank order (the last ones shorter or empty). A rank's parts
+  // sit one after the other in its padded block of shard_block_ elements, segment k's at
+  // `offset`; its shard is its non-empty parts, shard_numel_ elements in all, of an arena of
+  // shard_arena_numel_ elements (id shard_arena_id_). segment_of_bucket_: stage 2's bucket k is
+  // segment segment_of_bucket_[k]. The buffers: every rank's blocks of the reduce-scatter's
+  // input (float32) and output, and of the allgather's (the arena's dtype).
+  struct Segment {
+    std::int64_t begin = 0, end = 0, part = 0, offset = 0;
+    // Rank r's part: [first(r), last(r)).
+    std::int64_t first(std::int64_t r) const { return std::min(begin + r * part, end); }
+    std::int64_t last(std::int64_t r) const { return std::min(begin + (r + 1) * part, end); }
+  };
+  int zero_stage_ = 0;
+  std::vector<Segment> segments_;
+  std::vector<std::size_t> segment_of_bucket_;
+  std::vector<optim::ArenaRange> shard_ranges_;
+  std::int64_t shard_numel_ = -1, shard_block_ = 0, shard_arena_numel_ = -1;
   std::uint64_t shard_arena_id_ = 0;
   Tensor scatter_send_, scatter_recv_, gather_send_, gather_recv_;
 };

@@ -120,7 +120,8 @@ void GradientReducer::check_overlap_supported(const char* who, bool optimizer_pr
             "MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...) or leave it to dpl");
 }
 
-void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRanges& ranges) {
+void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRanges& ranges,
+                                     const std::vector<BucketScatter>& scatter) {
   const char* who = "GradientReducer.begin_backward";
   DPL_CHECK(overlap_.enabled, who, ": overlap is off; enable it with set_overlap({true, ...}) first");
   DPL_CHECK(!armed_, who, ": a backward pass is already armed; call finish_backward() first");
@@ -138,8 +139,22 @@ void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRa
   const auto& plan = buckets();
   pending_ = hooks_in_bucket_;
   if (!worker_) worker_ = std::make_unique<BucketWorker>(*comm_);
+  DPL_CHECK(scatter.empty() || scatter.size() == plan.size(), who, ": expected a reduce-scatter target for each of the ",
+            plan.size(), " buckets, got ", scatter.size());
+  const std::int64_t p = comm_->size();
   std::vector<BucketWorker::Slice> slices;
-  for (const Bucket& b : plan) slices.push_back({grads.narrow(0, b.begin, b.end - b.begin), b.begin, b.end});
+  for (std::size_t k = 0; k < plan.size(); ++k) {
+    const Bucket& b = plan[k];
+    slices.push_back({grads.narrow(0, b.begin, b.end - b.begin), b.begin, b.end, {}});
+    if (scatter.empty()) continue;
+    const BucketScatter& t = scatter[k];
+    DPL_CHECK(t.send.defined() && t.recv.defined() && t.send.dtype() == kFloat32 && t.recv.dtype() == kFloat32 &&
+                  t.send.device() == arena.device() && t.recv.device() == arena.device() &&
+                  t.send.numel() == p * t.recv.numel() && t.send.numel() >= b.end - b.begin,
+              who, ": bucket ", k, "'s reduce-scatter buffers must be float32 on ", arena.device(), ", the send ",
+              p, " times the receive and at least the bucket's ", b.end - b.begin, " elements");
+    slices.back().scatter = t;
+  }
   worker_->start(std::move(slices), comm_->options().allreduce_dtype, local_flag,
                  prepared ? ranges.prepare : BucketWorker::Prepare());
   armed_ = true;

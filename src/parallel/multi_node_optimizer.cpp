@@ -22,8 +22,10 @@ MultiNodeOptimizer::~MultiNodeOptimizer() = default;
 
 void MultiNodeOptimizer::set_overlap(const OverlapOptions& options) { stage_.set_overlap(options); }
 const OverlapOptions& MultiNodeOptimizer::overlap() const { return stage_.overlap(); }
-void MultiNodeOptimizer::set_shard_optimizer_state(bool on) { stage_.set_shard_optimizer_state(on); }
-bool MultiNodeOptimizer::shards_optimizer_state() const { return stage_.shards_optimizer_state(); }
+void MultiNodeOptimizer::set_zero_stage(int stage) { stage_.set_zero_stage(stage); }
+int MultiNodeOptimizer::zero_stage() const { return stage_.zero_stage(); }
+void MultiNodeOptimizer::set_shard_optimizer_state(bool on) { stage_.set_zero_stage(on ? 1 : 0); }
+bool MultiNodeOptimizer::shards_optimizer_state() const { return stage_.zero_stage() > 0; }
 std::int64_t MultiNodeOptimizer::optimizer_state_bytes() const { return stage_.optimizer_state_bytes(); }
 void MultiNodeOptimizer::set_buffer_sync(BufferSync when) { stage_.set_buffer_sync(when); }
 BufferSync MultiNodeOptimizer::buffer_sync() const { return stage_.buffer_sync(); }

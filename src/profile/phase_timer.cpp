@@ -153,15 +153,14 @@ Summary summarize(const PhaseTimer& timer, comm::Communicator* comm, std::int64_
   double seconds = timed != nullptr ? timed->mean : 0.0;
   if (timed == nullptr) {
     // A sharded step (ZeRO) moves an allreduce's bytes as its two halves: a reduce-scatter of the
-    // gradients and an allgather of the parameters.
-    double halves = 0.0;
-    int found = 0;
-    for (const auto& p : out.phases)
-      if (p.name == "reduce_scatter" || p.name == "allgather") {
-        halves += p.mean;
-        ++found;
-      }
-    if (found == 2) seconds = halves;
+    // gradients (under overlap its whole time is "reduce_scatter/total") and an allgather of
+    // the parameters.
+    const PhaseSummary *scatter = nullptr, *gather = nullptr;
+    for (const auto& p : out.phases) {
+      if (p.name == "reduce_scatter/total" || (p.name == "reduce_scatter" && scatter == nullptr)) scatter = &p;
+      if (p.name == "allgather") gather = &p;
+    }
+    if (scatter != nullptr && gather != nullptr) seconds = scatter->mean + gather->mean;
   }
   if (seconds > 0) {
     out.algbw_gbps = L / seconds / 1e9;

@@ -27,6 +27,10 @@ class GradientClipping {
   explicit GradientClipping(double max_norm);
   /// Clips arena's gradients; records the norm before clipping (on the arena's device).
   void operator()(nn::ParameterArena& arena);
+  /// The same under sharded optimizer state: the norm of every rank's shard together (each
+  /// rank's sum of squares, summed over the ranks: one allreduce of one float32), each rank
+  /// clipping its own shard by it. Collective.
+  void operator()(GradientShard& shard);
   /// The threshold.
   double max_norm() const { return max_norm_; }
   /// The norm before clipping at the last call (0 before the first, or for an empty arena); waits
@@ -40,7 +44,8 @@ class GradientClipping {
 
 /// Adds clipping by global norm to optimizer (to the wrapped optimizer of a MultiNodeOptimizer,
 /// so after the allreduce and inside its optimize phase) and returns the hook, whose last_norm()
-/// reports the norm of each update. Requires a finite max_norm > 0.
+/// reports the norm of each update; with its sharded form, so that it also clips under sharded
+/// optimizer state (the same norm on every rank). Requires a finite max_norm > 0.
 std::shared_ptr<GradientClipping> clip_gradients(Optimizer& optimizer, double max_norm);
 
 }  // namespace dpl::optim

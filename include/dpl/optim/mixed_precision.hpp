@@ -55,6 +55,8 @@ class MixedPrecisionStage;
 /// Under data parallelism, wrap this in the parallel::MultiNodeOptimizer (not the other way
 /// round): it averages the float32 master gradients, carried in the communicator's
 /// CommOptions::allreduce_dtype, and the overflow flag, so that every rank skips the same steps.
+/// With sharded optimizer state (MultiNodeOptimizer::set_zero_stage) each rank keeps the masters
+/// and the wrapped optimizer's state for its shard of the arena only.
 ///
 /// A model whose parameters change after setup() (a parameter added, data replaced) needs
 /// setup() again: update() throws until then.
@@ -78,8 +80,10 @@ class MixedPrecision : public OptimizerWrapper {
   double loss_scale() const;
   /// Good steps in a row since the scale last changed.
   std::int64_t good_steps() const;
-  /// The float32 master weights and gradients, with the model's arena layout. Requires setup()
-  /// with a 16-bit dtype.
+  /// The float32 master weights and gradients, with the model's arena layout; under a
+  /// parallel::MultiNodeOptimizer with sharded optimizer state (set_zero_stage), this rank's
+  /// shard only (optim::Optimizer::state_shard()'s elements, one after the other). Requires
+  /// setup() with a 16-bit dtype.
   const Tensor& master_params() const;
   const Tensor& master_grads() const;
 

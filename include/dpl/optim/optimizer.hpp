@@ -126,7 +126,8 @@ class Optimizer {
   /// setup()) the names of its parameters.
   std::vector<ParamGroupInfo> param_groups() const;
   /// The state arenas by name ("velocity"; "m", "v"; MixedPrecision adds "master"), each with the
-  /// parameter arena's layout. These views of the live state are the tensor half of what
+  /// parameter arena's layout (under sharded optimizer state: this rank's shard of it, see
+  /// state_shard()). These views of the live state are the tensor half of what
   /// load_state() restores.
   std::vector<std::pair<std::string, Tensor>> state() const;
   /// state() with any sharded part gathered: under a parallel::MultiNodeOptimizer that shards the
@@ -134,9 +135,12 @@ class Optimizer {
   /// rank must make it) returns the whole arena's state on every rank; otherwise it is state().
   /// train::save_checkpoint saves this.
   std::vector<std::pair<std::string, Tensor>> gathered_state();
-  /// The elements of the parameter arena this optimizer updates and keeps state for: [begin,
-  /// begin + numel), or numel -1 for the whole arena (unsharded, the default).
-  std::int64_t state_shard_begin() const;
+  /// The elements of the parameter arena this optimizer's rule updates and keeps state for, in
+  /// arena order (its per-element state holds them one after the other), or none for the whole
+  /// arena (unsharded, the default). Under optim::MixedPrecision the rule runs on the float32
+  /// master weights, whose own arena then holds just this rank's shard.
+  const std::vector<ArenaRange>& state_shard() const;
+  /// The elements state_shard() names together, or -1 for the whole arena.
   std::int64_t state_shard_numel() const;
   /// The scalar half of the state: "t", "lr" and "weight_decay", with parameter groups their
   /// settings ("param_groups", "param_group<g>/lr_share", ".../weight_decay"), plus each optimizer's own
@@ -229,8 +233,11 @@ class Optimizer {
   /// after the hooks added before it (clip_gradients, or a user's own transform). `device_only`
   /// says the hook only queues work on the gradients' device and reads nothing back, so that a
   /// recorded step (replay mode) may include it; any other hook keeps the optimizer out of replay
-  /// mode. Requires a callable hook; throws dpl::Error for an empty one.
-  void add_gradient_hook(GradientHook hook, bool device_only = false);
+  /// mode. `sharded`, when given, is the same transform under sharded optimizer state
+  /// (parallel::MultiNodeOptimizer::set_zero_stage), where the gradients are this rank's shard
+  /// only (clip_gradients gives one); a hook without it keeps sharding out (dpl::Error, on every
+  /// rank). Requires a callable hook; throws dpl::Error for an empty one.
+  void add_gradient_hook(GradientHook hook, bool device_only = false, ShardedGradientHook sharded = {});
   /// Number of hooks added.
   std::size_t gradient_hook_count() const;
 
@@ -285,7 +292,8 @@ class Optimizer {
   /// Allocates and zeroes the state for the arena's layout (state_zeros() for per-element state).
   virtual void init_state(const nn::ParameterArena& /*arena*/) {}
   /// Zeroed per-element state for the arena: one value per element of the arena, or of this
-  /// rank's shard of it when the state is sharded.
+  /// rank's shard of it when the state is sharded (in the dtype of the shard's own parameters
+  /// when it has them: float32 masters of a 16-bit model).
   Tensor state_zeros(const nn::ParameterArena& arena) const;
   /// Whether the rule's update of an element needs nothing but that element (and the step's
   /// values), so that its state can be sharded. True by default; false for LAMB and LARS, whose
@@ -318,7 +326,8 @@ class Optimizer {
     Tensor param, grad;
     std::vector<float> values;
     Tensor device_values;
-    /// Where the range starts in the state arenas (range.begin less the shard's begin).
+    /// Where the range starts in the state arenas (range.begin, or its place among the shard's
+    /// elements when the state is sharded).
     std::int64_t state_begin = 0;
     /// The range's slice of a state arena of the parameters' layout (an empty state stays empty).
     Tensor state(const Tensor& arena_layout) const;
@@ -364,8 +373,13 @@ class Optimizer {
   Optimizer* rule_;                       // this, or the rule a wrapper applies
   std::int64_t t_ = 0;
   float weight_decay_ = 0.f;
-  // The sharded part of the arena (numel -1: none, the whole arena); set through the pipeline.
-  std::int64_t shard_begin_ = 0, shard_numel_ = -1;
+  // The sharded part of the arena (empty, numel -1: none, the whole arena); set through the
+  // pipeline. shard_state_begin_[i]: where shard_[i] starts in the state.
+  // shard_params_/shard_grads_: StateShard's params and grads (undefined: the arena's).
+  std::vector<ArenaRange> shard_;
+  std::vector<std::int64_t> shard_state_begin_;
+  std::int64_t shard_numel_ = -1;
+  Tensor shard_params_, shard_grads_;
   // The added groups, each with its lr as a share of lr() (unset: follows lr()).
   struct Group {
     ParamGroup settings;

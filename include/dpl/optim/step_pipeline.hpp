@@ -49,6 +49,46 @@ std::string non_finite_message(std::int64_t iteration, const std::string& parame
 /// parallel::MultiNodeOptimizer the gradients it sees are already averaged over the ranks.
 using GradientHook = std::function<void(nn::ParameterArena& arena)>;
 
+/// Elements [begin, begin + numel) of a parameter arena: one piece of the part of it whose
+/// optimizer state a rank keeps under sharded optimizer state (ZeRO; see
+/// parallel::MultiNodeOptimizer::set_zero_stage).
+struct ArenaRange {
+  std::int64_t begin = 0, numel = 0;
+};
+
+/// The part of the arena a pipeline updates and keeps per-element state for under sharded
+/// optimizer state.
+struct StateShard {
+  /// Non-empty ranges in arena order, not overlapping; the per-element state holds their
+  /// elements one after the other. Empty: the whole arena (unsharded).
+  std::vector<ArenaRange> ranges;
+  /// Where the rule reads the shard's gradients and updates its parameters, laid out as the
+  /// state (optim::MixedPrecision's float32 master weights of the shard, and the gradients the
+  /// shard's average lands in); undefined: the target's own arenas, at the ranges.
+  Tensor params, grads;
+  /// Sums a small float32 tensor over the ranks that share the arena, in place (collective; empty:
+  /// one process, nothing to add): what a sharded gradient hook combines its shard's part with.
+  std::function<void(Tensor&)> sum_over_ranks;
+};
+
+/// The elements of `whole` (1-D, in an arena's layout) that `shard` names, one after the other
+/// in the order of `shard`: the layout of sharded per-element state. Requires every range inside
+/// `whole` (dpl::Error otherwise).
+Tensor gather_ranges(const Tensor& whole, const std::vector<ArenaRange>& shard);
+
+/// What a gradient hook sees under sharded optimizer state: this rank's shard of the averaged
+/// gradients, as pieces (views it may change in place), and the sum over the ranks with which it
+/// combines what it computes from them (a global norm from each rank's sum of squares).
+struct GradientShard {
+  std::vector<Tensor> grads;
+  std::function<void(Tensor&)> sum_over_ranks;
+};
+
+/// A gradient hook's counterpart under sharded optimizer state (see Optimizer::add_gradient_hook):
+/// the same transform, made from this rank's shard and collectives over the ranks. Every rank
+/// runs it at the same step.
+using ShardedGradientHook = std::function<void(GradientShard& shard)>;
+
 /// How an allreduce overlapped with backward (parallel::GradientReducer) obtains an optimizer's
 /// gradients range by range, while backward still runs.
 struct GradientRanges {
@@ -112,12 +152,18 @@ class StepStage {
     next().load_state(tensors, scalars);
   }
 
-  // Sharded optimizer state (parallel::MultiNodeOptimizer::set_shard_optimizer_state): the rule
-  // updates, and keeps state for, elements [begin, begin + numel) of the arena only; numel -1
-  // takes the whole arena again. gathered_state() is state() with such shards gathered into the
-  // whole arena's layout (a collective then, on every rank).
-  virtual void set_state_shard(std::int64_t begin, std::int64_t numel) { next().set_state_shard(begin, numel); }
+  // Sharded optimizer state (parallel::MultiNodeOptimizer::set_zero_stage): the pipeline
+  // updates, and keeps state (and a 16-bit model's float32 master weights) for, the elements of
+  // the arena that shard.ranges names only; empty ranges take the whole arena again.
+  // gathered_state() is state() with such shards gathered into the whole arena's layout (a
+  // collective then, on every rank).
+  virtual void set_state_shard(const StateShard& shard) { next().set_state_shard(shard); }
   virtual std::vector<std::pair<std::string, Tensor>> gathered_state() { return next().gathered_state(); }
+  /// Under a shard: the float32 buffer that receives the shard's averaged gradients (its elements
+  /// one after the other, as the state holds them), or an undefined tensor when they go back
+  /// into prepare_gradients()'s first buffer at their places in the arena (a float32 model's
+  /// own gradients).
+  virtual Tensor shard_gradients() { return next().shard_gradients(); }
 
   // Replay of a recorded step (train::CapturedStep). skip_flag: an outer stage's flag, which
   // the recorded update skips on instead of the rule stage's own.

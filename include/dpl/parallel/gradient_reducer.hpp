@@ -40,6 +40,13 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t element_bytes,
                                  std::size_t first_bucket_bytes, std::size_t bucket_bytes);
 
+/// Where one bucket is reduce-scattered instead of allreduced (ZeRO stage 2, see
+/// GradientReducer::begin_backward): `send` holds size() * m float32 elements, the bucket's
+/// gradients then zeros, and `recv` the m elements of this rank's part of their mean.
+struct BucketScatter {
+  Tensor send, recv;
+};
+
 /// Times of one overlapped allreduce, in now_seconds() terms (dpl/core/clock.hpp).
 struct OverlapTimes {
   struct Interval {
@@ -154,7 +161,14 @@ class GradientReducer {
   /// the communicator's kernels and NCCL calls) on a side stream of the GPU, which waits for the
   /// point of the compute stream where backward finished the bucket; finish_backward() makes the
   /// compute stream wait for the side stream. See docs/communicators.md, "Overlap on GPUs".
-  void begin_backward(Tensor* local_flag = nullptr, const optim::GradientRanges& ranges = {});
+  ///
+  /// With `scatter` (one entry per bucket, in bucket order) each bucket is reduce-scattered
+  /// (kMean, in float32) instead: copied into its send buffer once prepared and checked, and this
+  /// rank's part of the mean received in its recv buffer; the gradient buffer itself keeps this
+  /// rank's own (unaveraged) gradients. Requires each send buffer to hold the bucket and zeros
+  /// after it, size() times the recv buffer's elements, float32 on the arena's device.
+  void begin_backward(Tensor* local_flag = nullptr, const optim::GradientRanges& ranges = {},
+                      const std::vector<BucketScatter>& scatter = {});
   /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now
   /// (float32 unless the optimizer prepares float32 gradient ranges, or MPI without
   /// MPI_THREAD_SERIALIZED), naming `who`.

@@ -48,7 +48,9 @@ class DataParallelStage;
 /// non-finite policy and counters, and the state, which load_state() restores locally on each
 /// rank (no communication). Gradient hooks (add_gradient_hook) run inside the optimize phase,
 /// after the allreduce, on the averaged gradients, which are the same on every rank (so a norm
-/// a hook computes agrees across ranks without communication).
+/// a hook computes agrees across ranks without communication); under sharded optimizer state
+/// (set_zero_stage) their sharded forms run on this rank's shard instead (clipping: one allreduce
+/// of each rank's sum of squares).
 ///
 /// Replay mode (optim::Optimizer::set_replay_mode, for train::CapturedStep): one process only
 /// for now (the communicators time their phases on the host and the MPI ones call MPI from the
@@ -73,26 +75,44 @@ class MultiNodeOptimizer : public optim::OptimizerWrapper {
   /// rest. update() after a hand-driven backward reduces after backward as before. Results are
   /// bit-identical to the same buckets reduced after backward. On a GPU the buckets run on a side
   /// stream (GradientReducer::begin_backward). Requires a float32 model, or a wrapped optimizer
-  /// that prepares float32 gradient ranges (optim::MixedPrecision), and MPI initialised for
-  /// calls from a second thread (checked at setup(), or here when already set up; dpl::Error
-  /// otherwise).
+  /// that prepares float32 gradient ranges (optim::MixedPrecision), MPI initialised for
+  /// calls from a second thread (checked at setup(), or here when already set up), and ZeRO
+  /// stage 0 or 2, not 1 (dpl::Error otherwise). Under stage 2 the buckets are reduce-scattered.
   void set_overlap(const OverlapOptions& options);
   const OverlapOptions& overlap() const;
 
-  /// Sharded optimizer state (ZeRO stage 1; off by default). On, each of the p ranks keeps the
-  /// optimizer's per-element state (Adam's moments, a momentum) for one block of about 1/p of the
-  /// parameter arena only, and each update runs
-  ///   reduce_scatter (each rank receives the mean of its block of the gradients)
-  ///   → optimize (the wrapped optimizer's update of that block, with the state it holds)
-  ///   → allgather (every rank receives every block's updated parameters),
-  /// which moves the bytes of one allreduce. The parameters equal the unsharded step's up to the
-  /// order of the reduction's sums. optimizer_state_bytes() falls as 1/p. optim::Optimizer::state()
-  /// then holds this rank's block; gathered_state() (collective), which train::save_checkpoint
-  /// saves, the whole arena's, so a checkpoint is the same as an unsharded one and loads either
-  /// way. Requires an elementwise rule (SGD, MomentumSGD, Adam, AdamW, RMSprop, Adagrad: not LAMB
-  /// or LARS), a float32 model (not optim::MixedPrecision yet), no gradient hooks, no overlap and
-  /// no replay mode, and at least one arena element per rank (dpl::Error otherwise). Turning it on
-  /// or off after setup() starts the state again from zero: choose before training.
+  /// Sharded optimizer state, as DeepSpeed's ZeRO stages (0 by default: off; see
+  /// docs/communicators.md, "Sharded optimizer state (ZeRO)"). Stage 1: each of the p ranks keeps
+  /// the optimizer's per-element state (Adam's moments, a momentum) and, under
+  /// optim::MixedPrecision, the float32 master weights, for about 1/p of the parameter arena
+  /// only, and each update runs
+  ///   reduce_scatter (each rank receives the mean of its part of the gradients: float32, a
+  ///     16-bit model's float32 master gradients)
+  ///   → optimize (the wrapped optimizer's update of that part, with the state it holds)
+  ///   → allgather (every rank receives every part's updated parameters, in the model's dtype),
+  /// which moves the bytes of one allreduce (a 16-bit model's allgather half as many).
+  /// Stage 2 cuts the arena at the overlap's buckets (OverlapOptions) and gives each rank a part
+  /// of every bucket; with overlap on, each bucket is reduce-scattered on the worker thread as
+  /// soon as backward has finished it ("reduce_scatter" is then the exposed part, with
+  /// "reduce_scatter/hidden", ".../total" and ".../bucket<k>" as under overlap), so that after
+  /// backward each rank holds the averaged gradients of its part only; with overlap off the
+  /// buckets are reduce-scattered one by one after backward. The parameters equal the unsharded
+  /// step's up to the order of the reduction's sums (each communicator's reduce_scatter against
+  /// its allreduce), and every stage takes the same steps (the non-finite and float16 overflow
+  /// verdicts are averaged flags, as unsharded). optimizer_state_bytes() falls as 1/p.
+  /// optim::Optimizer::state() then holds this rank's part; gathered_state() (collective), which
+  /// train::save_checkpoint saves, the whole arena's, so a checkpoint is the same as an unsharded
+  /// one and loads either way. Requires an elementwise rule (SGD, MomentumSGD, Adam, AdamW,
+  /// RMSprop, Adagrad: not LAMB or LARS), a float32 model or a 16-bit one under
+  /// optim::MixedPrecision, no gradient hook without a sharded form (clip_gradients has one), no
+  /// replay mode, overlap only with stage 2, and at
+  /// least one arena element for every rank (dpl::Error otherwise, on every rank). The
+  /// reduce-scatter runs in float32 whatever CommOptions::allreduce_dtype says. Changing the
+  /// stage after setup() starts the state again from zero (and a 16-bit model's masters from its
+  /// weights): choose before training.
+  void set_zero_stage(int stage);
+  int zero_stage() const;
+  /// set_zero_stage(on ? 1 : 0), and whether the stage is not 0.
   void set_shard_optimizer_state(bool on);
   bool shards_optimizer_state() const;
   /// The bytes of optimizer state this rank holds (every state tensor of the wrapped optimizer).
