@@ -137,7 +137,9 @@ DPL_DECLARE_KERNEL(scatter_add, any(),
 // --- math --------------------------------------------------------------------------------------
 
 /// c = alpha * op(a) op(b) + beta * c for row-major 2-D matrices (16-bit: float32 accumulation).
-DPL_DECLARE_KERNEL(gemm, floating(),
+/// c has a's and b's dtype, or float32 beside 16-bit a and b: then nothing is rounded to 16 bits,
+/// so products summed into c over several calls (beta 1) are rounded once, by whoever casts c.
+DPL_DECLARE_KERNEL(gemm, floating().or_float32_at(2),
                    void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
                         Tensor& c));
 /// out (m, n) = x (m, k) w^T + bias for w (n, k) and bias (n,) added to every row: a linear
@@ -184,8 +186,8 @@ DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor
 /// onehot(label) + smoothing / C, smoothing in [0, 1). Labels are int32; host labels are
 /// range-checked by the caller, and on the GPU an out-of-range label makes the loss NaN. Only lse
 /// is kept for backward, which recomputes the probabilities from the logits: no (N, C) tensor
-/// beside the logits.
-DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2),
+/// beside the logits. loss has the logits' dtype, or float32 (a mean that is summed on, unrounded).
+DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2).or_float32_at(3),
                    void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss));
 /// glogits = beta*glogits + gloss[0] / N * (exp(logits - lse) - (1 - smoothing) * onehot(labels) -
 /// smoothing / C). glogits may be logits itself (beta 0): the gradient then replaces the logits.

@@ -345,23 +345,42 @@ void expect_close_half(const Tensor& got, const Tensor& want, float atol, const 
 }
 
 TEST_F(KernelsTest, HalfGemm) {
+  // Into a 16-bit output, and into a float32 one (cublasGemmEx with a 32-bit C: an accumulator
+  // over calls with beta 1, not rounded to 16 bits), against the CPU's product of the same values.
   for (DType dt : kHalfTypes) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (float beta : {0.f, 1.f}) {
-          const std::int64_t m = 37, k = 53, n = 29;
-          const Tensor a = rand_as(*this, dt, ta ? Shape{k, m} : Shape{m, k});
-          const Tensor b = rand_as(*this, dt, tb ? Shape{n, k} : Shape{k, n});
-          const Tensor c0 = rand_as(*this, dt, {m, n});
-          Tensor want = c0.clone();
-          backend::gemm(ta, tb, 0.75f, a, b, beta, want);
-          Tensor got = beta == 0.f ? poisoned_as(dt, {m, n}) : on_gpu(c0);
-          backend::gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
-          expect_close_half(got, want, 1e-5f * static_cast<float>(k),
-                            "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    for (DType out : {dt, kFloat32}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (float beta : {0.f, 1.f}) {
+            const std::int64_t m = 37, k = 53, n = 29;
+            const Tensor a = rand_as(*this, dt, ta ? Shape{k, m} : Shape{m, k});
+            const Tensor b = rand_as(*this, dt, tb ? Shape{n, k} : Shape{k, n});
+            const Tensor c0 = rand_as(*this, out, {m, n});
+            Tensor want = c0.clone();
+            backend::gemm(ta, tb, 0.75f, a, b, beta, want);
+            Tensor got = beta == 0.f ? poisoned_as(out, {m, n}) : on_gpu(c0);
+            backend::gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
+            const std::string what = std::string("gemm into ") + dtype_name(out) + " ta=" + std::to_string(ta) +
+                                     " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta);
+            if (out == kFloat32) expect_close(got, want, 1e-5f, 1e-6f * static_cast<float>(k), what);
+            else expect_close_half(got, want, 1e-5f * static_cast<float>(k), what);
+          }
         }
       }
     }
+  }
+}
+
+TEST_F(KernelsTest, HalfSoftmaxCrossEntropyIntoAFloat32Loss) {
+  // A 16-bit cross-entropy's mean into a float32 loss: not rounded to 16 bits (which would move it
+  // by up to 2^-9 of itself, far beyond 1e-5).
+  for (DType dt : kHalfTypes) {
+    const Tensor logits = rand_as(*this, dt, {300, 1000}), y = labels(300, 1000);
+    Tensor wlse = Tensor::empty({300}), wl = Tensor::empty({});
+    backend::softmax_xent(logits.to(kFloat32), y, 0.f, wlse, wl);
+    Tensor glse = poisoned({300}), gl = poisoned({});
+    backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, glse, gl);
+    expect_close(gl, wl, 1e-5f, 0.f, std::string("softmax_xent float32 loss of ") + dtype_name(dt) + " logits");
   }
 }
 

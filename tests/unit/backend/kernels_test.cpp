@@ -85,6 +85,27 @@ TEST_P(HalfKernels, Gemm) {
   }
 }
 
+TEST_P(HalfKernels, GemmIntoFloat32IsNotRoundedTo16Bits) {
+  // 16-bit operands, a float32 output: the float32 product of the same values, added with beta 1
+  // onto a value no 16-bit type holds (1 + 2^-20) and kept so.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::int64_t m = 7, k = 33, n = 5;
+      const Tensor a = exact_in(dt(), ta ? Shape{k, m} : Shape{m, k}, gen_);
+      const Tensor b = exact_in(dt(), tb ? Shape{n, k} : Shape{k, n}, gen_);
+      for (float beta : {0.f, 1.f}) {
+        const Tensor c0 = Tensor::full({m, n}, 1.0 + std::ldexp(1.0, -20));
+        Tensor want = c0.clone(), got = c0.clone();
+        backend::gemm(ta, tb, 0.5f, a, b, beta, want);
+        backend::gemm(ta, tb, 0.5f, half(a), half(b), beta, got);
+        EXPECT_EQ(got.dtype(), kFloat32);
+        EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>())
+            << "ta=" << ta << " tb=" << tb << " beta=" << beta;
+      }
+    }
+  }
+}
+
 TEST_P(HalfKernels, BinaryNdWithEveryBroadcast) {
   const Shape s{2, 3, 8};
   for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
@@ -201,6 +222,9 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   backend::softmax_xent(half(logits), labels, 0.f, glse, gl);
   EXPECT_EQ(glse.to_vector<float>(), wlse.to_vector<float>()) << "the log-sum-exp is float32 either way";
   expect_rounded(gl, wl, 1e-6f, "softmax_xent loss");
+  Tensor unrounded = Tensor::empty({});  // a float32 loss beside 16-bit logits: float32's mean itself
+  backend::softmax_xent(half(logits), labels, 0.f, glse, unrounded);
+  EXPECT_EQ(unrounded.item(), wl.item());
 
   const Tensor gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f), g0 = exact_in(dt(), {rows, classes}, gen_);
   for (float beta : {0.f, 1.f}) {
@@ -306,6 +330,14 @@ TEST(Dispatch, ChecksDtypesAndNamesTheArguments) {
   Tensor lse = Tensor::empty({2}), loss = Tensor::empty({});
   DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), 0.f, lse, loss),
                    AllOf(HasSubstr("softmax_xent"), HasSubstr("labels of dtype int32"), HasSubstr("int64")));
+  // gemm's output may be float32 beside 16-bit operands, not another 16-bit type, and not 16-bit
+  // beside float32 ones.
+  Tensor c16 = Tensor::zeros({2, 2}, kFloat16), c_bf16 = Tensor::zeros({2, 2}, kBFloat16);
+  DPL_EXPECT_ERROR(backend::gemm(false, false, 1.f, Tensor::zeros({2, 2}, kBFloat16), Tensor::zeros({2, 2}, kBFloat16),
+                                 0.f, c16),
+                   AllOf(HasSubstr("gemm"), HasSubstr("c of dtype bfloat16 like a"), HasSubstr("float16")));
+  DPL_EXPECT_ERROR(backend::gemm(false, false, 1.f, Tensor::zeros({2, 2}), Tensor::zeros({2, 2}), 0.f, c_bf16),
+                   AllOf(HasSubstr("gemm"), HasSubstr("c of dtype float32 like a"), HasSubstr("bfloat16")));
   Tensor p = Tensor::zeros({4}, kBFloat16);
   const backend::SgdHyper h{0.1f, 0.f};
   DPL_EXPECT_ERROR(backend::sgd_update(p, Tensor::zeros({4}, kBFloat16), h, {}),
