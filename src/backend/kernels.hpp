@@ -177,6 +177,11 @@ DPL_DECLARE_KERNEL(sum_squares, floating().float32_at(1), void(const Tensor& x, 
 DPL_DECLARE_KERNEL(clip_to_norm, floating().float32_at(1), void(Tensor& x, const Tensor& sum_squares, float max_norm));
 /// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
 DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
+/// out = beta*out + s[0] * x elementwise (x and out with one element count, any rank, contiguous;
+/// s one element, read on the device, so the scale can be a gradient an earlier kernel wrote).
+/// x, s and out may each be float32, bfloat16 or float16: computed in float32 and rounded once,
+/// so a float32 x (a gradient kept unrounded) lands in a 16-bit out rounded once. out may be x.
+DPL_DECLARE_KERNEL(scale_by, floating_each(), void(const Tensor& x, const Tensor& s, float beta, Tensor& out));
 /// y = max(x, 0), any rank; NaN stays NaN (as PyTorch's relu).
 DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * (y > 0), any rank.
@@ -191,7 +196,8 @@ DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2).or_float32
                    void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss));
 /// glogits = beta*glogits + gloss[0] / N * (exp(logits - lse) - (1 - smoothing) * onehot(labels) -
 /// smoothing / C). glogits may be logits itself (beta 0): the gradient then replaces the logits.
-DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2),
+/// gloss has the logits' dtype, or float32 (a scale that a 16-bit type cannot hold exactly).
+DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2).or_float32_at(3),
                    void(const Tensor& logits, const Tensor& labels, const Tensor& lse, float smoothing,
                         const Tensor& gloss, float beta, Tensor& glogits));
 /// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.

@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Elementwise over V-element packs (cols % V == 0, so a pack never crosses rows). glogits may be
 // logits: each thread reads a pack before it writes the same pack.
-template <int V, bool acc, typename T>
+template <int V, bool acc, typename T, typename G>
 __global__ void softmax_xent_backward_kernel(const T* logits, const std::int32_t* labels, const float* lse,
-                                             float smoothing, const T* gloss, T* glogits, std::int64_t rows,
+                                             float smoothing, const G* gloss, T* glogits, std::int64_t rows,
                                              std::int64_t cols) {
   const float scale = rows ? to_float(gloss[0]) / static_cast<float>(rows) : 0.f;
   const float uniform = smoothing / static_cast<float>(cols);
@@ -265,19 +265,19 @@ void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoo
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T>
+template <typename T, typename G>
 void launch_softmax_xent_backward(const T* logits, const std::int32_t* labels, const float* lse, float smoothing,
-                                  const T* gloss, bool acc, T* glogits, std::int64_t rows, std::int64_t cols,
+                                  const G* gloss, bool acc, T* glogits, std::int64_t rows, std::int64_t cols,
                                   int device, cudaStream_t stream) {
   if (rows * cols == 0) return;
   with_pack_width<T>(static_cast<int>(cols), {logits, glogits}, [&](auto v) {
     constexpr int kV = decltype(v)::value;
     const unsigned grid = grid_for(rows * cols / kV, kThreads, device);
     if (acc)
-      softmax_xent_backward_kernel<kV, true>
+      softmax_xent_backward_kernel<kV, true, T, G>
           <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
     else
-      softmax_xent_backward_kernel<kV, false>
+      softmax_xent_backward_kernel<kV, false, T, G>
           <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
@@ -388,10 +388,14 @@ void softmax_xent_backward_cuda(const Tensor& logits, const Tensor& labels, cons
                                 const Tensor& gloss, float beta, Tensor& glogits) {
   on_device_typed(logits, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(logits), labels.data<std::int32_t>(), in_ptr<float>(lse),
-                                              smoothing, in_ptr<T>(gloss), beta != 0.f, out_ptr<T>(glogits),
-                                              logits.size(0),
-                                              logits.size(1), d.device(), d.stream());
+    // gloss may be float32 beside 16-bit logits (the kernel's contract): a scale 16 bits cannot hold.
+    const auto launch = [&](const auto* g) {
+      cuda_detail::launch_softmax_xent_backward(in_ptr<T>(logits), labels.data<std::int32_t>(), in_ptr<float>(lse),
+                                                smoothing, g, beta != 0.f, out_ptr<T>(glogits), logits.size(0),
+                                                logits.size(1), d.device(), d.stream());
+    };
+    if (gloss.dtype() == kFloat32) launch(in_ptr<float>(gloss));
+    else launch(in_ptr<T>(gloss));
   });
 }
 

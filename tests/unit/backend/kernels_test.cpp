@@ -106,6 +106,32 @@ TEST_P(HalfKernels, GemmIntoFloat32IsNotRoundedTo16Bits) {
   }
 }
 
+TEST_P(HalfKernels, ScaleByMixesDtypesAndRoundsOnce) {
+  // x, s and out each of their own dtype: the float32 result of the same values, rounded once to
+  // out's dtype (so a float32 x that no 16-bit type holds lands rounded once, not twice).
+  const Tensor x = Tensor::uniform({37}, -1.f, 1.f, gen_), s = exact_in(dt(), {}, gen_, 0.5f, 2.f);
+  for (float beta : {0.f, 1.f}) {
+    const Tensor out0 = exact_in(dt(), {37}, gen_);
+    Tensor want = out0.clone();
+    backend::scale_by(x, s, beta, want);
+    Tensor got = half(out0);
+    backend::scale_by(x, half(s), beta, got);
+    EXPECT_EQ(got.to(kFloat32).to_vector<float>(), want.to(dt()).to(kFloat32).to_vector<float>()) << beta;
+    Tensor wide = out0.clone();  // 16-bit x and s into a float32 out: float32's result itself
+    const Tensor xh = x.to(dt());
+    Tensor want_wide = out0.clone();
+    backend::scale_by(xh.to(kFloat32), s, beta, want_wide);
+    backend::scale_by(xh, half(s), beta, wide);
+    EXPECT_EQ(wide.to_vector<float>(), want_wide.to_vector<float>()) << beta;
+  }
+  Tensor in_place = x.to(dt());  // out may be x
+  const Tensor before = in_place.to(kFloat32);
+  backend::scale_by(in_place, half(s), 0.f, in_place);
+  Tensor want = before.clone();
+  backend::scale_by(before, s, 0.f, want);
+  EXPECT_EQ(in_place.to(kFloat32).to_vector<float>(), want.to(dt()).to(kFloat32).to_vector<float>());
+}
+
 TEST_P(HalfKernels, BinaryNdWithEveryBroadcast) {
   const Shape s{2, 3, 8};
   for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
@@ -233,6 +259,13 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
     backend::softmax_xent_backward(half(logits), labels, wlse, 0.f, half(gloss), beta, got);
     expect_rounded(got, want, 1e-6f, "softmax_xent_backward");
   }
+  // A float32 gloss beside 16-bit logits: a scale no 16-bit type holds (2^15 times the rows, which
+  // leaves the gradient times 2^15), rounded once into the 16-bit gradient.
+  const Tensor big = Tensor::full({}, 32768.0 * rows);
+  Tensor want_big = Tensor::empty({rows, classes}), got_big = Tensor::empty({rows, classes}, dt());
+  backend::softmax_xent_backward(logits, labels, wlse, 0.f, big, 0.f, want_big);
+  backend::softmax_xent_backward(half(logits), labels, wlse, 0.f, big, 0.f, got_big);
+  EXPECT_EQ(got_big.to(kFloat32).to_vector<float>(), want_big.to(dt()).to(kFloat32).to_vector<float>());
   // In place: the gradient written over the logits it is computed from.
   Tensor in_place = half(logits), want = Tensor::empty({rows, classes});
   backend::softmax_xent_backward(logits, labels, wlse, 0.f, gloss, 0.f, want);
