@@ -182,23 +182,31 @@ void check_label_range(const char* op, const Tensor& labels, std::int64_t classe
 // model's batch (1.6 GB for GPT-2's 16k rows in bfloat16).
 constexpr std::int64_t kChunkLogitsBytes = std::int64_t{256} << 20;
 
+// The logits' gradient is kept times this while it is multiplied out: |softmax - target| <= 1, so
+// float16 holds it below 32768 and well above its subnormals (unscaled, the gradient of a mean
+// over N rows is what a loss scale exists to lift out of them). A power of 2: exact in every dtype.
+constexpr double kLogitGradScale = 32768.0;
+
 // Rows per chunk: the caller's count as given, else the fewest chunks of at most
 // kChunkLogitsBytes of logits, with their rows spread evenly so the last chunk is not a sliver.
+// Never more than 2^24 rows, so that kLogitGradScale times a chunk's rows is exact in float32.
 std::int64_t chunk_rows_for(std::int64_t asked, std::int64_t rows, std::int64_t classes, DType dtype) {
-  if (asked > 0) return std::min(asked, rows);
   const auto row_bytes = classes * static_cast<std::int64_t>(dtype_size(dtype));
-  const std::int64_t most = std::max<std::int64_t>(1, kChunkLogitsBytes / std::max<std::int64_t>(1, row_bytes));
+  const std::int64_t most = std::min({asked > 0 ? asked : std::max<std::int64_t>(1, kChunkLogitsBytes / row_bytes),
+                                      rows, std::int64_t{1} << 24});
+  if (asked > 0) return most;
   const std::int64_t chunks = (rows + most - 1) / most;
   return (rows + chunks - 1) / chunks;
 }
 
 // The logits are gone by backward (each chunk's were overwritten by the next), so forward leaves
-// the gradients for an upstream gradient of 1, and backward only scales them by the upstream
-// gradient, which stays on the device: reading it back would stall the step and break CUDA-graph
-// capture. An intermediate input's gradient is scaled in place and handed on as its buffer.
+// the gradients for an upstream gradient of 1, in float32, and backward only scales them by the
+// upstream gradient, which stays on the device (reading it back would stall the step and break
+// CUDA-graph capture), rounding each once into its input's dtype. A float32 intermediate input's
+// gradient is scaled in place and handed on as its buffer.
 class LinearXentNode final : public Node {
  public:
-  std::vector<Tensor> grads;  // one per input, in set_inputs' order; undefined where none is needed
+  std::vector<Tensor> grads;  // float32, one per input in set_inputs' order; undefined where none is needed
   const char* name() const override { return "linear_cross_entropy"; }
   bool adopts_gradient_buffers() const override { return true; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
@@ -207,9 +215,7 @@ class LinearXentNode final : public Node {
       if (!t[i].needed()) continue;
       Tensor& unit = grads[i];
       DPL_CHECK(unit.defined(), name(), ": a gradient was asked for input ", i, ", which forward found needing none");
-      const auto scale = [&](float beta, Tensor& out) {
-        backend::binary(backend::BinaryOp::kMul, backend::Broadcast::kScalar, unit, g, beta, out);
-      };
+      const auto scale = [&](float beta, Tensor& out) { backend::scale_by(unit, g, beta, out); };
       if (t[i].unallocated && !t[i].tensor->defined()) {
         if (unit.storage().use_count() == 1 && t[i].fits(unit)) {
           scale(0.f, unit);
@@ -223,14 +229,6 @@ class LinearXentNode final : public Node {
   }
   void release() override { grads.clear(); }
 };
-
-// t (float32) in dtype `like`'s: itself for float32, else rounded once into a new tensor.
-Tensor rounded_like(const Tensor& t, const Tensor& like) {
-  if (like.dtype() == kFloat32) return t;
-  Tensor out = empty_on(t.shape(), like);
-  backend::cast(t, out);
-  return out;
-}
 
 }  // namespace
 
@@ -344,22 +342,28 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const T
   const TensorOptions f32(kFloat32, tx.device());
 
   // One chunk's logits, reused by every chunk (the last may use fewer rows). The loss and the
-  // weight's and bias's gradients add up in float32 over the chunks: rounding each chunk's share
-  // to 16 bits would lose what the later chunks add to a 16-bit sum.
+  // gradients add up, and wait for backward, in float32: rounding each chunk's share to 16 bits
+  // would lose what later chunks add to a 16-bit sum, and the gradients for a unit upstream
+  // gradient are far smaller than the ones a loss scale makes (float16 would flush them to zero).
   Tensor logits = empty_on({rows, v}, tx);
   Tensor lse = Tensor::empty({rows}, f32), chunk_loss = Tensor::empty({1}, f32), total = Tensor::empty({1}, f32);
-  Tensor gx, gw, gb, unit, ones;
-  if (want_x) gx = empty_on({n, x0.size(1)}, tx);
+  Tensor gx, gw, gb, ones;
+  if (want_x) gx = Tensor::empty({n, x0.size(1)}, f32);
   if (want_w) gw = Tensor::empty({v, x0.size(1)}, f32);
   if (want_b) {
     gb = Tensor::empty({1, v}, f32);
     ones = empty_on({rows}, tx);
     backend::fill(ones, 1.0);
   }
-  if (want) {
-    unit = empty_on({1}, tx);
-    backend::fill(unit, 1.0);
+  // The kernel divides its gradient scale by the chunk's rows; scales[k] (k = 1 for a shorter
+  // last chunk) cancels that and leaves the logits' gradient times kLogitGradScale.
+  const std::int64_t last = n - (n - 1) / rows * rows;
+  Tensor scales[2];
+  for (int k = 0; k < 2 && want; ++k) {
+    scales[k] = Tensor::empty({1}, f32);
+    backend::fill(scales[k], kLogitGradScale * static_cast<double>(k == 0 ? rows : last));
   }
+  const auto alpha = static_cast<float>(1.0 / (kLogitGradScale * static_cast<double>(n)));
   for (std::int64_t start = 0; start < n; start += rows) {
     const std::int64_t m = std::min(rows, n - start);
     const Tensor xc = tx.narrow(0, start, m), yc = ty.narrow(0, start, m);
@@ -367,24 +371,29 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const T
     if (tb.defined()) backend::linear_bias(xc, tw, tb, lc);
     else backend::gemm(false, true, 1.f, xc, tw, 0.f, lc);
     backend::softmax_xent(lc, yc, smoothing, lse_c, chunk_loss);
-    // The kernels take a chunk's mean; share turns it, and its gradient, into the whole mean's part.
-    const auto share = static_cast<float>(static_cast<double>(m) / static_cast<double>(n));
+    // The kernel takes the chunk's mean; its share of the rows makes it the whole mean's part.
     const float beta = start == 0 ? 0.f : 1.f;
-    backend::axpby(share, chunk_loss, beta, total);
+    backend::axpby(static_cast<float>(static_cast<double>(m) / static_cast<double>(n)), chunk_loss, beta, total);
     if (!want) continue;
-    backend::softmax_xent_backward(lc, yc, lse_c, smoothing, unit, 0.f, lc);  // lc = d(chunk mean)/d logits
+    // lc = kLogitGradScale * (softmax - target); alpha = 1 / (kLogitGradScale * N) makes the products
+    // the gradients of the whole mean.
+    backend::softmax_xent_backward(lc, yc, lse_c, smoothing, scales[m == rows ? 0 : 1], 0.f, lc);
     if (want_x) {
       Tensor gxc = gx.narrow(0, start, m);
-      backend::gemm(false, false, share, lc, tw, 0.f, gxc);
+      backend::gemm(false, false, alpha, lc, tw, 0.f, gxc);
     }
-    if (want_w) backend::gemm(true, false, share, lc, xc, beta, gw);
-    if (want_b) backend::gemm(false, false, share, ones.narrow(0, 0, m).reshape({1, m}), lc, beta, gb);
+    if (want_w) backend::gemm(true, false, alpha, lc, xc, beta, gw);
+    if (want_b) backend::gemm(false, false, alpha, ones.narrow(0, 0, m).reshape({1, m}), lc, beta, gb);
   }
-  const Tensor loss = rounded_like(total, tx).reshape({});
+  Tensor loss = total.reshape({});
+  if (tx.dtype() != kFloat32) {
+    loss = empty_on({}, tx);
+    backend::cast(total.reshape({}), loss);
+  }
   if (!want) return Variable(loss);
   auto node = std::make_shared<LinearXentNode>();
-  node->grads = {gx, want_w ? rounded_like(gw, tw) : Tensor()};
-  if (bias.defined()) node->grads.push_back(want_b ? rounded_like(gb, tb).reshape({v}) : Tensor());
+  node->grads = {gx, gw};
+  if (bias.defined()) node->grads.push_back(want_b ? gb.reshape({v}) : Tensor());
   node->set_inputs(defined_inputs({&x, &weight, &bias}));
   return Variable::make_result(loss, node);
 }

@@ -40,9 +40,10 @@ struct LinearCrossEntropyOptions {
 /// gradient is wanted, turned into their gradient in place and multiplied out into x's gradient
 /// and added into weight's (and bias's) at once, in forward. So the op holds one chunk of logits
 /// while it runs, and afterwards only the gradients for a unit upstream gradient (x's shape,
-/// weight's, bias's), which backward scales by the upstream gradient on the device, with no
-/// host read. weight's and bias's gradients add up over the chunks in float32 and are rounded to
-/// 16 bits once. x (N, C), weight (V, C), bias: one float dtype and device, N, V >= 1; labels as
+/// weight's, bias's), in float32, which backward scales by the upstream gradient on the device,
+/// with no host read, and rounds once into the inputs' dtype: no 16-bit rounding per chunk, and
+/// float16's loss scale keeps working (a unit-gradient of a mean over many rows is below float16's
+/// normal range). x (N, C), weight (V, C), bias: one float dtype and device, N, V >= 1; labels as
 /// softmax_cross_entropy's, (N,) int32 in [0, V) (host labels are checked; on a GPU an
 /// out-of-range label gives a NaN loss). Works under NoGradGuard (then only the loss is computed).
 Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Tensor& labels,

@@ -221,32 +221,33 @@ TEST(OpsErrors, LossesRefuseBadOperands) {
 // --- linear_cross_entropy: the fused head and loss against linear then softmax_cross_entropy ---
 
 // The loss and the gradients of x, weight and (when given) bias, from `loss_of` run on fresh
-// leaves holding these values, with the upstream gradient 2.5 (not 1, so that backward's scaling
-// by the upstream gradient counts).
+// leaves holding these values, with an upstream gradient (2.5 by default: not 1, so that
+// backward's scaling by the upstream gradient counts).
 struct LossAndGrads {
   float loss;
   std::vector<float> gx, gw, gb;
 };
 template <typename LossOf>
-LossAndGrads loss_and_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, LossOf&& loss_of) {
+LossAndGrads loss_and_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, float upstream, LossOf&& loss_of) {
   Variable x(x0.clone(), true), w(w0.clone(), true), b;
   if (b0.defined()) b = Variable(b0.clone(), true);
   const Variable loss = loss_of(x, w, b);
   EXPECT_EQ(loss.shape(), Shape{});
   EXPECT_EQ(loss.data().dtype(), x0.dtype());
-  (loss * 2.5f).backward();
+  (loss * upstream).backward();
   return {loss.item(), values(x.grad()), values(w.grad()), b.defined() ? values(b.grad()) : std::vector<float>{}};
 }
 
-LossAndGrads unfused(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& labels, float smoothing = 0.f) {
-  return loss_and_grads(x, w, b, [&](const Variable& vx, const Variable& vw, const Variable& vb) {
+LossAndGrads unfused(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& labels, float smoothing = 0.f,
+                     float upstream = 2.5f) {
+  return loss_and_grads(x, w, b, upstream, [&](const Variable& vx, const Variable& vw, const Variable& vb) {
     return softmax_cross_entropy(linear(vx, vw, vb), labels, smoothing);
   });
 }
 
 LossAndGrads fused(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& labels,
-                   std::int64_t chunk_rows, float smoothing = 0.f) {
-  return loss_and_grads(x, w, b, [&](const Variable& vx, const Variable& vw, const Variable& vb) {
+                   std::int64_t chunk_rows, float smoothing = 0.f, float upstream = 2.5f) {
+  return loss_and_grads(x, w, b, upstream, [&](const Variable& vx, const Variable& vw, const Variable& vb) {
     LinearCrossEntropyOptions o;
     o.chunk_rows = chunk_rows;
     o.label_smoothing = smoothing;
@@ -327,6 +328,31 @@ TEST(OpsGradient, LinearCrossEntropyInBfloat16AndFloat16MatchesTheUnfusedLoss) {
                        std::string(dtype_name(dt)) + " chunk_rows " + std::to_string(rows));
     }
   }
+}
+
+TEST(OpsGradient, LinearCrossEntropyInFloat16KeepsTheGradientsALossScaleLifts) {
+  // float16 trains under a loss scale because the gradients of a mean over many rows fall below
+  // its normal range (6.1e-5). Here x's are about 1e-6 for an upstream gradient of 1 (4096 rows,
+  // a small weight) and the logits' about 4e-6; the op must not store either in float16 before
+  // backward brings the loss scale (1024), or they lose whole percents to float16's subnormals.
+  // Tolerance: 4 eps (2^-10) of each result's largest element, as above.
+  const Head h = random_head(53, 4096, 8, 64);
+  const Tensor x = h.x.to(kFloat16), w = (h.w * 0.02f).to(kFloat16);
+  const LossAndGrads want = unfused(x, w, Tensor(), h.labels, 0.f, 1024.f);
+  for (const std::int64_t rows : {1000, 0})
+    expect_same_loss(fused(x, w, Tensor(), h.labels, rows, 0.f, 1024.f), want, 4.f / 1024, 0.f,
+                     "chunk_rows " + std::to_string(rows));
+  // The logits' gradient of one row of a 4096-row chunk is 1/4096 of the row's (softmax - target):
+  // 2.6e-8 for a class of probability 1.1e-4, which float16 flushes to zero. 4096 equal rows make
+  // every row's error add up in that class's weight gradient; each element must match to 1%.
+  const std::int64_t n = 4096;
+  const Tensor xs = Tensor::from_vector(std::vector<float>(2 * n, 1.f), {n, 2}).to(kFloat16);
+  const Tensor ws = Tensor::from_vector<float>({0, 0, -7, 0, 2, 0, -3, 0}, {4, 2}).to(kFloat16);  // logits 0, -7, 2, -3
+  const Tensor ys = Tensor::from_vector(std::vector<std::int32_t>(n, 2), {n});
+  const LossAndGrads each_want = unfused(xs, ws, Tensor(), ys, 0.f, 1024.f);
+  const LossAndGrads each_got = fused(xs, ws, Tensor(), ys, 0, 0.f, 1024.f);
+  for (std::size_t i = 0; i < each_want.gw.size(); ++i)
+    EXPECT_NEAR(each_got.gw[i], each_want.gw[i], 0.01f * std::abs(each_want.gw[i])) << "grad of weight element " << i;
 }
 
 TEST(OpsGradient, LinearCrossEntropySumsTheWeightGradientOfManyChunksBeforeRoundingIt) {
