@@ -1,10 +1,13 @@
 // GPT-2 training throughput: full training steps of models::GPT2 — forward, cross-entropy over
 // every position, backward, gradient clipping to global norm 1.0, AdamW (lr 6e-4, betas 0.9 and
 // 0.95, weight decay 0.1 on the matrices and none on the vectors, as nanoGPT groups them) — on
-// random tokens that stay on the device. The flags and the recipe mirror the PyTorch peer's
+// random tokens that stay on the device. The loss goes through GPT2::loss, which takes the head
+// and the loss a chunk of rows at a time so that the logits are never whole; --head logits
+// computes them whole (forward, then softmax_cross_entropy), to measure what that saves. The flags and the recipe mirror the PyTorch peer's
 // `torch_peer.py gpt2`, so the two records sit side by side. Prints one key=value record:
 //   what=gpt2 layers=12 embd=768 heads=12 params=... bs=16 seq=1024 dtype=bfloat16 graph=0
 //   tokens_per_s=... step_ms=... peak_mem_bytes=... held_mem_bytes=... device=cuda iters=... loss=...
+//   head=chunked
 // 16-bit runs compute in that dtype on float32 master weights (optim::mixed_precision). The timed
 // steps run back to back with the device synchronised only before the first and after the last.
 // peak_mem_bytes is the caching allocator's peak over them (0 on the CPU); held_mem_bytes what
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
   bench::DeviceFlags flags;
   models::GPT2Config config = models::GPT2Config::gpt2_124m();
   std::int64_t batch = 16, seq = 1024;
-  std::string dtype_arg = "bfloat16";
+  std::string dtype_arg = "bfloat16", head = "chunked";
+  std::int64_t chunk_rows = 0;
   int iters = 0, warmup = -1;
   double clip = 1.0;
   bool graph = false;
@@ -64,6 +68,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", config.vocab_size, "vocabulary size")->check(CLI::PositiveNumber);
   app.add_option("--dtype", dtype_arg, "float32, bfloat16 or float16")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  app.add_option("--head", head, "chunked (GPT2::loss) or logits (the whole logits, then the loss)")
+      ->check(CLI::IsMember({"chunked", "logits"}));
+  app.add_option("--chunk-rows", chunk_rows, "rows per chunk of --head chunked (0: about 256 MiB of logits)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--clip", clip, "gradient clipping to this global norm (0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--iters", iters, "timed steps (default 30 on cuda, 2 on cpu)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first (default 5 on cuda, 1 on cpu)");
@@ -102,6 +110,7 @@ int main(int argc, char** argv) {
     if (clip > 0) optim::clip_gradients(opt, clip);
 
     const auto loss_of = [&](const Tensor& in, const Tensor& labels) {
+      if (head == "chunked") return model->loss(Variable(in), labels, chunk_rows);
       const Variable logits = (*model)(Variable(in));
       return softmax_cross_entropy(reshape(logits, {batch * seq, config.vocab_size}), labels);
     };
@@ -128,12 +137,13 @@ int main(int argc, char** argv) {
     });
     const double step_s = seconds / iters;
     std::printf("what=gpt2 layers=%lld embd=%lld heads=%lld params=%lld bs=%lld seq=%lld dtype=%s graph=%d clip=%g "
-                "tokens_per_s=%.0f step_ms=%.3f peak_mem_bytes=%zu held_mem_bytes=%zu device=%s iters=%d loss=%.4f\n",
+                "tokens_per_s=%.0f step_ms=%.3f peak_mem_bytes=%zu held_mem_bytes=%zu device=%s iters=%d loss=%.4f "
+                "head=%s\n",
                 static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),
                 static_cast<long long>(config.n_head), static_cast<long long>(model->num_parameters()),
                 static_cast<long long>(batch), static_cast<long long>(seq), dtype_name(dtype), graph ? 1 : 0,
                 clip, static_cast<double>(batch * seq) / step_s, step_s * 1e3, peak, held,
-                cuda ? "cuda" : "cpu", iters, loss);
+                cuda ? "cuda" : "cpu", iters, loss, head.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt2: %s\n", e.what());

@@ -138,12 +138,10 @@ Tensor model_ids(const Tensor& ids, std::int64_t vocab, const char* what, int ra
   return Tensor::from_vector(narrow, ids.shape());
 }
 
-/// The mean cross-entropy of predicting labels (B, T) int32 from ids (B, T).
+/// The mean cross-entropy of predicting labels (B, T) int32 from ids (B, T). GPT2::loss takes the
+/// head and the loss a chunk of rows at a time, so the (B*T, vocab) logits are never whole.
 Variable next_token_loss(models::GPT2& model, const Tensor& ids, const Tensor& labels) {
-  const std::int64_t rows = ids.size(0) * ids.size(1);
-  const Variable logits = model(Variable(ids));
-  return softmax_cross_entropy(reshape(logits, {rows, model.config().vocab_size}),
-                               labels.contiguous().reshape({rows}));
+  return model.loss(Variable(ids), labels);
 }
 
 /// Validation: the mean loss over the first steps·b·p windows of the validation shards, in

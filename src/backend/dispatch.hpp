@@ -39,6 +39,9 @@ struct DTypeRule {
   /// Bit i set: tensor i is exempt from `kind` and must be float32 instead (statistics kept in
   /// float32 beside 16-bit data).
   std::uint32_t float32_tensors = 0;
+  /// Bit i set: tensor i follows `kind` but may be float32 instead (a float32 result or
+  /// accumulator beside 16-bit operands, which then is not rounded to 16 bits).
+  std::uint32_t widened_tensors = 0;
 
   static constexpr DTypeRule any() { return {Kind::kAny}; }
   static constexpr DTypeRule same() { return {Kind::kSame}; }
@@ -47,11 +50,15 @@ struct DTypeRule {
   static constexpr DTypeRule float32() { return {Kind::kFloat32}; }
   /// This rule with tensor `index` required to be int32.
   constexpr DTypeRule int32_at(int index) const {
-    return {kind, int32_tensors | (std::uint32_t{1} << index), float32_tensors};
+    return {kind, int32_tensors | (std::uint32_t{1} << index), float32_tensors, widened_tensors};
   }
   /// This rule with tensor `index` required to be float32.
   constexpr DTypeRule float32_at(int index) const {
-    return {kind, int32_tensors, float32_tensors | (std::uint32_t{1} << index)};
+    return {kind, int32_tensors, float32_tensors | (std::uint32_t{1} << index), widened_tensors};
+  }
+  /// This rule with tensor `index` allowed to be float32 as well as what `kind` asks.
+  constexpr DTypeRule or_float32_at(int index) const {
+    return {kind, int32_tensors, float32_tensors, widened_tensors | (std::uint32_t{1} << index)};
   }
 };
 

@@ -137,7 +137,9 @@ DPL_DECLARE_KERNEL(scatter_add, any(),
 // --- math --------------------------------------------------------------------------------------
 
 /// c = alpha * op(a) op(b) + beta * c for row-major 2-D matrices (16-bit: float32 accumulation).
-DPL_DECLARE_KERNEL(gemm, floating(),
+/// c has a's and b's dtype, or float32 beside 16-bit a and b: then nothing is rounded to 16 bits,
+/// so products summed into c over several calls (beta 1) are rounded once, by whoever casts c.
+DPL_DECLARE_KERNEL(gemm, floating().or_float32_at(2),
                    void(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b, float beta,
                         Tensor& c));
 /// out (m, n) = x (m, k) w^T + bias for w (n, k) and bias (n,) added to every row: a linear
@@ -189,6 +191,11 @@ DPL_DECLARE_KERNEL(sum_squares, floating().float32_at(1), void(const Tensor& x, 
 DPL_DECLARE_KERNEL(clip_to_norm, floating().float32_at(1), void(Tensor& x, const Tensor& sum_squares, float max_norm));
 /// out = beta*out + alpha * s[0] for every element of out (s has one element, read on the device).
 DPL_DECLARE_KERNEL(fill_scaled, floating(), void(float alpha, const Tensor& s, float beta, Tensor& out));
+/// out = beta*out + s[0] * x elementwise (x and out with one element count, any rank, contiguous;
+/// s one element, read on the device, so the scale can be a gradient an earlier kernel wrote).
+/// x, s and out may each be float32, bfloat16 or float16: computed in float32 and rounded once,
+/// so a float32 x (a gradient kept unrounded) lands in a 16-bit out rounded once. out may be x.
+DPL_DECLARE_KERNEL(scale_by, floating_each(), void(const Tensor& x, const Tensor& s, float beta, Tensor& out));
 /// y = max(x, 0), any rank; NaN stays NaN (as PyTorch's relu).
 DPL_DECLARE_KERNEL(relu, floating(), void(const Tensor& x, Tensor& y));
 /// gx = beta*gx + gy * (y > 0), any rank.
@@ -198,12 +205,13 @@ DPL_DECLARE_KERNEL(relu_backward, floating(), void(const Tensor& y, const Tensor
 /// onehot(label) + smoothing / C, smoothing in [0, 1). Labels are int32; host labels are
 /// range-checked by the caller, and on the GPU an out-of-range label makes the loss NaN. Only lse
 /// is kept for backward, which recomputes the probabilities from the logits: no (N, C) tensor
-/// beside the logits.
-DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2),
+/// beside the logits. loss has the logits' dtype, or float32 (a mean that is summed on, unrounded).
+DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2).or_float32_at(3),
                    void(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss));
 /// glogits = beta*glogits + gloss[0] / N * (exp(logits - lse) - (1 - smoothing) * onehot(labels) -
 /// smoothing / C). glogits may be logits itself (beta 0): the gradient then replaces the logits.
-DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2),
+/// gloss has the logits' dtype, or float32 (a scale that a 16-bit type cannot hold exactly).
+DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2).or_float32_at(3),
                    void(const Tensor& logits, const Tensor& labels, const Tensor& lse, float smoothing,
                         const Tensor& gloss, float beta, Tensor& glogits));
 /// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.

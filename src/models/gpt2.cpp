@@ -155,7 +155,7 @@ GPT2::GPT2(const GPT2Config& config, Generator& gen) : config_(config) {
   transformer_ = register_module("transformer", std::make_shared<GPT2Transformer>(config, gen));
 }
 
-Variable GPT2::forward(const Variable& ids) {
+Variable GPT2::hidden(const Variable& ids) {
   DPL_CHECK(ids.defined(), "GPT2: expected ids (B, T), got an undefined Variable");
   const Tensor& t = ids.data();
   DPL_CHECK(t.dim() == 2 && t.size(0) >= 1 && t.size(1) >= 1, "GPT2: expected ids (B, T) with B, T >= 1, got ",
@@ -174,12 +174,27 @@ Variable GPT2::forward(const Variable& ids) {
     }
   }
   const GPT2Transformer& body = *transformer_;
-  const Variable& wte = body.wte_->weight();
   // wpe[0..T) is the first T rows of its weight: a view, whose gradient lands in those rows.
   Variable x = body.wte_->forward(ids) + narrow(body.wpe_->weight(), 0, 0, T);
   for (const auto& block : *body.h_) x = block->forward(x);
-  // The tied head: logits = ln_f(x) wte^T.
-  return linear(body.ln_f_->forward(x), wte);
+  return body.ln_f_->forward(x);
+}
+
+// The tied head: logits = ln_f(x) wte^T.
+Variable GPT2::forward(const Variable& ids) { return linear(hidden(ids), transformer_->wte_->weight()); }
+
+Variable GPT2::loss(const Variable& ids, const Tensor& targets, std::int64_t chunk_rows) {
+  const Variable h = hidden(ids);
+  const Shape& s = h.shape();
+  const std::int64_t rows = s[0] * s[1];
+  DPL_CHECK(targets.defined() && (targets.shape() == Shape{s[0], s[1]} || targets.shape() == Shape{rows}),
+            "GPT2::loss: expected targets of shape (", s[0], ", ", s[1], ") or (", rows, ",) for ids of shape ",
+            shape_str(ids.shape()), ", got ",
+            targets.defined() ? shape_str(targets.shape()) : std::string("an undefined tensor"));
+  LinearCrossEntropyOptions options;
+  options.chunk_rows = chunk_rows;
+  return linear_cross_entropy(reshape(h, {rows, s[2]}), transformer_->wte_->weight(),
+                              targets.contiguous().reshape({rows}), options);
 }
 
 std::shared_ptr<GPT2> gpt2(const GPT2Config& config, Generator& gen) { return std::make_shared<GPT2>(config, gen); }

@@ -142,10 +142,23 @@ class GPT2 : public nn::Module {
   /// and an id out of range gives NaN logits, as nn::Embedding). Returns the logits (B, T,
   /// vocab_size), of the parameters' dtype.
   Variable forward(const Variable& ids) override;
+  /// The mean next-token cross-entropy of forward(ids)'s logits against targets — what
+  /// softmax_cross_entropy(reshape(forward(ids), {B*T, vocab_size}), targets) gives — through
+  /// linear_cross_entropy with the tied head wte as its weight, so training never holds the
+  /// (B*T, vocab_size) logits (1.6 GB in bfloat16 for GPT-2's usual 16 x 1024 batch), only
+  /// chunks of chunk_rows rows of them (0: about 256 MiB each, see LinearCrossEntropyOptions). The
+  /// head's gradient adds up with the embedding's in transformer.wte.weight's, as forward's does.
+  /// ids as forward; targets int32 on the model's device, (B, T) or (B*T,), each in [0, vocab_size)
+  /// (checked on the CPU; on a GPU one out of range gives a NaN loss). Returns shape () of the
+  /// parameters' dtype.
+  Variable loss(const Variable& ids, const Tensor& targets, std::int64_t chunk_rows = 0);
   const GPT2Config& config() const { return config_; }
   const GPT2Transformer& transformer() const { return *transformer_; }
 
  private:
+  /// ln_f of the last block's output (B, T, n_embd): what the head multiplies by wte^T.
+  Variable hidden(const Variable& ids);
+
   GPT2Config config_;
   std::shared_ptr<GPT2Transformer> transformer_;
 };

@@ -1,5 +1,6 @@
-// Losses and metrics: softmax cross-entropy, accuracy, negative log-likelihood, and the pointwise
-// losses (mean squared, L1, smooth L1, binary cross-entropy on probabilities and on logits).
+// Losses and metrics: softmax cross-entropy (alone, and fused with the linear layer before it so
+// that a language model's logits are never whole), accuracy, negative log-likelihood, and the
+// pointwise losses (mean squared, L1, smooth L1, binary cross-entropy on probabilities and on logits).
 #include <algorithm>
 
 #include "autograd/ops/support.hpp"
@@ -10,23 +11,29 @@ using namespace ops_detail;
 
 namespace {
 
-// Logits (N, C) and int32 labels (N,) in [0, C) on the logits' device.
-void check_logits_labels(const char* op, const Variable& logits, const Tensor& labels) {
-  check_operands(op, {{logits, "logits", 2, " (N, C)"}});
-  const Tensor& tl = logits.data();
+// int32 labels (rows,) in [0, classes) on the device of `like` (named like_name), whose rows
+// they label.
+void check_labels(const char* op, const Tensor& labels, std::int64_t classes, const Tensor& like,
+                  const char* like_name) {
   DPL_CHECK(labels.defined(), op, ": expected labels, got an undefined tensor");
   DPL_CHECK(labels.dtype() == DType::kInt32, op, ": expected labels of dtype int32, got ", labels.dtype());
-  DPL_CHECK(labels.dim() == 1 && labels.size(0) == tl.size(0), op, ": expected labels of shape (", tl.size(0),
-            ",) for logits of shape ", shape_str(tl.shape()), ", got ", shape_str(labels.shape()));
-  check_same_device(op, tl, "logits", labels, "labels");
+  DPL_CHECK(labels.dim() == 1 && labels.size(0) == like.size(0), op, ": expected labels of shape (", like.size(0),
+            ",) for ", like_name, " of shape ", shape_str(like.shape()), ", got ", shape_str(labels.shape()));
+  check_same_device(op, like, like_name, labels, "labels");
   // Device labels are not read back here: that would make the host wait for the GPU on every
   // step. The CUDA loss turns an out-of-range label into NaN instead (see the header).
   if (labels.numel() == 0 || !labels.device().is_cpu()) return;
   const Tensor t = dense(labels);
   const std::int32_t* p = t.data<std::int32_t>();
   const auto [lo, hi] = std::minmax_element(p, p + t.numel());
-  DPL_CHECK(*lo >= 0 && *hi < tl.size(1), op, ": expected labels in [0, ", tl.size(1), "), got values in [", *lo,
-            ", ", *hi, "]");
+  DPL_CHECK(*lo >= 0 && *hi < classes, op, ": expected labels in [0, ", classes, "), got values in [", *lo, ", ", *hi,
+            "]");
+}
+
+// Logits (N, C) and int32 labels (N,) in [0, C) on the logits' device.
+void check_logits_labels(const char* op, const Variable& logits, const Tensor& labels) {
+  check_operands(op, {{logits, "logits", 2, " (N, C)"}});
+  check_labels(op, labels, logits.data().size(1), logits.data(), "logits");
 }
 
 // Keeps the logits and each row's log-sum-exp, and recomputes the probabilities in backward. When
@@ -169,6 +176,60 @@ void check_label_range(const char* op, const Tensor& labels, std::int64_t classe
   }
 }
 
+// --- linear + softmax cross-entropy, a chunk of rows at a time ---------------------------------
+// About this many bytes of logits per chunk when the caller does not choose: large enough that
+// the chunk's matrix products run at full speed, small beside the (N, V) logits of a language
+// model's batch (1.6 GB for GPT-2's 16k rows in bfloat16).
+constexpr std::int64_t kChunkLogitsBytes = std::int64_t{256} << 20;
+
+// The logits' gradient is kept times this while it is multiplied out: |softmax - target| <= 1, so
+// float16 holds it below 32768 and well above its subnormals (unscaled, the gradient of a mean
+// over N rows is what a loss scale exists to lift out of them). A power of 2: exact in every dtype.
+constexpr double kLogitGradScale = 32768.0;
+
+// Rows per chunk: the caller's count as given, else the fewest chunks of at most
+// kChunkLogitsBytes of logits, with their rows spread evenly so the last chunk is not a sliver.
+// Never more than 2^24 rows, so that kLogitGradScale times a chunk's rows is exact in float32.
+std::int64_t chunk_rows_for(std::int64_t asked, std::int64_t rows, std::int64_t classes, DType dtype) {
+  const auto row_bytes = classes * static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t most = std::min({asked > 0 ? asked : std::max<std::int64_t>(1, kChunkLogitsBytes / row_bytes),
+                                      rows, std::int64_t{1} << 24});
+  if (asked > 0) return most;
+  const std::int64_t chunks = (rows + most - 1) / most;
+  return (rows + chunks - 1) / chunks;
+}
+
+// The logits are gone by backward (each chunk's were overwritten by the next), so forward leaves
+// the gradients for an upstream gradient of 1, in float32, and backward only scales them by the
+// upstream gradient, which stays on the device (reading it back would stall the step and break
+// CUDA-graph capture), rounding each once into its input's dtype. A float32 intermediate input's
+// gradient is scaled in place and handed on as its buffer.
+class LinearXentNode final : public Node {
+ public:
+  std::vector<Tensor> grads;  // float32, one per input in set_inputs' order; undefined where none is needed
+  const char* name() const override { return "linear_cross_entropy"; }
+  bool adopts_gradient_buffers() const override { return true; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    const Tensor g = dense(gy);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (!t[i].needed()) continue;
+      Tensor& unit = grads[i];
+      DPL_CHECK(unit.defined(), name(), ": a gradient was asked for input ", i, ", which forward found needing none");
+      const auto scale = [&](float beta, Tensor& out) { backend::scale_by(unit, g, beta, out); };
+      if (t[i].unallocated && !t[i].tensor->defined()) {
+        if (unit.storage().use_count() == 1 && t[i].fits(unit)) {
+          scale(0.f, unit);
+          *t[i].tensor = unit;
+          continue;
+        }
+        t[i].allocate();
+      }
+      write_in(t[i], MemoryFormat::kContiguous, scale);
+    }
+  }
+  void release() override { grads.clear(); }
+};
+
 }  // namespace
 
 Variable nll_loss(const Variable& log_probs, const Tensor& labels, std::int64_t ignore_index, Reduction reduction) {
@@ -246,6 +307,94 @@ Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, flo
   node->labels = ty;
   node->smoothing = label_smoothing;
   node->set_inputs({logits});
+  return Variable::make_result(loss, node);
+}
+
+Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Tensor& labels,
+                              const LinearCrossEntropyOptions& options) {
+  const char* op = "linear_cross_entropy";
+  const Variable& bias = options.bias;
+  check_operands(op, {{x, "an input", 2, " (N, C)"}, {weight, "a weight", 2, " (V, C)"}});
+  const Tensor& x0 = x.data();
+  const Tensor& w0 = weight.data();
+  const std::int64_t n = x0.size(0), v = w0.size(0);
+  DPL_CHECK(w0.size(1) == x0.size(1), op, ": expected a weight of shape (V, ", x0.size(1), ") for an input of shape ",
+            shape_str(x0.shape()), ", got ", shape_str(w0.shape()));
+  DPL_CHECK(n > 0, op, ": expected an input with at least one row, got shape ", shape_str(x0.shape()));
+  DPL_CHECK(v > 0, op, ": expected a weight with at least one row (class), got shape ", shape_str(w0.shape()));
+  if (bias.defined()) {
+    check_operands(op, {{x, "an input"}, {bias, "a bias", 1, " (V,)"}});
+    DPL_CHECK(bias.data().size(0) == v, op, ": expected a bias of shape (", v, ",) for a weight of shape ",
+              shape_str(w0.shape()), ", got ", shape_str(bias.shape()));
+  }
+  const float smoothing = options.label_smoothing;
+  DPL_CHECK(smoothing >= 0.f && smoothing < 1.f, op, ": expected label_smoothing in [0, 1), got ", smoothing);
+  DPL_CHECK(options.chunk_rows >= 0, op, ": expected chunk_rows >= 0 (0: chosen from the logits' size), got ",
+            options.chunk_rows);
+  check_labels(op, labels, v, x0, "an input");
+
+  const Tensor tx = dense(x0), tw = dense(w0), ty = dense(labels);
+  const Tensor tb = bias.defined() ? dense(bias.data()) : Tensor();
+  const bool want_x = any_requires_grad({&x}), want_w = any_requires_grad({&weight});
+  const bool want_b = bias.defined() && any_requires_grad({&bias});
+  const bool want = want_x || want_w || want_b;
+  const std::int64_t rows = chunk_rows_for(options.chunk_rows, n, v, tx.dtype());
+  const TensorOptions f32(kFloat32, tx.device());
+
+  // One chunk's logits, reused by every chunk (the last may use fewer rows). The loss and the
+  // gradients add up, and wait for backward, in float32: rounding each chunk's share to 16 bits
+  // would lose what later chunks add to a 16-bit sum, and the gradients for a unit upstream
+  // gradient are far smaller than the ones a loss scale makes (float16 would flush them to zero).
+  Tensor logits = empty_on({rows, v}, tx);
+  Tensor lse = Tensor::empty({rows}, f32), chunk_loss = Tensor::empty({1}, f32), total = Tensor::empty({1}, f32);
+  Tensor gx, gw, gb, ones;
+  if (want_x) gx = Tensor::empty({n, x0.size(1)}, f32);
+  if (want_w) gw = Tensor::empty({v, x0.size(1)}, f32);
+  if (want_b) {
+    gb = Tensor::empty({1, v}, f32);
+    ones = empty_on({rows}, tx);
+    backend::fill(ones, 1.0);
+  }
+  // The kernel divides its gradient scale by the chunk's rows; scales[k] (k = 1 for a shorter
+  // last chunk) cancels that and leaves the logits' gradient times kLogitGradScale.
+  const std::int64_t last = n - (n - 1) / rows * rows;
+  Tensor scales[2];
+  for (int k = 0; k < 2 && want; ++k) {
+    scales[k] = Tensor::empty({1}, f32);
+    backend::fill(scales[k], kLogitGradScale * static_cast<double>(k == 0 ? rows : last));
+  }
+  const auto alpha = static_cast<float>(1.0 / (kLogitGradScale * static_cast<double>(n)));
+  for (std::int64_t start = 0; start < n; start += rows) {
+    const std::int64_t m = std::min(rows, n - start);
+    const Tensor xc = tx.narrow(0, start, m), yc = ty.narrow(0, start, m);
+    Tensor lc = logits.narrow(0, 0, m), lse_c = lse.narrow(0, 0, m);
+    if (tb.defined()) backend::linear_bias(xc, tw, tb, lc);
+    else backend::gemm(false, true, 1.f, xc, tw, 0.f, lc);
+    backend::softmax_xent(lc, yc, smoothing, lse_c, chunk_loss);
+    // The kernel takes the chunk's mean; its share of the rows makes it the whole mean's part.
+    const float beta = start == 0 ? 0.f : 1.f;
+    backend::axpby(static_cast<float>(static_cast<double>(m) / static_cast<double>(n)), chunk_loss, beta, total);
+    if (!want) continue;
+    // lc = kLogitGradScale * (softmax - target); alpha = 1 / (kLogitGradScale * N) makes the products
+    // the gradients of the whole mean.
+    backend::softmax_xent_backward(lc, yc, lse_c, smoothing, scales[m == rows ? 0 : 1], 0.f, lc);
+    if (want_x) {
+      Tensor gxc = gx.narrow(0, start, m);
+      backend::gemm(false, false, alpha, lc, tw, 0.f, gxc);
+    }
+    if (want_w) backend::gemm(true, false, alpha, lc, xc, beta, gw);
+    if (want_b) backend::gemm(false, false, alpha, ones.narrow(0, 0, m).reshape({1, m}), lc, beta, gb);
+  }
+  Tensor loss = total.reshape({});
+  if (tx.dtype() != kFloat32) {
+    loss = empty_on({}, tx);
+    backend::cast(total.reshape({}), loss);
+  }
+  if (!want) return Variable(loss);
+  auto node = std::make_shared<LinearXentNode>();
+  node->grads = {gx, gw};
+  if (bias.defined()) node->grads.push_back(want_b ? gb.reshape({v}) : Tensor());
+  node->set_inputs(defined_inputs({&x, &weight, &bias}));
   return Variable::make_result(loss, node);
 }
 

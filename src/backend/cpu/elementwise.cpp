@@ -172,6 +172,15 @@ void fill_scaled_cpu(float alpha, const Tensor& s, float beta, Tensor& out) {
   else for_each_index(out.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v; });
 }
 
+// Widened: each 16-bit operand arrives as float32, whatever the others' dtypes.
+void scale_by_cpu(const Tensor& x, const Tensor& s, float beta, Tensor& out) {
+  const float v = s.data<float>()[0];
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  if (beta == 0.f) for_each_index(x.numel(), [&](std::int64_t i) { po[i] = v * px[i]; });
+  else for_each_index(x.numel(), [&](std::int64_t i) { po[i] = beta * po[i] + v * px[i]; });
+}
+
 // `!(x <= 0)` lets NaN through, as PyTorch's relu does.
 void relu_cpu(const Tensor& x, Tensor& y) {
   const float* px = x.data<float>();
@@ -197,6 +206,7 @@ DPL_REGISTER_CPU_FLOAT_KERNEL(sum_all, sum_all_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(sum_squares, sum_squares_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(clip_to_norm, clip_to_norm_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(fill_scaled, fill_scaled_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(scale_by, scale_by_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu, relu_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(relu_backward, relu_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(where, where_cpu);

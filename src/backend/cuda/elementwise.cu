@@ -1,5 +1,5 @@
-// Elementwise maps and reductions: binary ops with broadcasting, where, axpby, fill_scaled, relu
-// and its backward, column sums (bias gradients) and the sum of all elements.
+// Elementwise maps and reductions: binary ops with broadcasting, where, axpby, fill_scaled,
+// scale_by, relu and its backward, column sums (bias gradients) and the sum of all elements.
 //
 // Every kernel takes float32, bfloat16 or float16 and computes in float (device_utils.cuh).
 // PyTorch-style broadcasts (Broadcast::kShape, where) whose operands repeat over leading
@@ -255,6 +255,24 @@ __global__ void fill_scaled_kernel(float alpha, const T* s, float beta, T* out, 
       for (int j = 0; j < V; ++j) r.v[j] = v;
     }
     store<V>(out + i, r);
+  }
+}
+
+// s[0] of a one-element tensor whose dtype is known at run time only: scale_by's operands may
+// each have their own dtype, and a template per triple would build 27 kernels for one loop.
+__device__ __forceinline__ float scalar_as_float(const void* s, DType dtype) {
+  if (dtype == DType::kBFloat16) return to_float(*static_cast<const __nv_bfloat16*>(s));
+  if (dtype == DType::kFloat16) return to_float(*static_cast<const __half*>(s));
+  return *static_cast<const float*>(s);
+}
+
+// out may be x: each element is read before it is written, by the same thread.
+template <bool acc, typename TX, typename TO>
+__global__ void scale_by_kernel(const TX* x, const void* s, DType s_dtype, float beta, TO* out, std::int64_t n) {
+  const float v = scalar_as_float(s, s_dtype);
+  for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const float r = v * to_float(x[i]);
+    out[i] = from_float<TO>(acc ? beta * to_float(out[i]) + r : r);
   }
 }
 
@@ -539,6 +557,16 @@ void launch_fill_scaled(float alpha, const T* s, float beta, T* out, std::int64_
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+template <typename TX, typename TO>
+void launch_scale_by(const TX* x, const void* s, DType s_dtype, float beta, TO* out, std::int64_t n, int device,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, kThreads, device);
+  if (beta != 0.f) scale_by_kernel<true><<<grid, kThreads, 0, stream>>>(x, s, s_dtype, beta, out, n);
+  else scale_by_kernel<false><<<grid, kThreads, 0, stream>>>(x, s, s_dtype, beta, out, n);
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_relu(const T* x, T* y, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
@@ -757,6 +785,17 @@ void fill_scaled_cuda(float alpha, const Tensor& s, float beta, Tensor& o) {
   });
 }
 
+void scale_by_cuda(const Tensor& x, const Tensor& s, float beta, Tensor& o) {
+  on_device_typed(x, "scale_by", [&](auto tx, CudaDevice& d) {
+    using TX = typename decltype(tx)::type;
+    cuda_detail::with_float_type(o.dtype(), "scale_by", [&](auto to) {
+      using TO = typename decltype(to)::type;
+      cuda_detail::launch_scale_by(in_ptr<TX>(x), s.raw_data(), s.dtype(), beta, out_ptr<TO>(o), x.numel(),
+                                   d.device(), d.stream());
+    });
+  });
+}
+
 void relu_cuda(const Tensor& x, Tensor& y) {
   on_device_typed(x, "relu", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
@@ -783,6 +822,7 @@ DPL_REGISTER_KERNEL(sum_all, kCuda, sum_all_cuda);
 DPL_REGISTER_KERNEL(sum_squares, kCuda, sum_squares_cuda);
 DPL_REGISTER_KERNEL(clip_to_norm, kCuda, clip_to_norm_cuda);
 DPL_REGISTER_KERNEL(fill_scaled, kCuda, fill_scaled_cuda);
+DPL_REGISTER_KERNEL(scale_by, kCuda, scale_by_cuda);
 DPL_REGISTER_KERNEL(relu, kCuda, relu_cuda);
 DPL_REGISTER_KERNEL(relu_backward, kCuda, relu_backward_cuda);
 

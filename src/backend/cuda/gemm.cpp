@@ -65,7 +65,8 @@ void gemm_any(const char* name, bool batched, bool trans_a, bool trans_b, float 
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   const auto lda = static_cast<int>(a.size(r + 1)), ldb = static_cast<int>(b.size(r + 1));
-  const cudaDataType_t t = cuda_data_type(a.dtype());
+  // c may be float32 beside 16-bit a and b (an accumulator): cuBLAS takes that pair as it is.
+  const cudaDataType_t t = cuda_data_type(a.dtype()), tc = cuda_data_type(c.dtype());
   // beta 0 makes cuBLAS ignore C's old contents (NaN included), as the kernel contract wants.
   if (!batched) {
     if (a.dtype() == kFloat32) {
@@ -74,7 +75,7 @@ void gemm_any(const char* name, bool batched, bool trans_a, bool trans_b, float 
       return;
     }
     DPL_CUBLAS_CHECK(cublasGemmEx(h, op_b, op_a, ni, mi, ki, &alpha, b.raw_data(), t, ldb, a.raw_data(), t, lda, &beta,
-                                  c.raw_data(), t, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  c.raw_data(), tc, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
   const long long sa = a.size(1) * a.size(2), sb = b.size(1) * b.size(2), sc = m * n;
@@ -85,7 +86,7 @@ void gemm_any(const char* name, bool batched, bool trans_a, bool trans_b, float 
     return;
   }
   DPL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, op_b, op_a, ni, mi, ki, &alpha, b.raw_data(), t, ldb, sb,
-                                              a.raw_data(), t, lda, sa, &beta, c.raw_data(), t, ni, sc, count,
+                                              a.raw_data(), t, lda, sa, &beta, c.raw_data(), tc, ni, sc, count,
                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

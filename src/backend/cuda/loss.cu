@@ -39,9 +39,9 @@ __device__ __forceinline__ void merge_exp_sum(float& m, float& s, float om, floa
 // one pass: each thread keeps a running (max, sum of exponentials) pair, rescaled as its max grows,
 // and the pairs meet in a fixed shuffle tree and then across the warps. Writes each row's
 // log-sum-exp for backward and adds the rows' losses in the one-launch reduction.
-template <int V, typename T>
+template <int V, typename T, typename L>
 __global__ void __launch_bounds__(kThreads)
-    softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, float* lse, T* loss,
+    softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, float* lse, L* loss,
                         std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter) {
   __shared__ float part_m[kWarpsPerBlock], part_s[kWarpsPerBlock], part_sum[kWarpsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -99,15 +99,15 @@ __global__ void __launch_bounds__(kThreads)
   const double block = block_sum(row_losses);
   double total = 0.0;
   if (last_block_total(block, partials, counter, &total) && threadIdx.x == 0) {
-    loss[0] = from_float<T>(rows ? static_cast<float>(total / static_cast<double>(rows)) : 0.f);
+    loss[0] = from_float<L>(rows ? static_cast<float>(total / static_cast<double>(rows)) : 0.f);
   }
 }
 
 // Elementwise over V-element packs (cols % V == 0, so a pack never crosses rows). glogits may be
 // logits: each thread reads a pack before it writes the same pack.
-template <int V, bool acc, typename T>
+template <int V, bool acc, typename T, typename G>
 __global__ void softmax_xent_backward_kernel(const T* logits, const std::int32_t* labels, const float* lse,
-                                             float smoothing, const T* gloss, T* glogits, std::int64_t rows,
+                                             float smoothing, const G* gloss, T* glogits, std::int64_t rows,
                                              std::int64_t cols) {
   const float scale = rows ? to_float(gloss[0]) / static_cast<float>(rows) : 0.f;
   const float uniform = smoothing / static_cast<float>(cols);
@@ -252,32 +252,32 @@ unsigned row_grid(std::int64_t rows, int device) {
   return grid > static_cast<unsigned>(CudaDevice::kMaxReduceBlocks) ? CudaDevice::kMaxReduceBlocks : grid;
 }
 
-template <typename T>
-void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, float* lse, T* loss,
+template <typename T, typename L>
+void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, float* lse, L* loss,
                          std::int64_t rows, std::int64_t cols, const CudaDevice::ReduceScratch& s, int device,
                          cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(
       1, std::min<std::int64_t>(rows, std::min<std::int64_t>(CudaDevice::kMaxReduceBlocks, 8 * sm_count(device)))));
   with_pack_width<T>(static_cast<int>(cols), {logits}, [&](auto v) {
-    softmax_xent_kernel<decltype(v)::value>
+    softmax_xent_kernel<decltype(v)::value, T, L>
         <<<grid, kThreads, 0, stream>>>(logits, labels, smoothing, lse, loss, rows, cols, s.partials, s.counter);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T>
+template <typename T, typename G>
 void launch_softmax_xent_backward(const T* logits, const std::int32_t* labels, const float* lse, float smoothing,
-                                  const T* gloss, bool acc, T* glogits, std::int64_t rows, std::int64_t cols,
+                                  const G* gloss, bool acc, T* glogits, std::int64_t rows, std::int64_t cols,
                                   int device, cudaStream_t stream) {
   if (rows * cols == 0) return;
   with_pack_width<T>(static_cast<int>(cols), {logits, glogits}, [&](auto v) {
     constexpr int kV = decltype(v)::value;
     const unsigned grid = grid_for(rows * cols / kV, kThreads, device);
     if (acc)
-      softmax_xent_backward_kernel<kV, true>
+      softmax_xent_backward_kernel<kV, true, T, G>
           <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
     else
-      softmax_xent_backward_kernel<kV, false>
+      softmax_xent_backward_kernel<kV, false, T, G>
           <<<grid, kThreads, 0, stream>>>(logits, labels, lse, smoothing, gloss, glogits, rows, cols);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
@@ -374,9 +374,13 @@ using cuda_detail::on_device_typed;
 void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, float smoothing, Tensor& lse, Tensor& loss) {
   on_device_typed(logits, "softmax_xent", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<float>(lse),
-                                     out_ptr<T>(loss), logits.size(0), logits.size(1), d.scratch(), d.device(),
-                                     d.stream());
+    // The loss may be float32 beside 16-bit logits (the kernel's contract): the mean is then not rounded.
+    const auto launch = [&](auto* out) {
+      cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<float>(lse),
+                                       out, logits.size(0), logits.size(1), d.scratch(), d.device(), d.stream());
+    };
+    if (loss.dtype() == kFloat32) launch(out_ptr<float>(loss));
+    else launch(out_ptr<T>(loss));
   });
 }
 
@@ -384,10 +388,14 @@ void softmax_xent_backward_cuda(const Tensor& logits, const Tensor& labels, cons
                                 const Tensor& gloss, float beta, Tensor& glogits) {
   on_device_typed(logits, "softmax_xent_backward", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
-    cuda_detail::launch_softmax_xent_backward(in_ptr<T>(logits), labels.data<std::int32_t>(), in_ptr<float>(lse),
-                                              smoothing, in_ptr<T>(gloss), beta != 0.f, out_ptr<T>(glogits),
-                                              logits.size(0),
-                                              logits.size(1), d.device(), d.stream());
+    // gloss may be float32 beside 16-bit logits (the kernel's contract): a scale 16 bits cannot hold.
+    const auto launch = [&](const auto* g) {
+      cuda_detail::launch_softmax_xent_backward(in_ptr<T>(logits), labels.data<std::int32_t>(), in_ptr<float>(lse),
+                                                smoothing, g, beta != 0.f, out_ptr<T>(glogits), logits.size(0),
+                                                logits.size(1), d.device(), d.stream());
+    };
+    if (gloss.dtype() == kFloat32) launch(in_ptr<float>(gloss));
+    else launch(in_ptr<T>(gloss));
   });
 }
 

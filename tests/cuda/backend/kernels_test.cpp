@@ -345,23 +345,85 @@ void expect_close_half(const Tensor& got, const Tensor& want, float atol, const 
 }
 
 TEST_F(KernelsTest, HalfGemm) {
+  // Into a 16-bit output, and into a float32 one (cublasGemmEx with a 32-bit C: an accumulator
+  // over calls with beta 1, not rounded to 16 bits), against the CPU's product of the same values.
   for (DType dt : kHalfTypes) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
-        for (float beta : {0.f, 1.f}) {
-          const std::int64_t m = 37, k = 53, n = 29;
-          const Tensor a = rand_as(*this, dt, ta ? Shape{k, m} : Shape{m, k});
-          const Tensor b = rand_as(*this, dt, tb ? Shape{n, k} : Shape{k, n});
-          const Tensor c0 = rand_as(*this, dt, {m, n});
-          Tensor want = c0.clone();
-          backend::gemm(ta, tb, 0.75f, a, b, beta, want);
-          Tensor got = beta == 0.f ? poisoned_as(dt, {m, n}) : on_gpu(c0);
-          backend::gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
-          expect_close_half(got, want, 1e-5f * static_cast<float>(k),
-                            "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    for (DType out : {dt, kFloat32}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (float beta : {0.f, 1.f}) {
+            const std::int64_t m = 37, k = 53, n = 29;
+            const Tensor a = rand_as(*this, dt, ta ? Shape{k, m} : Shape{m, k});
+            const Tensor b = rand_as(*this, dt, tb ? Shape{n, k} : Shape{k, n});
+            const Tensor c0 = rand_as(*this, out, {m, n});
+            Tensor want = c0.clone();
+            backend::gemm(ta, tb, 0.75f, a, b, beta, want);
+            Tensor got = beta == 0.f ? poisoned_as(out, {m, n}) : on_gpu(c0);
+            backend::gemm(ta, tb, 0.75f, on_gpu(a), on_gpu(b), beta, got);
+            const std::string what = std::string("gemm into ") + dtype_name(out) + " ta=" + std::to_string(ta) +
+                                     " tb=" + std::to_string(tb) + " beta=" + std::to_string(beta);
+            if (out == kFloat32) expect_close(got, want, 1e-5f, 1e-6f * static_cast<float>(k), what);
+            else expect_close_half(got, want, 1e-5f * static_cast<float>(k), what);
+          }
         }
       }
     }
+  }
+}
+
+TEST_F(KernelsTest, ScaleByEveryDtypeTripleReadsItsScaleOnTheDevice) {
+  // out = beta*out + s[0] * x with each operand of its own dtype, against the CPU: within one unit
+  // in the last place of out's dtype (both round float32 results once; one may fuse the multiply-add).
+  const DType all[] = {kFloat32, kBFloat16, kFloat16};
+  for (DType tx : all) {
+    for (DType ts : all) {
+      for (DType to : all) {
+        for (float beta : {0.f, 1.f}) {
+          const Tensor x = rand({1003}).to(tx), s = rand({}, 0.5f, 2.f).to(ts), o0 = rand({1003}).to(to);
+          Tensor want = o0.clone();
+          backend::scale_by(x, s, beta, want);
+          Tensor got = beta == 0.f ? poisoned_as(to, {1003}) : on_gpu(o0);
+          backend::scale_by(on_gpu(x), on_gpu(s), beta, got);
+          ASSERT_EQ(got.dtype(), to);
+          expect_close(got.to(kFloat32), want.to(kFloat32), to == kFloat32 ? 1e-6f : ulp_of(to), 1e-7f,
+                       std::string("scale_by x ") + dtype_name(tx) + " s " + dtype_name(ts) + " out " +
+                           dtype_name(to) + " beta " + std::to_string(beta));
+        }
+      }
+    }
+  }
+  Tensor in_place = on_gpu(rand({64}).to(kBFloat16));  // out may be x
+  const Tensor before = in_place.to(kFloat32).to(Device::cpu());
+  backend::scale_by(in_place, on_gpu(Tensor::full({}, 2.0)), 0.f, in_place);
+  expect_close(in_place.to(kFloat32), before.to(kFloat32).to(gpu()) * 2.f, 0.f, 0.f, "scale_by in place");
+}
+
+TEST_F(KernelsTest, HalfSoftmaxCrossEntropyBackwardWithAFloat32Scale) {
+  // gloss float32 beside 16-bit logits: 2^15 times the rows, which no 16-bit type holds exactly,
+  // so the gradient comes out times 2^15: the CPU's float32 result rounded once (one ulp apart).
+  for (DType dt : kHalfTypes) {
+    const Tensor logits = rand_as(*this, dt, {77, 1000}), y = labels(77, 1000);
+    Tensor lse = Tensor::empty({77}), l = Tensor::empty({});
+    backend::softmax_xent(logits.to(kFloat32), y, 0.f, lse, l);
+    const Tensor big = Tensor::full({}, 32768.0 * 77);
+    Tensor want = Tensor::empty({77, 1000}, dt);
+    backend::softmax_xent_backward(logits, y, lse, 0.f, big, 0.f, want);
+    Tensor got = poisoned_as(dt, {77, 1000});
+    backend::softmax_xent_backward(on_gpu(logits), on_gpu(y), on_gpu(lse), 0.f, on_gpu(big), 0.f, got);
+    expect_close_half(got, want, 1e-3f, "softmax_xent_backward with a float32 gloss");
+  }
+}
+
+TEST_F(KernelsTest, HalfSoftmaxCrossEntropyIntoAFloat32Loss) {
+  // A 16-bit cross-entropy's mean into a float32 loss: not rounded to 16 bits (which would move it
+  // by up to 2^-9 of itself, far beyond 1e-5).
+  for (DType dt : kHalfTypes) {
+    const Tensor logits = rand_as(*this, dt, {300, 1000}), y = labels(300, 1000);
+    Tensor wlse = Tensor::empty({300}), wl = Tensor::empty({});
+    backend::softmax_xent(logits.to(kFloat32), y, 0.f, wlse, wl);
+    Tensor glse = poisoned({300}), gl = poisoned({});
+    backend::softmax_xent(on_gpu(logits), on_gpu(y), 0.f, glse, gl);
+    expect_close(gl, wl, 1e-5f, 0.f, std::string("softmax_xent float32 loss of ") + dtype_name(dt) + " logits");
   }
 }
 

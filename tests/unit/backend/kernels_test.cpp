@@ -85,6 +85,53 @@ TEST_P(HalfKernels, Gemm) {
   }
 }
 
+TEST_P(HalfKernels, GemmIntoFloat32IsNotRoundedTo16Bits) {
+  // 16-bit operands, a float32 output: the float32 product of the same values, added with beta 1
+  // onto a value no 16-bit type holds (1 + 2^-20) and kept so.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::int64_t m = 7, k = 33, n = 5;
+      const Tensor a = exact_in(dt(), ta ? Shape{k, m} : Shape{m, k}, gen_);
+      const Tensor b = exact_in(dt(), tb ? Shape{n, k} : Shape{k, n}, gen_);
+      for (float beta : {0.f, 1.f}) {
+        const Tensor c0 = Tensor::full({m, n}, 1.0 + std::ldexp(1.0, -20));
+        Tensor want = c0.clone(), got = c0.clone();
+        backend::gemm(ta, tb, 0.5f, a, b, beta, want);
+        backend::gemm(ta, tb, 0.5f, half(a), half(b), beta, got);
+        EXPECT_EQ(got.dtype(), kFloat32);
+        EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>())
+            << "ta=" << ta << " tb=" << tb << " beta=" << beta;
+      }
+    }
+  }
+}
+
+TEST_P(HalfKernels, ScaleByMixesDtypesAndRoundsOnce) {
+  // x, s and out each of their own dtype: the float32 result of the same values, rounded once to
+  // out's dtype (so a float32 x that no 16-bit type holds lands rounded once, not twice).
+  const Tensor x = Tensor::uniform({37}, -1.f, 1.f, gen_), s = exact_in(dt(), {}, gen_, 0.5f, 2.f);
+  for (float beta : {0.f, 1.f}) {
+    const Tensor out0 = exact_in(dt(), {37}, gen_);
+    Tensor want = out0.clone();
+    backend::scale_by(x, s, beta, want);
+    Tensor got = half(out0);
+    backend::scale_by(x, half(s), beta, got);
+    EXPECT_EQ(got.to(kFloat32).to_vector<float>(), want.to(dt()).to(kFloat32).to_vector<float>()) << beta;
+    Tensor wide = out0.clone();  // 16-bit x and s into a float32 out: float32's result itself
+    const Tensor xh = x.to(dt());
+    Tensor want_wide = out0.clone();
+    backend::scale_by(xh.to(kFloat32), s, beta, want_wide);
+    backend::scale_by(xh, half(s), beta, wide);
+    EXPECT_EQ(wide.to_vector<float>(), want_wide.to_vector<float>()) << beta;
+  }
+  Tensor in_place = x.to(dt());  // out may be x
+  const Tensor before = in_place.to(kFloat32);
+  backend::scale_by(in_place, half(s), 0.f, in_place);
+  Tensor want = before.clone();
+  backend::scale_by(before, s, 0.f, want);
+  EXPECT_EQ(in_place.to(kFloat32).to_vector<float>(), want.to(dt()).to(kFloat32).to_vector<float>());
+}
+
 TEST_P(HalfKernels, BinaryNdWithEveryBroadcast) {
   const Shape s{2, 3, 8};
   for (BinaryOp op : {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv}) {
@@ -201,6 +248,9 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   backend::softmax_xent(half(logits), labels, 0.f, glse, gl);
   EXPECT_EQ(glse.to_vector<float>(), wlse.to_vector<float>()) << "the log-sum-exp is float32 either way";
   expect_rounded(gl, wl, 1e-6f, "softmax_xent loss");
+  Tensor unrounded = Tensor::empty({});  // a float32 loss beside 16-bit logits: float32's mean itself
+  backend::softmax_xent(half(logits), labels, 0.f, glse, unrounded);
+  EXPECT_EQ(unrounded.item(), wl.item());
 
   const Tensor gloss = exact_in(dt(), {}, gen_, 0.5f, 2.f), g0 = exact_in(dt(), {rows, classes}, gen_);
   for (float beta : {0.f, 1.f}) {
@@ -209,6 +259,13 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
     backend::softmax_xent_backward(half(logits), labels, wlse, 0.f, half(gloss), beta, got);
     expect_rounded(got, want, 1e-6f, "softmax_xent_backward");
   }
+  // A float32 gloss beside 16-bit logits: a scale no 16-bit type holds (2^15 times the rows, which
+  // leaves the gradient times 2^15), rounded once into the 16-bit gradient.
+  const Tensor big = Tensor::full({}, 32768.0 * rows);
+  Tensor want_big = Tensor::empty({rows, classes}), got_big = Tensor::empty({rows, classes}, dt());
+  backend::softmax_xent_backward(logits, labels, wlse, 0.f, big, 0.f, want_big);
+  backend::softmax_xent_backward(half(logits), labels, wlse, 0.f, big, 0.f, got_big);
+  EXPECT_EQ(got_big.to(kFloat32).to_vector<float>(), want_big.to(dt()).to(kFloat32).to_vector<float>());
   // In place: the gradient written over the logits it is computed from.
   Tensor in_place = half(logits), want = Tensor::empty({rows, classes});
   backend::softmax_xent_backward(logits, labels, wlse, 0.f, gloss, 0.f, want);
@@ -306,6 +363,14 @@ TEST(Dispatch, ChecksDtypesAndNamesTheArguments) {
   Tensor lse = Tensor::empty({2}), loss = Tensor::empty({});
   DPL_EXPECT_ERROR(backend::softmax_xent(Tensor::zeros({2, 3}), Tensor::zeros({2}, kInt64), 0.f, lse, loss),
                    AllOf(HasSubstr("softmax_xent"), HasSubstr("labels of dtype int32"), HasSubstr("int64")));
+  // gemm's output may be float32 beside 16-bit operands, not another 16-bit type, and not 16-bit
+  // beside float32 ones.
+  Tensor c16 = Tensor::zeros({2, 2}, kFloat16), c_bf16 = Tensor::zeros({2, 2}, kBFloat16);
+  DPL_EXPECT_ERROR(backend::gemm(false, false, 1.f, Tensor::zeros({2, 2}, kBFloat16), Tensor::zeros({2, 2}, kBFloat16),
+                                 0.f, c16),
+                   AllOf(HasSubstr("gemm"), HasSubstr("c of dtype bfloat16 like a"), HasSubstr("float16")));
+  DPL_EXPECT_ERROR(backend::gemm(false, false, 1.f, Tensor::zeros({2, 2}), Tensor::zeros({2, 2}), 0.f, c_bf16),
+                   AllOf(HasSubstr("gemm"), HasSubstr("c of dtype float32 like a"), HasSubstr("bfloat16")));
   Tensor p = Tensor::zeros({4}, kBFloat16);
   const backend::SgdHyper h{0.1f, 0.f};
   DPL_EXPECT_ERROR(backend::sgd_update(p, Tensor::zeros({4}, kBFloat16), h, {}),

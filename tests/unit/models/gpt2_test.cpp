@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -42,6 +44,14 @@ Tensor as_int64(const Tensor& t) { return as_int<std::int64_t>(t); }
 
 models::NamedTensors nanogpt_state_dict() {
   return serialize::load_safetensors(source_path("tests/golden/gpt2_tiny_nanogpt.safetensors")).tensors;
+}
+
+// The tiny model with the weights of make_gpt2_golden.py's nanoGPT.
+std::shared_ptr<models::GPT2> golden_model() {
+  Generator gen(3);
+  auto model = models::gpt2(tiny(), gen);
+  load_weights(*model, models::gpt2_from_nanogpt(nanogpt_state_dict()), "gpt2_tiny_nanogpt.safetensors");
+  return model;
 }
 
 // The mean cross entropy of logits (B, T, V) against int32 targets (B, T), as F.cross_entropy.
@@ -150,9 +160,8 @@ TEST(GPT2, InitialisationIsNanoGPTs) {
 
 TEST(GPT2, MatchesNanoGPTInPyTorch) {
   const test::GoldenCase& g = golden();
-  Generator gen(3);
-  models::GPT2 model(tiny(), gen);
-  load_weights(model, models::gpt2_from_nanogpt(nanogpt_state_dict()), "gpt2_tiny_nanogpt.safetensors");
+  const auto loaded = golden_model();
+  models::GPT2& model = *loaded;
   const Tensor ids = as_int64(g.tensor("ids")), targets = as_int<std::int32_t>(g.tensor("targets"));
   const Variable logits = model(Variable(ids));
   test::expect_golden(logits.data(), g.tensor("logits"), "logits", 1e-4f, 1e-4f);
@@ -176,6 +185,89 @@ TEST(GPT2, MatchesNanoGPTInPyTorch) {
   for (std::int64_t id : ids.to_vector<std::int64_t>()) narrow_ids.push_back(static_cast<std::int32_t>(id));
   EXPECT_EQ(model(Variable(Tensor::from_vector(narrow_ids, ids.shape()))).data().to_vector<float>(),
             logits.data().to_vector<float>());
+}
+
+TEST(GPT2, LossThroughTheChunkedHeadMatchesNanoGPTAndTheLogitsLoss) {
+  // GPT2::loss never makes the whole logits; its loss and every parameter's gradient (the tied
+  // wte's included: head plus embedding) are PyTorch's, and the logits path's to float rounding,
+  // for chunks that split the 2 x 12 rows unevenly, one row per chunk, and the chosen size.
+  const test::GoldenCase& g = golden();
+  const auto loaded = golden_model();
+  models::GPT2& model = *loaded;
+  const Tensor ids = as_int64(g.tensor("ids")), targets = as_int<std::int32_t>(g.tensor("targets"));
+  ASSERT_GT(ids.numel(), 5);
+  std::map<std::string, Variable> params;
+  for (const auto& [name, v] : model.named_parameters()) params[name] = v;
+  const auto grads = [&] {
+    std::map<std::string, std::vector<float>> out;
+    for (const auto& [name, v] : params) out[name] = v.grad().to_vector<float>();
+    return out;
+  };
+  model.zero_grad();
+  const Variable logits_loss = lm_loss(model(Variable(ids)), targets);
+  logits_loss.backward();
+  const std::map<std::string, std::vector<float>> want = grads();
+  for (const std::int64_t chunk_rows : {5, 1, 0}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk_rows));
+    model.zero_grad();
+    const Variable loss = model.loss(Variable(ids), targets, chunk_rows);
+    EXPECT_NEAR(loss.item(), g.tensor("loss").to_vector<float>()[0], 1e-4);
+    EXPECT_NEAR(loss.item(), logits_loss.item(), 1e-6);
+    loss.backward();
+    for (const auto& [key, golden_grad] : g.tensors) {
+      if (key.rfind("grad:", 0) != 0) continue;
+      const std::string name = key.substr(5);
+      ASSERT_EQ(params.count(name), 1u) << name;
+      test::expect_golden(params[name].grad(), golden_grad, key, 1e-4f, 1e-5f);
+    }
+    for (const auto& [name, got] : grads()) {
+      const std::vector<float>& w = want.at(name);
+      ASSERT_EQ(got.size(), w.size()) << name;
+      for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], w[i], 1e-6f) << name << " element " << i;
+    }
+  }
+  // Flat (B*T,) targets and evaluation without gradients give the same loss.
+  const NoGradGuard no_grad;
+  EXPECT_NEAR(model.loss(Variable(ids), targets.reshape({targets.numel()})).item(), logits_loss.item(), 1e-6);
+}
+
+TEST(GPT2, LossThroughTheChunkedHeadInBfloat16MatchesTheLogitsLoss) {
+  // bfloat16 under mixed precision: the logits' gradient is rounded per chunk's mean instead of
+  // the whole mean's, and that difference passes through both blocks; every gradient stays within
+  // 4 units in the last place (2^-7) of its largest element.
+  Generator gen(5);
+  models::GPT2 model(tiny(), gen);
+  const auto opt = optim::mixed_precision(std::make_unique<optim::AdamW>(), kBFloat16);
+  opt->setup(model);
+  std::vector<std::int64_t> id_values(2 * 12);
+  std::vector<std::int32_t> target_values(id_values.size());
+  for (std::size_t i = 0; i < id_values.size(); ++i) {
+    id_values[i] = static_cast<std::int64_t>(gen.below(64));
+    target_values[i] = static_cast<std::int32_t>(gen.below(64));
+  }
+  const Tensor ids = Tensor::from_vector(id_values, {2, 12}), targets = Tensor::from_vector(target_values, {2, 12});
+  model.zero_grad();
+  const Variable want = lm_loss(model(Variable(ids)), targets);
+  want.backward();
+  std::vector<std::vector<float>> want_grads;
+  for (const auto& [name, p] : model.named_parameters()) want_grads.push_back(p.grad().to(kFloat32).to_vector<float>());
+  for (const std::int64_t chunk_rows : {7, 1}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk_rows));
+    model.zero_grad();
+    const Variable loss = model.loss(Variable(ids), targets, chunk_rows);
+    EXPECT_EQ(loss.data().dtype(), kBFloat16);
+    EXPECT_NEAR(loss.item(), want.item(), 4.0 / 128 * want.item());
+    loss.backward();
+    const auto params = model.named_parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const std::vector<float> got = params[i].second.grad().to(kFloat32).to_vector<float>();
+      const std::vector<float>& w = want_grads[i];
+      float largest = 0.f;
+      for (float v : w) largest = std::max(largest, std::abs(v));
+      for (std::size_t j = 0; j < got.size(); ++j)
+        ASSERT_NEAR(got[j], w[j], 4.f / 128 * largest) << params[i].first << " element " << j;
+    }
+  }
 }
 
 TEST(GPT2, NanoGPTStateDictNeedsItsConversion) {
@@ -252,6 +344,13 @@ TEST(GPT2, RejectsBadInputsAndConfigs) {
   DPL_EXPECT_ERROR(model(Variable(ids)), HasSubstr("got -1"));
   DPL_EXPECT_ERROR(model(Variable(Tensor::zeros({2, 4}))), HasSubstr("int64 or int32"));
   DPL_EXPECT_ERROR(model(Variable(Tensor::zeros({8}, TensorOptions(kInt64)))), HasSubstr("(B, T)"));
+  const Variable four(Tensor::zeros({2, 4}, TensorOptions(kInt64)));
+  DPL_EXPECT_ERROR(model.loss(four, Tensor::zeros({4, 2}, kInt32)),
+                   AllOf(HasSubstr("GPT2::loss"), HasSubstr("(2, 4) or (8,)"), HasSubstr("got (4, 2)")));
+  DPL_EXPECT_ERROR(model.loss(four, Tensor::zeros({2, 4}, kInt64)), HasSubstr("labels of dtype int32"));
+  Tensor out_of_vocab = Tensor::zeros({2, 4}, kInt32);
+  out_of_vocab.set<std::int32_t>({0, 1}, 64);
+  DPL_EXPECT_ERROR(model.loss(four, out_of_vocab), AllOf(HasSubstr("labels in [0, 64)"), HasSubstr("[0, 64]")));
   models::GPT2Config odd = tiny();
   odd.n_head = 5;
   DPL_EXPECT_ERROR(models::GPT2(odd, gen), AllOf(HasSubstr("divisible by n_head (5)"), HasSubstr("got 32")));

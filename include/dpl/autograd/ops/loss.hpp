@@ -1,6 +1,7 @@
 #pragma once
-// Losses and metrics: softmax cross-entropy, accuracy, negative log-likelihood, binary
-// cross-entropy (on probabilities and on logits), mean squared, L1 and smooth L1 errors.
+// Losses and metrics: softmax cross-entropy (also fused with the linear layer that makes its
+// logits), accuracy, negative log-likelihood, binary cross-entropy (on probabilities and on
+// logits), mean squared, L1 and smooth L1 errors.
 // Part of dpl/autograd/ops.hpp, whose notes on dtypes and errors hold here.
 
 #include <cstdint>
@@ -21,6 +22,32 @@ enum class Reduction { kNone, kMean, kSum };
 /// are not read back to be checked (that would stall every step): an out-of-range label there
 /// gives a NaN loss, so check labels when loading them.
 Variable softmax_cross_entropy(const Variable& logits, const Tensor& labels, float label_smoothing = 0.f);
+/// The settings of linear_cross_entropy beyond its operands.
+struct LinearCrossEntropyOptions {
+  /// Rows of logits computed at a time, >= 0; 0 chooses chunks of about 256 MiB of logits, split
+  /// evenly over the rows. Larger chunks cost memory, smaller ones matrix-product efficiency; the
+  /// result does not depend on it beyond float rounding.
+  std::int64_t chunk_rows = 0;
+  /// As softmax_cross_entropy's, in [0, 1).
+  float label_smoothing = 0.f;
+  /// A bias (V,) added to every row of logits, of x's dtype and device; undefined: none.
+  Variable bias;
+};
+/// softmax_cross_entropy(linear(x, weight, bias), labels, label_smoothing) — the mean loss, shape
+/// () of x's dtype — without ever holding the (N, V) logits: a language model's head over a
+/// 50k-token vocabulary makes logits far larger than everything else in the step. Rows are taken
+/// options.chunk_rows at a time; each chunk's logits are computed, their loss taken and, when a
+/// gradient is wanted, turned into their gradient in place and multiplied out into x's gradient
+/// and added into weight's (and bias's) at once, in forward. So the op holds one chunk of logits
+/// while it runs, and afterwards only the gradients for a unit upstream gradient (x's shape,
+/// weight's, bias's), in float32, which backward scales by the upstream gradient on the device,
+/// with no host read, and rounds once into the inputs' dtype: no 16-bit rounding per chunk, and
+/// float16's loss scale keeps working (a unit-gradient of a mean over many rows is below float16's
+/// normal range). x (N, C), weight (V, C), bias: one float dtype and device, N, V >= 1; labels as
+/// softmax_cross_entropy's, (N,) int32 in [0, V) (host labels are checked; on a GPU an
+/// out-of-range label gives a NaN loss). Works under NoGradGuard (then only the loss is computed).
+Variable linear_cross_entropy(const Variable& x, const Variable& weight, const Tensor& labels,
+                              const LinearCrossEntropyOptions& options = {});
 /// Fraction of rows whose arg-max is the label (no gradient). Result has shape ().
 Tensor accuracy(const Variable& logits, const Tensor& labels);
 /// (x - target)^2 elementwise, reduced as `reduction` says (the mean over all elements by
