@@ -156,9 +156,10 @@ DPL_DECLARE_KERNEL(linear_bias_gelu, floating(),
                    void(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out, Tensor& pre));
 /// dpre (m, n) = gelu_tanh'(pre) * (gy (m, k) w (k, n)), and, when dbias is given,
 /// dbias (n,) = beta_bias * dbias + the column sums of dpre: the backward of linear_bias_gelu's
-/// activation and bias taken in the product that gives the activation's output gradient, each
-/// result rounded once. On the GPU in 16 bits that is the product's epilogue (cuBLASLt); operands
-/// it refuses take a product, an activation backward and a column sum (rounded in between).
+/// activation taken in the product that gives the activation's output gradient (dpre rounded
+/// once), and the bias gradient summed from dpre. On the GPU in 16 bits the derivative is the
+/// product's epilogue (cuBLASLt); operands it refuses take a product and an activation backward
+/// (rounded in between).
 DPL_DECLARE_KERNEL(gemm_dgelu_bgrad, floating(),
                    void(const Tensor& gy, const Tensor& w, const Tensor& pre, Tensor& dpre, float beta_bias,
                         Tensor* dbias));
