@@ -1,7 +1,7 @@
 // CPU-vs-CUDA agreement of the optimizers over several training steps of a small MLP: the
 // parameter arena and every state arena must match after each run. Tolerance rtol 1e-4 /
-// atol 1e-5: five steps compound the per-step rounding differences of the products. AdamW and
-// RMSprop run with eps 1e-3 rather than 1e-8: they divide by the root of a running mean of g^2,
+// atol 1e-5: five steps compound the per-step rounding differences of the products. Adam, AdamW
+// and RMSprop run with eps 1e-3 rather than 1e-8: they divide by the root of a running mean of g^2,
 // so a gradient near zero, which the GPU's and the CPU's sums of products round apart, would still
 // take a full-size step of its own sign; the larger eps keeps such steps small and the comparison
 // about the kernels. The
@@ -65,7 +65,8 @@ TEST_F(OptimTest, MomentumSgd) {
 
 TEST_F(OptimTest, Adam) {
   for (float wd : {0.f, 1e-2f})
-    check<optim::Adam>("Adam", wd, [] { return std::make_unique<optim::Adam>(1e-2f); });
+    check<optim::Adam>("Adam", wd,
+                       [] { return std::make_unique<optim::Adam>(optim::AdamOptions(1e-2f).eps(1e-3f)); });
 }
 
 TEST_F(OptimTest, AdamW) {
