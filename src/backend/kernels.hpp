@@ -215,6 +215,13 @@ DPL_DECLARE_KERNEL(softmax_xent, floating().int32_at(1).float32_at(2).or_float32
 DPL_DECLARE_KERNEL(softmax_xent_backward, floating().int32_at(1).float32_at(2).or_float32_at(3),
                    void(const Tensor& logits, const Tensor& labels, const Tensor& lse, float smoothing,
                         const Tensor& gloss, float beta, Tensor& glogits));
+/// softmax_xent, and then the logits replaced by their gradient for the loss gradient gloss[0]
+/// (softmax_xent_backward with beta 0 and glogits = logits, the same values bit for bit), in one
+/// pass over the rows: a head that needs both reads its logits from memory once. loss and gloss
+/// have the logits' dtype or float32, as in those two kernels.
+DPL_DECLARE_KERNEL(softmax_xent_and_grad, floating().int32_at(1).or_float32_at(2).float32_at(3).or_float32_at(4),
+                   void(Tensor& logits, const Tensor& labels, float smoothing, const Tensor& gloss, Tensor& lse,
+                        Tensor& loss));
 /// out (1 element) = fraction of rows of logits (N, C) whose arg-max (first on ties) is the label.
 DPL_DECLARE_KERNEL(accuracy, floating().int32_at(1), void(const Tensor& logits, const Tensor& labels, Tensor& out));
 

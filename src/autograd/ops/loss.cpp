@@ -370,14 +370,14 @@ Variable linear_cross_entropy(const Variable& x, const Variable& weight, const T
     Tensor lc = logits.narrow(0, 0, m), lse_c = lse.narrow(0, 0, m);
     if (tb.defined()) backend::linear_bias(xc, tw, tb, lc);
     else backend::gemm(false, true, 1.f, xc, tw, 0.f, lc);
-    backend::softmax_xent(lc, yc, smoothing, lse_c, chunk_loss);
+    // With gradients wanted, lc = kLogitGradScale * (softmax - target) after the loss, in the same
+    // pass; alpha = 1 / (kLogitGradScale * N) makes the products the gradients of the whole mean.
+    if (want) backend::softmax_xent_and_grad(lc, yc, smoothing, scales[m == rows ? 0 : 1], lse_c, chunk_loss);
+    else backend::softmax_xent(lc, yc, smoothing, lse_c, chunk_loss);
     // The kernel takes the chunk's mean; its share of the rows makes it the whole mean's part.
     const float beta = start == 0 ? 0.f : 1.f;
     backend::axpby(static_cast<float>(static_cast<double>(m) / static_cast<double>(n)), chunk_loss, beta, total);
     if (!want) continue;
-    // lc = kLogitGradScale * (softmax - target); alpha = 1 / (kLogitGradScale * N) makes the products
-    // the gradients of the whole mean.
-    backend::softmax_xent_backward(lc, yc, lse_c, smoothing, scales[m == rows ? 0 : 1], 0.f, lc);
     if (want_x) {
       Tensor gxc = gx.narrow(0, start, m);
       backend::gemm(false, false, alpha, lc, tw, 0.f, gxc);

@@ -56,6 +56,14 @@ void softmax_xent_backward_cpu(const Tensor& logits, const Tensor& labels, const
   }
 }
 
+// The two kernels one after the other: on the CPU a second pass costs no memory traffic worth
+// fusing away.
+void softmax_xent_and_grad_cpu(Tensor& logits, const Tensor& labels, float smoothing, const Tensor& gloss, Tensor& lse,
+                               Tensor& loss) {
+  softmax_xent_cpu(logits, labels, smoothing, lse, loss);
+  softmax_xent_backward_cpu(logits, labels, lse, smoothing, gloss, 0.f, logits);
+}
+
 void accuracy_cpu(const Tensor& logits, const Tensor& labels, Tensor& out) {
   const std::int64_t rows = logits.size(0), cols = logits.size(1);
   const float* x = logits.data<float>();
@@ -180,6 +188,7 @@ DPL_REGISTER_CPU_FLOAT_KERNEL(nll_loss, nll_loss_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(nll_loss_backward, nll_loss_backward_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent, softmax_xent_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent_backward, softmax_xent_backward_cpu);
+DPL_REGISTER_CPU_FLOAT_KERNEL(softmax_xent_and_grad, softmax_xent_and_grad_cpu);
 DPL_REGISTER_CPU_FLOAT_KERNEL(accuracy, accuracy_cpu);
 
 }  // namespace dpl::backend::cpu

@@ -38,13 +38,20 @@ __device__ __forceinline__ void merge_exp_sum(float& m, float& s, float om, floa
 // One block per row (rows are vocabulary-long in a language model: 50k classes), V-element packs,
 // one pass: each thread keeps a running (max, sum of exponentials) pair, rescaled as its max grows,
 // and the pairs meet in a fixed shuffle tree and then across the warps. Writes each row's
-// log-sum-exp for backward and adds the rows' losses in the one-launch reduction.
-template <int V, typename T, typename L>
+// log-sum-exp for backward and adds the rows' losses in the one-launch reduction. With kGrad the
+// block then goes over its row a second time, while the row is still in L2, and writes the
+// logits' gradient over the logits (softmax_xent_backward's formula, in the same float operations
+// on the same log-sum-exp, so the result is that kernel's bit for bit): a language model's head
+// reads its (rows, 50k) logits once from memory instead of twice.
+template <int V, bool kGrad, typename T, typename L, typename G>
 __global__ void __launch_bounds__(kThreads)
     softmax_xent_kernel(const T* logits, const std::int32_t* labels, float smoothing, float* lse, L* loss,
-                        std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter) {
-  __shared__ float part_m[kWarpsPerBlock], part_s[kWarpsPerBlock], part_sum[kWarpsPerBlock];
+                        std::int64_t rows, std::int64_t cols, double* partials, unsigned* counter, const G* gloss,
+                        T* glogits) {
+  __shared__ float part_m[kWarpsPerBlock], part_s[kWarpsPerBlock], part_sum[kWarpsPerBlock], row_lse;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float scale = kGrad && rows ? to_float(gloss[0]) / static_cast<float>(rows) : 0.f;
+  const float uniform = smoothing / static_cast<float>(cols);
   const std::int64_t packs = cols / V;
   double row_losses = 0.0;  // thread 0 only
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -86,6 +93,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       const float l = m + logf(s);
       lse[r] = l;
+      row_lse = l;
       // Labels on the device are not range-checked per call (that would stall every step): an
       // out-of-range label makes the loss NaN instead of reading outside the row. Smoothing puts
       // smoothing / C of the target on every class (see the CPU kernel).
@@ -95,6 +103,22 @@ __global__ void __launch_bounds__(kThreads)
                                          : CUDART_NAN;
     }
     __syncthreads();  // the partials are read before the next row writes them
+    if constexpr (kGrad) {
+      // Thread 0 read the label's logit above, before this barrier: now the row may be overwritten.
+      // The next row's thread 0 writes row_lse only after the barrier that ends its reduction.
+      const float l = row_lse;
+      const std::int32_t t = labels[r];
+      const T* x = logits + r * cols;
+      T* g = glogits + r * cols;
+      for (std::int64_t k = threadIdx.x; k < packs; k += blockDim.x) {
+        float v[V];
+        load_vec<V>(x + k * V, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          v[j] = scale * (expf(v[j] - l) - (k * V + j == t ? 1.f - smoothing : 0.f) - uniform);
+        store_vec<V>(g + k * V, v);
+      }
+    }
   }
   const double block = block_sum(row_losses);
   double total = 0.0;
@@ -252,15 +276,21 @@ unsigned row_grid(std::int64_t rows, int device) {
   return grid > static_cast<unsigned>(CudaDevice::kMaxReduceBlocks) ? CudaDevice::kMaxReduceBlocks : grid;
 }
 
-template <typename T, typename L>
+// glogits null: the loss only; given (it may be logits), the logits' gradient for gloss goes there.
+template <typename T, typename L, typename G>
 void launch_softmax_xent(const T* logits, const std::int32_t* labels, float smoothing, float* lse, L* loss,
-                         std::int64_t rows, std::int64_t cols, const CudaDevice::ReduceScratch& s, int device,
-                         cudaStream_t stream) {
+                         std::int64_t rows, std::int64_t cols, const G* gloss, T* glogits,
+                         const CudaDevice::ReduceScratch& s, int device, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(
       1, std::min<std::int64_t>(rows, std::min<std::int64_t>(CudaDevice::kMaxReduceBlocks, 8 * sm_count(device)))));
-  with_pack_width<T>(static_cast<int>(cols), {logits}, [&](auto v) {
-    softmax_xent_kernel<decltype(v)::value, T, L>
-        <<<grid, kThreads, 0, stream>>>(logits, labels, smoothing, lse, loss, rows, cols, s.partials, s.counter);
+  with_pack_width<T>(static_cast<int>(cols), {logits, glogits}, [&](auto v) {
+    constexpr int kV = decltype(v)::value;
+    if (glogits != nullptr)
+      softmax_xent_kernel<kV, true, T, L, G><<<grid, kThreads, 0, stream>>>(
+          logits, labels, smoothing, lse, loss, rows, cols, s.partials, s.counter, gloss, glogits);
+    else
+      softmax_xent_kernel<kV, false, T, L, G><<<grid, kThreads, 0, stream>>>(
+          logits, labels, smoothing, lse, loss, rows, cols, s.partials, s.counter, gloss, glogits);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -377,10 +407,31 @@ void softmax_xent_cuda(const Tensor& logits, const Tensor& labels, float smoothi
     // The loss may be float32 beside 16-bit logits (the kernel's contract): the mean is then not rounded.
     const auto launch = [&](auto* out) {
       cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<float>(lse),
-                                       out, logits.size(0), logits.size(1), d.scratch(), d.device(), d.stream());
+                                       out, logits.size(0), logits.size(1), static_cast<const float*>(nullptr),
+                                       static_cast<T*>(nullptr), d.scratch(), d.device(), d.stream());
     };
     if (loss.dtype() == kFloat32) launch(out_ptr<float>(loss));
     else launch(out_ptr<T>(loss));
+  });
+}
+
+void softmax_xent_and_grad_cuda(Tensor& logits, const Tensor& labels, float smoothing, const Tensor& gloss, Tensor& lse,
+                                Tensor& loss) {
+  on_device_typed(logits, "softmax_xent_and_grad", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    // The loss and gloss may each be float32 beside 16-bit logits (softmax_xent's and
+    // softmax_xent_backward's contracts).
+    const auto launch = [&](auto* out, const auto* g) {
+      cuda_detail::launch_softmax_xent(in_ptr<T>(logits), labels.data<std::int32_t>(), smoothing, out_ptr<float>(lse),
+                                       out, logits.size(0), logits.size(1), g, out_ptr<T>(logits), d.scratch(),
+                                       d.device(), d.stream());
+    };
+    const auto with_gloss = [&](auto* out) {
+      if (gloss.dtype() == kFloat32) launch(out, in_ptr<float>(gloss));
+      else launch(out, in_ptr<T>(gloss));
+    };
+    if (loss.dtype() == kFloat32) with_gloss(out_ptr<float>(loss));
+    else with_gloss(out_ptr<T>(loss));
   });
 }
 
@@ -469,6 +520,7 @@ DPL_REGISTER_KERNEL(nll_loss, kCuda, nll_loss_cuda);
 DPL_REGISTER_KERNEL(nll_loss_backward, kCuda, nll_loss_backward_cuda);
 
 DPL_REGISTER_KERNEL(softmax_xent, kCuda, softmax_xent_cuda);
+DPL_REGISTER_KERNEL(softmax_xent_and_grad, kCuda, softmax_xent_and_grad_cuda);
 DPL_REGISTER_KERNEL(softmax_xent_backward, kCuda, softmax_xent_backward_cuda);
 DPL_REGISTER_KERNEL(accuracy, kCuda, accuracy_cuda);
 

@@ -414,6 +414,34 @@ TEST_F(KernelsTest, HalfSoftmaxCrossEntropyBackwardWithAFloat32Scale) {
   }
 }
 
+TEST_F(KernelsTest, SoftmaxCrossEntropyAndGradInOnePassIsTheTwoKernelsBitForBit) {
+  // Every dtype, a float32 or logits-dtype loss and gloss, label smoothing, rows whose length is no
+  // multiple of a pack, and vocabulary-long ones: the one-pass kernel's loss, log-sum-exp and
+  // gradient against softmax_xent followed by softmax_xent_backward in place, on the GPU.
+  for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+    for (const Shape& s : {Shape{257, 33}, Shape{1, 1}, Shape{64, 1000}, Shape{7, 50304}}) {
+      for (float smoothing : {0.f, 0.1f}) {
+        for (bool f32 : {true, false}) {
+          const std::string what = std::string(" dtype=") + dtype_name(dt) + " shape=" + shape_str(s) +
+                                   " smoothing=" + std::to_string(smoothing) + (f32 ? " float32" : " own dtype");
+          const Tensor logits = on_gpu(rand_as(*this, dt, s)), y = on_gpu(labels(s[0], s[1]));
+          const DType side = f32 ? kFloat32 : dt;
+          const Tensor gloss = on_gpu(Tensor::full({}, 3.0 * static_cast<double>(s[0])).to(side));
+          Tensor want = logits.clone(), wlse = poisoned({s[0]}), wl = poisoned_as(side, {});
+          backend::softmax_xent(want, y, smoothing, wlse, wl);
+          backend::softmax_xent_backward(want, y, wlse, smoothing, gloss, 0.f, want);
+          Tensor got = logits.clone(), glse = poisoned({s[0]}), gl = poisoned_as(side, {});
+          backend::softmax_xent_and_grad(got, y, smoothing, gloss, glse, gl);
+          EXPECT_EQ(glse.to(Device::cpu()).to_vector<float>(), wlse.to(Device::cpu()).to_vector<float>()) << "log-sum-exp" << what;
+          EXPECT_EQ(gl.to(Device::cpu()).to(kFloat32).item(), wl.to(Device::cpu()).to(kFloat32).item()) << "loss" << what;
+          EXPECT_EQ(got.to(Device::cpu()).to(kFloat32).to_vector<float>(), want.to(Device::cpu()).to(kFloat32).to_vector<float>())
+              << "gradient" << what;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KernelsTest, HalfSoftmaxCrossEntropyIntoAFloat32Loss) {
   // A 16-bit cross-entropy's mean into a float32 loss: not rounded to 16 bits (which would move it
   // by up to 2^-9 of itself, far beyond 1e-5).

@@ -272,6 +272,18 @@ TEST_P(HalfKernels, SoftmaxCrossEntropyAndAccuracy) {
   backend::softmax_xent_backward(in_place, labels, wlse, 0.f, half(gloss), 0.f, in_place);
   expect_rounded(in_place, want, 1e-6f, "softmax_xent_backward in place");
 
+  // The loss and the gradient in one call: the two kernels' results, each rounded as theirs.
+  for (float smoothing : {0.f, 0.2f}) {
+    Tensor two = half(logits), two_lse = Tensor::empty({rows}), two_loss = Tensor::empty({});
+    backend::softmax_xent(two, labels, smoothing, two_lse, two_loss);
+    backend::softmax_xent_backward(two, labels, two_lse, smoothing, big, 0.f, two);
+    Tensor one = half(logits), one_lse = Tensor::empty({rows}), one_loss = Tensor::empty({});
+    backend::softmax_xent_and_grad(one, labels, smoothing, big, one_lse, one_loss);
+    EXPECT_EQ(one_lse.to_vector<float>(), two_lse.to_vector<float>());
+    EXPECT_EQ(one_loss.item(), two_loss.item());
+    EXPECT_EQ(one.to(kFloat32).to_vector<float>(), two.to(kFloat32).to_vector<float>());
+  }
+
   Tensor wa = Tensor::empty({}), ga = Tensor::empty({}, dt());
   backend::accuracy(logits, labels, wa);
   backend::accuracy(half(logits), labels, ga);
