@@ -35,13 +35,21 @@ __device__ __forceinline__ void merge_exp_sum(float& m, float& s, float om, floa
   m = nm;
 }
 
+// The gradient of softmax cross-entropy at one logit x of a row with log-sum-exp lse: scale *
+// (softmax - target), the target (1 - smoothing) at the label plus smoothing / C (uniform)
+// everywhere. Both kernels that write the gradient take it from here, so they agree bit for bit.
+__device__ __forceinline__ float xent_logit_grad(float x, float lse, bool at_label, float scale, float smoothing,
+                                                 float uniform) {
+  return scale * (expf(x - lse) - (at_label ? 1.f - smoothing : 0.f) - uniform);
+}
+
 // One block per row (rows are vocabulary-long in a language model: 50k classes), V-element packs,
 // one pass: each thread keeps a running (max, sum of exponentials) pair, rescaled as its max grows,
 // and the pairs meet in a fixed shuffle tree and then across the warps. Writes each row's
 // log-sum-exp for backward and adds the rows' losses in the one-launch reduction. With kGrad the
 // block then goes over its row a second time, while the row is still in L2, and writes the
-// logits' gradient over the logits (softmax_xent_backward's formula, in the same float operations
-// on the same log-sum-exp, so the result is that kernel's bit for bit): a language model's head
+// logits' gradient over the logits (xent_logit_grad on the same log-sum-exp, so the result is
+// softmax_xent_backward's bit for bit): a language model's head
 // reads its (rows, 50k) logits once from memory instead of twice.
 template <int V, bool kGrad, typename T, typename L, typename G>
 __global__ void __launch_bounds__(kThreads)
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
         load_vec<V>(x + k * V, v);
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          v[j] = scale * (expf(v[j] - l) - (k * V + j == t ? 1.f - smoothing : 0.f) - uniform);
+          v[j] = xent_logit_grad(v[j], l, k * V + j == t, scale, smoothing, uniform);
         store_vec<V>(g + k * V, v);
       }
     }
@@ -145,7 +153,7 @@ __global__ void softmax_xent_backward_kernel(const T* logits, const std::int32_t
     if constexpr (acc) load_vec<V>(glogits + i, o);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const float d = scale * (expf(v[j] - l) - (j0 + j == t ? 1.f - smoothing : 0.f) - uniform);
+      const float d = xent_logit_grad(v[j], l, j0 + j == t, scale, smoothing, uniform);
       o[j] = acc ? o[j] + d : d;
     }
     store_vec<V>(glogits + i, o);
