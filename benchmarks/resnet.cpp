@@ -34,6 +34,10 @@
 // where the phase never ran (one rank, or buffer sync not every step). --graph records the step
 // through it only where the library can (one process, --zero 0, --reduce after).
 //
+// --fused-statistics on|off (on by default, as models::ResNetOptions) says whether each
+// convolution computes its BatchNorm's statistics in its own kernel where cuDNN can, or the
+// BatchNorm makes its own pass; the record ends with fused_statistics=1|0.
+//
 // --profile-steps N runs N more steps at the end with a profiler's capture on
 // (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
 #include <cstdio>
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
   float lr = 0.1f;
   std::uint64_t seed = 0;
   bool graph = false, memory_breakdown = false;
+  std::string fused_statistics = "on";
   std::string reduce = "none", communicator = "pure_nccl", wire_arg = "float32", buffer_sync_arg = "before-use";
   bool multi_node = false;
   int zero = 0;
@@ -84,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "learning rate of MomentumSGD")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "seed of the weights, images and labels");
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
+  app.add_option("--fused-statistics", fused_statistics,
+                 "on: each convolution computes its BatchNorm's statistics in its own kernel where cuDNN can; off: "
+                 "the BatchNorm's own pass")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--memory-breakdown", memory_breakdown,
                "after the timed steps, one ordinary step with the allocator read after each phase (cuda only)");
   CLI::Option* reduce_flag =
@@ -151,6 +160,7 @@ int main(int argc, char** argv) {
     Generator gen(seed);
     models::ResNetOptions options;
     options.num_classes = classes;
+    options.fused_statistics = fused_statistics == "on";
     const auto model = models::resnet(arch, options, gen);
     model->to(device);
     if (nhwc) nn::to_channels_last(*model);
@@ -300,7 +310,7 @@ int main(int argc, char** argv) {
                   multi->zero_stage(), buffer_sync_arg.c_str(), static_cast<long long>(multi->optimizer_state_bytes()),
                   buffers_seconds * 1e3, phase_ms.empty() ? "-" : phase_ms.c_str());
     }
-    std::printf("\n");
+    std::printf(" fused_statistics=%d\n", fused_statistics == "on" ? 1 : 0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_resnet: %s\n", e.what());

@@ -372,6 +372,15 @@ DPL_DECLARE_KERNEL(conv2d_backward_data, floating(),
 /// gw = beta*gw + the gradient of conv(x, w) with respect to w, given gy.
 DPL_DECLARE_KERNEL(conv2d_backward_weight, floating(),
                    void(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta, Tensor& gw));
+/// y = conv(x, w) (no bias) and, in the same kernel, the sums of y and of y squared per output
+/// channel over (N, OH, OW) into sum and sum_of_squares (float32 (O,)): batch normalisation's
+/// statistics without a pass of its own over y. Where the device's library has no such fused
+/// kernel for the problem it writes nothing and returns false (the caller then runs
+/// conv2d_forward). Implemented on the GPU only (cuDNN's convolution with generated statistics);
+/// callers ask has(kCuda) first.
+DPL_DECLARE_KERNEL(conv2d_forward_sums, any(),
+                   bool(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
+                        Tensor& sum_of_squares));
 /// gb (O,) = beta*gb + the sum of gy (N, O, OH, OW; contiguous or channels-last) over N, OH and OW.
 DPL_DECLARE_KERNEL(conv2d_backward_bias, floating(), void(const Tensor& gy, float beta, Tensor& gb));
 
@@ -423,6 +432,16 @@ DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
                    Tensor(bool add, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                           Tensor& save_mean, Tensor& save_invstd));
+/// batch_norm_act_train (relu true; z read when `add`) or batch_norm_train (relu and add false)
+/// with the batch statistics from sum and sum_of_squares (float32 (C,)), the sums of x and of x
+/// squared per channel over its N*H*W values, instead of a pass over x. Their backward is the
+/// same. Channels-last images on the GPU only (callers ask has(kCuda) and
+/// batch_norm_act_available(x) first).
+DPL_DECLARE_KERNEL(batch_norm_train_from_sums, any(),
+                   void(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
+                        const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
+                        float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                        Tensor& save_invstd));
 /// Gradients of batch_norm_act_train, all written (beta 0): gx and gz (only when `add`; else
 /// gz is not touched) in x's format, gweight and gbias (C,). y is read only when `add`: without
 /// a residual the ReLU's mask is recomputed from x, bias and the saved statistics, and y may be a

@@ -43,15 +43,24 @@ std::shared_ptr<nn::Conv2d> conv(std::int64_t in, std::int64_t out, std::int64_t
   return c;
 }
 
+// The convolution's output, with its per-channel sums for the BatchNorm after it where `fused`
+// asks for them and the device computes them in the convolution (sums undefined otherwise).
+Variable conv_output(nn::Conv2d& conv, const Variable& x, bool fused, ChannelSums& sums) {
+  if (fused) return conv.forward_with_sums(x, sums);
+  sums = ChannelSums{};
+  return conv.forward(x);
+}
+
 // One stage: `blocks` blocks of `planes`, the first with `stride`. Advances in_channels to the
 // stage's output channels and records each block's last BatchNorm.
 template <typename Block>
 std::shared_ptr<nn::Sequential> make_stage(std::int64_t& in_channels, std::int64_t planes, int blocks,
                                            std::int64_t stride, Generator& gen,
-                                           std::vector<const nn::BatchNorm2d*>& residual_bns) {
+                                           std::vector<const nn::BatchNorm2d*>& residual_bns, bool fused_statistics) {
   auto stage = std::make_shared<nn::Sequential>();
   for (int i = 0; i < blocks; ++i) {
     auto block = std::make_shared<Block>(in_channels, planes, i == 0 ? stride : 1, gen);
+    block->set_fused_statistics(fused_statistics);
     residual_bns.push_back(&block->last_bn());
     stage->append(block);
     in_channels = planes * Block::kExpansion;
@@ -77,17 +86,27 @@ void ResidualBlock::add_conv_bn(std::int64_t in, std::int64_t out, std::int64_t 
 
 void ResidualBlock::add_shortcut(std::int64_t in, std::int64_t out, std::int64_t stride, Generator& gen) {
   if (stride == 1 && in == out) return;
-  downsample_ = register_module(
-      "downsample", std::make_shared<nn::Sequential>(conv(in, out, 1, stride, gen), std::make_shared<nn::BatchNorm2d>(out)));
+  downsample_conv_ = conv(in, out, 1, stride, gen);
+  downsample_bn_ = std::make_shared<nn::BatchNorm2d>(out);
+  downsample_ = register_module("downsample", std::make_shared<nn::Sequential>(downsample_conv_, downsample_bn_));
 }
 
 Variable ResidualBlock::forward(const Variable& x) {
+  const bool fused = fused_statistics_ && is_training();
+  ChannelSums sums;
   Variable h = x;
   const std::size_t last = convs_.size() - 1;
-  for (std::size_t i = 0; i < last; ++i) h = bns_[i]->forward_relu(convs_[i]->forward(h));
+  for (std::size_t i = 0; i < last; ++i) h = bns_[i]->forward_relu(conv_output(*convs_[i], h, fused, sums), &sums);
+  Variable shortcut = x;
+  if (downsample_) {
+    ChannelSums shortcut_sums;
+    const Variable z = conv_output(*downsample_conv_, x, fused, shortcut_sums);
+    shortcut = downsample_bn_->forward_from_sums(z, &shortcut_sums);
+  }
   // The last BatchNorm, the residual add and the ReLU are one op, which the GPU path runs as one
   // fused pass.
-  return bns_[last]->forward_add_relu(convs_[last]->forward(h), downsample_ ? downsample_->forward(x) : x);
+  const Variable z = conv_output(*convs_[last], h, fused, sums);
+  return bns_[last]->forward_add_relu(z, shortcut, &sums);
 }
 
 BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t planes, std::int64_t stride, Generator& gen) {
@@ -106,7 +125,7 @@ Bottleneck::Bottleneck(std::int64_t in_channels, std::int64_t planes, std::int64
 }
 
 ResNet::ResNet(int depth, const ResNetOptions& options, Generator& gen)
-    : depth_(depth), num_classes_(options.num_classes) {
+    : depth_(depth), num_classes_(options.num_classes), fused_statistics_(options.fused_statistics) {
   const Spec& spec = spec_for(depth);
   DPL_CHECK(options.num_classes >= 1, "ResNet: expected num_classes >= 1, got ", options.num_classes);
   DPL_CHECK(options.in_channels >= 1, "ResNet: expected in_channels >= 1, got ", options.in_channels);
@@ -120,8 +139,9 @@ ResNet::ResNet(int depth, const ResNetOptions& options, Generator& gen)
     const std::int64_t planes = std::int64_t{64} << i;
     const std::int64_t stride = i == 0 ? 1 : 2;
     const int blocks = spec.blocks[i];
-    auto stage = spec.bottleneck ? make_stage<Bottleneck>(channels, planes, blocks, stride, gen, residual_bns_)
-                                 : make_stage<BasicBlock>(channels, planes, blocks, stride, gen, residual_bns_);
+    auto stage = spec.bottleneck
+                     ? make_stage<Bottleneck>(channels, planes, blocks, stride, gen, residual_bns_, fused_statistics_)
+                     : make_stage<BasicBlock>(channels, planes, blocks, stride, gen, residual_bns_, fused_statistics_);
     *stages[i] = register_module("layer" + std::to_string(i + 1), stage);
   }
   avgpool_ = register_module("avgpool", std::make_shared<nn::GlobalAvgPool2d>());
@@ -144,7 +164,9 @@ ResNet::ResNet(int depth, const ResNetOptions& options, Generator& gen)
 }
 
 Variable ResNet::forward(const Variable& x) {
-  Variable h = maxpool_->forward(bn1_->forward_relu(conv1_->forward(x)));
+  ChannelSums sums;
+  const Variable z = conv_output(*conv1_, x, fused_statistics_ && is_training(), sums);
+  Variable h = maxpool_->forward(bn1_->forward_relu(z, &sums));
   for (const auto* stage : {&layer1_, &layer2_, &layer3_, &layer4_}) h = (*stage)->forward(h);
   return fc_->forward(avgpool_->forward(h));
 }

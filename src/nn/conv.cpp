@@ -49,6 +49,14 @@ Variable Conv2d::forward(const Variable& x) {
   return conv2d(x, weight_, bias_, stride_, padding_, dilation_, options_.groups());
 }
 
+Variable Conv2d::forward_with_sums(const Variable& x, ChannelSums& sums) {
+  if (bias_.defined()) {
+    sums = ChannelSums{};
+    return forward(x);
+  }
+  return conv2d_with_sums(x, weight_, sums, stride_, padding_, dilation_, options_.groups());
+}
+
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options, Generator& gen) : options_(options) {
   const std::int64_t in_channels = options.in_channels(), out_channels = options.out_channels();
   const std::int64_t groups = options.groups();

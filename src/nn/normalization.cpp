@@ -20,10 +20,10 @@ BatchNormBase::BatchNormBase(const char* layer, const BatchNorm2dOptions& option
   num_batches_tracked_ = register_buffer("num_batches_tracked", Tensor::zeros({}, TensorOptions(kInt64)));
 }
 
-Variable BatchNormBase::normalize(const Variable& x) {
+Variable BatchNormBase::normalize(const Variable& x, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return normalize_synchronized(x);
   Variable y = batch_norm(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
-                          options_.momentum(), options_.eps());
+                          options_.momentum(), options_.eps(), sums);
   count_batch();
   return y;
 }
@@ -41,18 +41,20 @@ BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, double momentum,
 
 Variable BatchNorm2d::forward(const Variable& x) { return normalize(x); }
 
-Variable BatchNorm2d::forward_relu(const Variable& x) {
+Variable BatchNorm2d::forward_from_sums(const Variable& x, const ChannelSums* sums) { return normalize(x, sums); }
+
+Variable BatchNorm2d::forward_relu(const Variable& x, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return relu(normalize_synchronized(x));
   Variable y = batch_norm_relu(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
-                               options_.momentum(), options_.eps());
+                               options_.momentum(), options_.eps(), sums);
   count_batch();
   return y;
 }
 
-Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual) {
+Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return relu(add(normalize_synchronized(x), residual));
   Variable y = batch_norm_add_relu(x, residual, weight_, bias_, running_mean_.data(), running_var_.data(),
-                                   is_training(), options_.momentum(), options_.eps());
+                                   is_training(), options_.momentum(), options_.eps(), sums);
   count_batch();
   return y;
 }

@@ -25,6 +25,12 @@ struct ResNetOptions {
   /// Starts each residual block's last BatchNorm with weight (gamma) 0, so that every block begins
   /// as the identity (torchvision's zero_init_residual; Goyal et al. 2017). Off by default.
   bool zero_init_residual = false;
+  /// In training, each convolution computes the batch statistics of the BatchNorm after it in its
+  /// own kernel where the device can (cuDNN's convolution with generated statistics: GPU,
+  /// channels-last), and the BatchNorm skips its pass over the convolution's output
+  /// (nn::Conv2d::forward_with_sums). Results equal the separate pass's up to the rounding of the
+  /// variance (sum of squares against Welford's update). False keeps the separate pass everywhere.
+  bool fused_statistics = true;
 };
 
 /// What the blocks of every ResNet share: convolutions conv1..convK, each followed by its
@@ -39,6 +45,9 @@ class ResidualBlock : public nn::Module {
   Variable forward(const Variable& x) override;
   /// The BatchNorm whose output meets the shortcut (bnK): what zero_init_residual zeroes.
   const nn::BatchNorm2d& last_bn() const { return *bns_.back(); }
+  /// Whether training computes each BatchNorm's statistics in the convolution before it (see
+  /// ResNetOptions::fused_statistics); on by default.
+  void set_fused_statistics(bool on) { fused_statistics_ = on; }
 
  protected:
   ResidualBlock() = default;
@@ -52,6 +61,10 @@ class ResidualBlock : public nn::Module {
   std::vector<std::shared_ptr<nn::Conv2d>> convs_;
   std::vector<std::shared_ptr<nn::BatchNorm2d>> bns_;
   std::shared_ptr<nn::Sequential> downsample_;
+  // downsample_'s two layers, called one by one so that the BatchNorm gets the convolution's sums.
+  std::shared_ptr<nn::Conv2d> downsample_conv_;
+  std::shared_ptr<nn::BatchNorm2d> downsample_bn_;
+  bool fused_statistics_ = true;
 };
 
 /// The block of ResNet-18 and -34: two 3x3 convolutions to `planes`, the first with the block's
@@ -112,6 +125,7 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::GlobalAvgPool2d> avgpool_;
   std::shared_ptr<nn::Linear> fc_;
   std::vector<const nn::BatchNorm2d*> residual_bns_;
+  bool fused_statistics_;
 };
 
 /// The architecture names resnet() accepts: "resnet18", "resnet34", "resnet50", "resnet101",

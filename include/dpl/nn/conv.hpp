@@ -52,6 +52,10 @@ class Conv2d : public Module {
   /// Requires x of shape (N, in_channels, H, W) large enough for the kernel; returns
   /// (N, out_channels, OH, OW), channels-last when x is.
   Variable forward(const Variable& x) override;
+  /// forward(x), with the output's per-channel sums (for the BatchNorm that follows) computed in
+  /// the same kernel where dpl::conv2d_with_sums can: a layer without a bias on the GPU,
+  /// channels-last. Elsewhere `sums` is left undefined.
+  Variable forward_with_sums(const Variable& x, ChannelSums& sums);
   const Variable& weight() const { return weight_; }
   /// Undefined when the layer was built without a bias.
   const Variable& bias() const { return bias_; }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <utility>
 
+#include "dpl/autograd/ops/batch_norm.hpp"
 #include "dpl/core/shape.hpp"
 
 #include "dpl/nn/module.hpp"
@@ -86,8 +87,9 @@ class BatchNormBase : public Module {
   /// Registers the parameters and buffers. Requires num_features >= 1, eps > 0 and momentum in
   /// [0, 1]; throws dpl::Error naming `layer` otherwise.
   BatchNormBase(const char* layer, const BatchNorm2dOptions& options);
-  /// dpl::batch_norm of a 4-D x with this layer's state, counting a training batch.
-  Variable normalize(const Variable& x);
+  /// dpl::batch_norm of a 4-D x with this layer's state (and x's sums, when given), counting a
+  /// training batch.
+  Variable normalize(const Variable& x, const ChannelSums* sums = nullptr);
   /// Counts a training batch in num_batches_tracked (every forward variant does).
   void count_batch();
 
@@ -110,13 +112,18 @@ class BatchNorm2d : public BatchNormBase {
   explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true);
   /// Requires x (N, num_features, H, W) of a float dtype; returns x's shape, dtype and format.
   Variable forward(const Variable& x) override;
+  /// forward(x) with x's ChannelSums, as Conv2d::forward_with_sums gives them with its output:
+  /// in training mode the statistics come from them where dpl::batch_norm takes them (saving a
+  /// pass over x). Null or undefined sums: forward(x). Ignored when the statistics are
+  /// synchronised over processes.
+  Variable forward_from_sums(const Variable& x, const ChannelSums* sums);
   /// relu(forward(x)) through dpl::batch_norm_relu, one pass where the device's library fuses it.
-  /// Same requirements and effects on the running statistics as forward().
-  Variable forward_relu(const Variable& x);
+  /// Same requirements and effects on the running statistics as forward(); `sums` as there.
+  Variable forward_relu(const Variable& x, const ChannelSums* sums = nullptr);
   /// relu(forward(x) + residual) through dpl::batch_norm_add_relu (the end of a residual block),
   /// one pass where the device's library fuses it. Requires residual of x's shape and dtype;
-  /// otherwise as forward().
-  Variable forward_add_relu(const Variable& x, const Variable& residual);
+  /// otherwise as forward(); `sums` as there.
+  Variable forward_add_relu(const Variable& x, const Variable& residual, const ChannelSums* sums = nullptr);
 };
 
 /// Batch normalisation (PyTorch's nn.BatchNorm1d) of (N, C) features or (N, C, L) sequences per

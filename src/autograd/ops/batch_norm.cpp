@@ -90,6 +90,24 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
           running_mean.defined() ? static_cast<float>(momentum) : 0.f};
 }
 
+// Whether a training-mode call takes its statistics from `sums` (the GPU's channels-last kernels
+// do; elsewhere they are ignored). Sums that are given are checked wherever they are used.
+bool takes_sums(const char* op, const ChannelSums* sums, const Tensor& tx, bool training) {
+  if (sums == nullptr || !sums->defined() || !training || tx.device().is_cpu() ||
+      !backend::batch_norm_train_from_sums.has(backend::kCuda) || !backend::batch_norm_act_available(tx))
+    return false;
+  for (const Tensor* t : {&sums->sum, &sums->sum_of_squares}) {
+    DPL_CHECK(t->defined() && t->dtype() == kFloat32 && t->dim() == 1 && t->size(0) == tx.size(1) &&
+                  t->is_contiguous(),
+              op, ": expected sums of float32 (", tx.size(1), ",) each for an input with ", tx.size(1),
+              " channels, got ",
+              t->defined() ? std::string(dtype_name(t->dtype())) + " " + shape_str(t->shape())
+                           : std::string("an undefined tensor"));
+    check_same_device(op, tx, "an input", *t, "sums");
+  }
+  return true;
+}
+
 class BatchNormNode final : public Node {
  public:
   Tensor x, weight, save_mean, save_invstd;
@@ -172,7 +190,7 @@ class BatchNormActNode final : public Node {
 // mode only: evaluation is one cheap pass anyway), else composed from the plain ops.
 Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, const Variable& weight,
                         const Variable& bias, const Tensor& running_mean, const Tensor& running_var, bool training,
-                        double momentum, double eps) {
+                        double momentum, double eps, const ChannelSums* sums) {
   const Tensor tx = image_input(op, x);
   Tensor tz;
   if (z != nullptr) {
@@ -184,7 +202,7 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   const bool fused = training && tx.numel() > 0 && backend::batch_norm_act_available(tx) &&
                      (z == nullptr || tz.strides() == tx.strides());
   if (!fused) {
-    const Variable bn = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps);
+    const Variable bn = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, sums);
     return relu(z == nullptr ? bn : add(bn, *z));
   }
   BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
@@ -192,9 +210,17 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   const TensorOptions stats(kFloat32, tx.device());
   Tensor y = empty_in_format_of(tx.shape(), tx);
   Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
-  Tensor reserve = backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
-                                                 static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
-                                                 save_invstd);
+  Tensor reserve;
+  if (takes_sums(op, sums, tx, training)) {
+    backend::batch_norm_train_from_sums(true, z != nullptr, tx, z != nullptr ? tz : tx, sums->sum,
+                                        sums->sum_of_squares, args.w, args.b, static_cast<float>(eps), args.momentum,
+                                        args.rm, args.rv, y, save_mean, save_invstd);
+    reserve = Tensor::empty({0}, TensorOptions(kInt32, tx.device()));  // what the GPU's act kernels reserve
+  } else {
+    reserve = backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
+                                            static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                                            save_invstd);
+  }
   const Variable no_residual;
   const Variable* residual = z != nullptr ? z : &no_residual;
   if (!any_requires_grad({&x, residual, &weight, &bias})) return Variable(y);
@@ -217,7 +243,7 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
 }  // namespace
 
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
-                    const Tensor& running_var, bool training, double momentum, double eps) {
+                    const Tensor& running_var, bool training, double momentum, double eps, const ChannelSums* sums) {
   const char* op = "batch_norm";
   const Tensor tx = image_input(op, x);
   const std::int64_t c = tx.size(1);
@@ -239,8 +265,13 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
     return Variable::make_result(y, node);
   }
   Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
-  backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
-                            save_invstd);
+  if (takes_sums(op, sums, tx, training))
+    backend::batch_norm_train_from_sums(false, false, tx, tx, sums->sum, sums->sum_of_squares, args.w, args.b,
+                                        static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                                        save_invstd);
+  else
+    backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv, y,
+                              save_mean, save_invstd);
   if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
   auto node = std::make_shared<BatchNormNode>();
   node->x = tx;
@@ -253,16 +284,17 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
 }
 
 Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
-                         const Tensor& running_var, bool training, double momentum, double eps) {
+                         const Tensor& running_var, bool training, double momentum, double eps,
+                         const ChannelSums* sums) {
   return batch_norm_act("batch_norm_relu", x, nullptr, weight, bias, running_mean, running_var, training, momentum,
-                        eps);
+                        eps, sums);
 }
 
 Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
                              const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
-                             double eps) {
+                             double eps, const ChannelSums* sums) {
   return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
-                        eps);
+                        eps, sums);
 }
 
 }  // namespace dpl

@@ -113,9 +113,12 @@ class AdaptiveAvgPoolNode final : public Node {
 
 }  // namespace
 
-Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, Conv2dPair stride,
-                Conv2dPair padding, Conv2dPair dilation, std::int64_t groups) {
-  const char* op = "conv2d";
+namespace {
+
+// conv2d, and with `sums` conv2d_with_sums: the fused kernel where the device has one.
+Variable conv2d_impl(const char* op, const Variable& x, const Variable& weight, const Variable& bias,
+                     Conv2dPair stride, Conv2dPair padding, Conv2dPair dilation, std::int64_t groups,
+                     ChannelSums* sums) {
   check_operands(op, {{x, "an input", 4, " (N, C, H, W)"},
                       {weight, "a weight", 4, " (out_channels, in_channels/groups, kh, kw)"}});
   check_conv2d_geometry(op, stride, padding, dilation, groups);
@@ -125,7 +128,17 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   const Tensor tx = in_format(x.data(), format), tw = in_format(weight.data(), format);
   const Tensor tb = bias.defined() ? dense(bias.data()) : Tensor();
   Tensor out = empty_in(ys, format, tx);
-  backend::conv2d_forward(tx, tw, bias.defined() ? &tb : nullptr, p, out);
+  bool fused = false;
+  if (sums != nullptr) {
+    *sums = ChannelSums{};
+    if (!tx.device().is_cpu() && backend::conv2d_forward_sums.has(backend::kCuda)) {
+      const TensorOptions stats(kFloat32, tx.device());
+      Tensor sum = Tensor::empty({ys[1]}, stats), squares = Tensor::empty({ys[1]}, stats);
+      fused = backend::conv2d_forward_sums(tx, tw, p, out, sum, squares);
+      if (fused) *sums = ChannelSums{sum, squares};
+    }
+  }
+  if (!fused) backend::conv2d_forward(tx, tw, bias.defined() ? &tb : nullptr, p, out);
   if (!any_requires_grad({&x, &weight, &bias})) return Variable(out);
   auto node = std::make_shared<Conv2dNode>();
   node->x = tx;
@@ -134,6 +147,18 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias,
   node->format = format;
   node->set_inputs(defined_inputs({&x, &weight, &bias}));
   return Variable::make_result(out, node);
+}
+
+}  // namespace
+
+Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias, Conv2dPair stride,
+                Conv2dPair padding, Conv2dPair dilation, std::int64_t groups) {
+  return conv2d_impl("conv2d", x, weight, bias, stride, padding, dilation, groups, nullptr);
+}
+
+Variable conv2d_with_sums(const Variable& x, const Variable& weight, ChannelSums& sums, Conv2dPair stride,
+                          Conv2dPair padding, Conv2dPair dilation, std::int64_t groups) {
+  return conv2d_impl("conv2d_with_sums", x, weight, Variable(), stride, padding, dilation, groups, &sums);
 }
 
 // --- conv_transpose2d ----------------------------------------------------------------------------

@@ -39,6 +39,8 @@ __device__ __forceinline__ float2 combine(float2 a, float2 b) { return {a.x + b.
 // shared memory (a tree, so the depth is log2 of the lanes) and written as one partial per
 // (group, channel).
 constexpr int kReduceThreads = 256;
+// Rows whose loads a reduction thread issues before using any of them.
+constexpr int kRowsInFlight = 4;
 
 template <int V, typename P>
 __device__ __forceinline__ void reduce_lanes_and_store(P (&acc)[V], P* shared, int c, int ch0, P* partial) {
@@ -76,9 +78,7 @@ __global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std
   if (ch0 < c) {
     const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
     float n = 0.f;
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
-      float v[V];
-      load_vec<V>(x + r * c + ch0, v);
+    auto update = [&](const float (&v)[V]) {
       n += 1.f;
       const float inv = 1.f / n;
 #pragma unroll
@@ -87,6 +87,21 @@ __global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std
         acc[j].mean += d * inv;
         acc[j].m2 += d * (v[j] - acc[j].mean);
       }
+    };
+    std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    // kRowsInFlight rows' loads are issued before their updates (in the same order as one row at a
+    // time, so the same bits): one 16-byte load in flight per thread left the pass waiting on memory.
+    for (; r + (kRowsInFlight - 1) * step < rows; r += kRowsInFlight * step) {
+      float v[kRowsInFlight][V];
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) load_vec<V>(x + (r + u * step) * c + ch0, v[u]);
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) update(v[u]);
+    }
+    for (; r < rows; r += step) {
+      float v[V];
+      load_vec<V>(x + r * c + ch0, v);
+      update(v);
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j].n = n;
@@ -191,16 +206,32 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
     float scale[V], shift[V];
     mask_affine<V>(m, mean, ch0, scale, shift);
     const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
-    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
-      const std::int64_t i = r * c + ch0;
-      float g[V], xv[V];
-      load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, i, scale, shift, g, xv);
-      if (g_out != nullptr) store_vec<V>(g_out + i, g);
+    auto add = [&](const float (&g)[V], const float (&xv)[V]) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         acc[j].x += g[j];
         acc[j].y += g[j] * (xv[j] - mu[j]);
       }
+    };
+    std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+    // As in moments_kernel: the loads of kRowsInFlight rows first, the sums after, in row order.
+    for (; r + (kRowsInFlight - 1) * step < rows; r += kRowsInFlight * step) {
+      float g[kRowsInFlight][V], xv[kRowsInFlight][V];
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u)
+        load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, (r + u * step) * c + ch0, scale, shift, g[u], xv[u]);
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) {
+        if (g_out != nullptr) store_vec<V>(g_out + (r + u * step) * c + ch0, g[u]);
+        add(g[u], xv[u]);
+      }
+    }
+    for (; r < rows; r += step) {
+      const std::int64_t i = r * c + ch0;
+      float g[V], xv[V];
+      load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, i, scale, shift, g, xv);
+      if (g_out != nullptr) store_vec<V>(g_out + i, g);
+      add(g, xv);
     }
   }
   reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
@@ -260,6 +291,26 @@ __global__ void finalize_moments_kernel(const Moments* partial, int groups, int 
   running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (m.n > 1.f ? m.m2 / (m.n - 1.f) : var);
   scale[ch] = affine_scale(invstd, weight[ch]);
   shift[ch] = affine_shift(m.mean, scale[ch], bias[ch]);
+}
+
+// The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
+// `count` rows (what a convolution's epilogue computed for its output). The variance is
+// sum_of_squares / count - mean^2, clamped at 0 where rounding takes it below.
+__global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squares, float count, int c,
+                                     const float* weight, const float* bias, float eps, float momentum,
+                                     float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                                     float* scale, float* shift) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const float mean = sum[ch] / count;
+  const float var = fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f);
+  const float invstd = rsqrtf(var + eps);
+  save_mean[ch] = mean;
+  save_invstd[ch] = invstd;
+  running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean;
+  running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (count > 1.f ? var * count / (count - 1.f) : var);
+  scale[ch] = affine_scale(invstd, weight[ch]);
+  shift[ch] = affine_shift(mean, scale[ch], bias[ch]);
 }
 
 // Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b) in
@@ -413,11 +464,28 @@ Partial* reduce_scratch(const Tensor& x, const ReduceLaunch& l, int c, int tail_
   return reinterpret_cast<Partial*>(work);
 }
 
+// The forward's elementwise pass: y = act(x * scale + shift [+ z]) over n elements of c channels.
+template <typename T>
+void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const float* scale, const float* shift,
+                  std::int64_t n, int c, T* yp) {
+  with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
+      using Index = decltype(index);
+      apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
+    });
+  });
+}
+
 }  // namespace
 
-void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
-                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                           Tensor& save_mean, Tensor& save_invstd) {
+namespace {
+
+// batch_norm_nhwc_train, with the statistics from sums[0] and sums[1] when sums is given
+// (batch_norm_nhwc_train_from_sums), else from a moments pass over x.
+void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, const Tensor& weight, const Tensor& bias,
+           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+           Tensor& save_invstd) {
   on_device_typed(x, "batch_norm (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const int c = static_cast<int>(x.size(1));
@@ -425,28 +493,51 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
     const T* xp = in_ptr<T>(x);
     const T* zp = z != nullptr ? in_ptr<T>(*z) : nullptr;
     T* yp = out_ptr<T>(y);
-    with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
-      constexpr int V = decltype(width)::value;
-      const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
-      // Scratch: the partial moments, then scale and shift.
-      Tensor holder;
-      float* scale = nullptr;
-      Moments* partial = reduce_scratch<Moments>(x, l, c, 2, holder, &scale);
-      float* shift = scale + c;
-      moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(Moments), V), d.stream()>>>(xp, rows, c,
-                                                                                                 partial);
+    // Scratch: the partial moments (without sums), then scale and shift.
+    Tensor holder;
+    float* scale = nullptr;
+    if (sums != nullptr) {
+      holder = Tensor::empty({2 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
+      scale = holder.data<float>();
+      constexpr int kChannelsPerBlock = 128;
+      finalize_sums_kernel<<<(c + kChannelsPerBlock - 1) / kChannelsPerBlock, kChannelsPerBlock, 0, d.stream()>>>(
+          sums[0].data<float>(), sums[1].data<float>(), static_cast<float>(rows), c, weight.data<float>(),
+          bias.data<float>(), eps, momentum, running_mean.data<float>(), running_var.data<float>(),
+          save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
       DPL_CUDA_CHECK(cudaGetLastError());
-      finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                                d.stream()>>>(partial, l.groups, c, weight.data<float>(), bias.data<float>(), eps,
-                                              momentum, running_mean.data<float>(), running_var.data<float>(),
-                                              save_mean.data<float>(), save_invstd.data<float>(), scale, shift);
-      DPL_CUDA_CHECK(cudaGetLastError());
-      launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
-        using Index = decltype(index);
-        apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
+    } else {
+      with_pack_width<T>(c, {xp}, [&](auto width) {
+        constexpr int V = decltype(width)::value;
+        const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
+        Moments* partial = reduce_scratch<Moments>(x, l, c, 2, holder, &scale);
+        moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(Moments), V), d.stream()>>>(xp, rows, c,
+                                                                                                   partial);
+        DPL_CUDA_CHECK(cudaGetLastError());
+        finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                                  d.stream()>>>(partial, l.groups, c, weight.data<float>(), bias.data<float>(), eps,
+                                                momentum, running_mean.data<float>(), running_var.data<float>(),
+                                                save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
+        DPL_CUDA_CHECK(cudaGetLastError());
       });
-    });
+    }
+    launch_apply(d, xp, zp, relu, scale, scale + c, n, c, yp);
   });
+}
+
+}  // namespace
+
+void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
+                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                           Tensor& save_mean, Tensor& save_invstd) {
+  train(x, z, relu, nullptr, weight, bias, eps, momentum, running_mean, running_var, y, save_mean, save_invstd);
+}
+
+void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu, const Tensor& sum,
+                                     const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
+                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                     Tensor& save_mean, Tensor& save_invstd) {
+  const Tensor sums[2] = {sum, sum_of_squares};
+  train(x, z, relu, sums, weight, bias, eps, momentum, running_mean, running_var, y, save_mean, save_invstd);
 }
 
 void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,

@@ -21,6 +21,14 @@ void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Te
                            float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                            Tensor& save_mean, Tensor& save_invstd);
 
+/// batch_norm_nhwc_train with the batch statistics from per-channel sums of x and of x squared
+/// over its N*H*W rows (float32 (C,), as a convolution's epilogue computes them for its output)
+/// instead of a pass over x: the pass that the fused statistics save.
+void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu, const Tensor& sum,
+                                     const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
+                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                     Tensor& save_mean, Tensor& save_invstd);
+
 /// Gradients of batch_norm_nhwc_train. With a ReLU, g = gy masked by the ReLU's output being
 /// positive: read from y when y is given (a residual was added), else recomputed from x with
 /// relu_bias (the forward's bias) when that is given; neither: no ReLU, g = gy. gx = beta*gx +

@@ -281,5 +281,48 @@ TEST(ResNet, SummaryListsTheStagesAndTheTotal) {
   EXPECT_TRUE(model->is_training());
 }
 
+// On the CPU no convolution computes its output's sums, so the fused-statistics option (on by
+// default) changes nothing: one training step gives the same loss, gradients and running
+// statistics to the bit with it off, channels-last and NCHW alike.
+TEST(ResNet, FusedStatisticsOptionChangesNothingWhereNoConvolutionComputesSums) {
+  for (bool nhwc : {false, true}) {
+    std::vector<float> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Generator gen(11);
+      models::ResNetOptions options = classes(3);
+      options.fused_statistics = fused == 1;
+      models::ResNet model(18, options, gen);
+      if (nhwc) nn::to_channels_last(model);
+      Tensor images = Tensor::uniform({4, 3, 32, 32}, -1.f, 1.f, gen);
+      if (nhwc) images = images.to_channels_last();
+      const Tensor labels = Tensor::from_vector(std::vector<std::int32_t>{1, 2, 0, 2}, {4});
+      model.zero_grad();
+      const Variable loss = softmax_cross_entropy(model(Variable(images)), labels);
+      loss.backward();
+      results[fused].push_back(loss.data().item());
+      for (const auto& [name, v] : model.named_parameters())
+        for (float e : v.grad().contiguous().to_vector<float>()) results[fused].push_back(e);
+      for (const auto& [name, b] : model.named_buffers())
+        if (b.data().dtype() == kFloat32)
+          for (float e : b.data().to_vector<float>()) results[fused].push_back(e);
+    }
+    EXPECT_EQ(results[1], results[0]) << (nhwc ? "channels-last" : "NCHW");
+  }
+}
+
+// conv2d_with_sums where nothing fuses the sums (the CPU): conv2d's output, sums left undefined
+// (whatever they held before).
+TEST(ResNet, ConvolutionWithSumsOnTheCpuIsTheConvolution) {
+  Generator gen(3);
+  const Tensor x = Tensor::uniform({2, 8, 6, 6}, -1.f, 1.f, gen).to_channels_last();
+  const Tensor w = Tensor::uniform({4, 8, 3, 3}, -1.f, 1.f, gen).to_channels_last();
+  ChannelSums sums{Tensor::zeros({4}), Tensor::zeros({4})};
+  const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums, {1, 1}, {1, 1}).data();
+  const Tensor want = conv2d(Variable(x), Variable(w), Variable(), {1, 1}, {1, 1}).data();
+  EXPECT_FALSE(sums.defined());
+  EXPECT_FALSE(sums.sum_of_squares.defined());
+  EXPECT_EQ(got.contiguous().to_vector<float>(), want.contiguous().to_vector<float>());
+}
+
 }  // namespace
 }  // namespace dpl

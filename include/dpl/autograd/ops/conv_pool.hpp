@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "dpl/autograd/ops/batch_norm.hpp"
 #include "dpl/autograd/variable.hpp"
 #include "dpl/core/random.hpp"
 
@@ -30,6 +31,14 @@ using Conv2dPair = std::array<std::int64_t, 2>;
 Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias = Variable(),
                 Conv2dPair stride = {1, 1}, Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1},
                 std::int64_t groups = 1);
+
+/// conv2d without a bias that, where the device's library fuses it (cuDNN's convolution with
+/// generated statistics: GPU, channels-last, one group), also computes its output's ChannelSums
+/// into `sums` in the same kernel, for a batch_norm of the output to take instead of a pass of
+/// its own. Elsewhere `sums` is left undefined and this is conv2d. The output and its gradients
+/// are conv2d's (cuDNN may pick another engine for the fused kernel, so the bits can differ).
+Variable conv2d_with_sums(const Variable& x, const Variable& weight, ChannelSums& sums, Conv2dPair stride = {1, 1},
+                          Conv2dPair padding = {0, 0}, Conv2dPair dilation = {1, 1}, std::int64_t groups = 1);
 
 /// 2-D transposed convolution, as PyTorch's conv_transpose2d (the gradient of conv2d with respect
 /// to its input): x (N, C, H, W), weight (C, O/groups, KH, KW), bias (O,) or undefined (no bias),

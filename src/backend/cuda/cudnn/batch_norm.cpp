@@ -95,6 +95,18 @@ Tensor batch_norm_act_train_cuda(bool add, const Tensor& x, const Tensor& z, con
   return Tensor::empty({0}, TensorOptions(kInt32, x.device()));
 }
 
+void batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
+                                    const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
+                                    float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                    Tensor& save_mean, Tensor& save_invstd) {
+  DPL_CHECK(channels_last(x) && y.strides() == x.strides() && (!add || z.strides() == x.strides()),
+            "batch_norm_train_from_sums: needs channels-last x, y and z of one layout, got shape ",
+            shape_str(x.shape()), " strides ", shape_str(x.strides()));
+  DPL_CHECK(relu || !add, "batch_norm_train_from_sums: a residual add is only fused with the ReLU after it");
+  cuda_detail::batch_norm_nhwc_train_from_sums(x, add ? &z : nullptr, relu, sum, sum_of_squares, weight, bias, eps,
+                                               momentum, running_mean, running_var, y, save_mean, save_invstd);
+}
+
 void batch_norm_act_backward_cuda(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& /*reserve*/,
                                   const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
                                   const Tensor& save_invstd, float /*eps*/, Tensor& gx, Tensor& gz, Tensor& gweight,
@@ -113,5 +125,6 @@ DPL_REGISTER_KERNEL(batch_norm_backward, kCuda, batch_norm_backward_cuda);
 DPL_REGISTER_KERNEL(batch_norm_act_available, kCuda, batch_norm_act_available_cuda);
 DPL_REGISTER_KERNEL(batch_norm_act_train, kCuda, batch_norm_act_train_cuda);
 DPL_REGISTER_KERNEL(batch_norm_act_backward, kCuda, batch_norm_act_backward_cuda);
+DPL_REGISTER_KERNEL(batch_norm_train_from_sums, kCuda, batch_norm_train_from_sums_cuda);
 
 }  // namespace dpl::backend

@@ -50,12 +50,15 @@ using cuda_detail::finalize_plan;
 using cuda_detail::Plan;
 using cuda_detail::Workspace;
 
-enum class ConvKind { kForward, kBackwardData, kBackwardWeight };
+// kForwardSums: the forward convolution followed, in one graph, by cuDNN's generated statistics
+// of its output (per-channel sum and sum of squares), which its fused engines compute in the
+// convolution's epilogue.
+enum class ConvKind { kForward, kBackwardData, kBackwardWeight, kForwardSums };
 
 bool channels_last(const Tensor& image) { return image.memory_format() == MemoryFormat::kChannelsLast; }
 
 // The unique ids that tie a graph's tensors to the pointers of a call.
-constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3;
+constexpr std::int64_t kUidX = 1, kUidW = 2, kUidY = 3, kUidSum = 4, kUidSquares = 5;
 
 // One operand: extents, strides and alignment. (The dtype is the problem's.)
 struct Operand {
@@ -124,6 +127,7 @@ struct OperationNames {
 OperationNames names_of(ConvKind kind) {
   switch (kind) {
     case ConvKind::kForward:
+    case ConvKind::kForwardSums:
       return {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
@@ -141,7 +145,8 @@ OperationNames names_of(ConvKind kind) {
           CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA};
 }
 
-// The operation graph of one problem: its three tensors, the convolution and the operation.
+// The operation graph of one problem: its three tensors, the convolution and the operation (and
+// for kForwardSums the two statistics and the operation that generates them).
 struct Graph {
   std::vector<Descriptor> parts;
   cudnnBackendDescriptor_t graph = nullptr;
@@ -164,25 +169,52 @@ Graph build_graph(const Problem& pr, cudnnHandle_t handle) {
       .set(n.beta, CUDNN_TYPE_FLOAT, &pr.beta);
   op.finalize();
   g.parts.push_back(std::move(op));
+  std::vector<cudnnBackendDescriptor_t> ops{g.parts.back().get()};
+  if (pr.kind == ConvKind::kForwardSums) {
+    // Sum and sum of squares per channel of y: float32 (1, C, 1, 1).
+    const std::int64_t c = pr.y.shape[1];
+    const Shape shape{1, c, 1, 1};
+    const Strides strides{c, 1, c, c};
+    g.parts.push_back(cuda_detail::tensor_descriptor(kUidSum, shape, strides, 16, kFloat32));
+    g.parts.push_back(cuda_detail::tensor_descriptor(kUidSquares, shape, strides, 16, kFloat32));
+    const std::size_t sum_at = g.parts.size() - 2;
+    Descriptor stats(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+    const cudnnDataType_t precision = CUDNN_DATA_FLOAT;
+    stats.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, &mode)
+        .set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &precision)
+        .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, g.parts[2])
+        .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, g.parts[sum_at])
+        .set_descriptor(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, g.parts[sum_at + 1]);
+    stats.finalize();
+    g.parts.push_back(std::move(stats));
+    ops.push_back(g.parts.back().get());
+  }
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set_descriptor(CUDNN_ATTR_OPERATIONGRAPH_OPS, g.parts.back()).set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-                                                                           CUDNN_TYPE_HANDLE, &handle);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops.data(),
+            static_cast<std::int64_t>(ops.size()))
+      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, &handle);
   graph.finalize();
   g.parts.push_back(std::move(graph));
   g.graph = g.parts.back().get();
   return g;
 }
 
-// Runs a plan on (x, w, y) pointers; false when cuDNN refuses to execute it.
-bool execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, void* y, void* workspace) {
-  void* pointers[3] = {x, w, y};
-  const std::int64_t uids[3] = {kUidX, kUidW, kUidY};
-  return cuda_detail::execute(handle, plan, uids, pointers, 3, workspace);
+// Runs a plan on (x, w, y) pointers, and the statistics' (sum, sum of squares) for kForwardSums;
+// false when cuDNN refuses to execute it.
+bool execute(cudnnHandle_t handle, const Descriptor& plan, void* x, void* w, void* y, void* workspace,
+             void* sum = nullptr, void* squares = nullptr) {
+  void* pointers[5] = {x, w, y, sum, squares};
+  const std::int64_t uids[5] = {kUidX, kUidW, kUidY, kUidSum, kUidSquares};
+  return cuda_detail::execute(handle, plan, uids, pointers, sum != nullptr ? 5 : 3, workspace);
 }
 
 std::string describe(const Problem& pr) {
   std::ostringstream s;
-  s << (pr.kind == ConvKind::kForward ? "forward" : pr.kind == ConvKind::kBackwardData ? "input gradient" : "weight gradient")
+  s << (pr.kind == ConvKind::kForward       ? "forward"
+        : pr.kind == ConvKind::kForwardSums ? "forward with output statistics"
+        : pr.kind == ConvKind::kBackwardData ? "input gradient"
+                                             : "weight gradient")
     << " of a " << dtype_name(pr.dtype) << " convolution, input " << shape_str(pr.x.shape) << " strides "
     << shape_str(pr.x.strides) << ", weight " << shape_str(pr.w.shape) << " strides " << shape_str(pr.w.strides)
     << ", output " << shape_str(pr.y.shape) << " strides " << shape_str(pr.y.strides);
@@ -202,6 +234,10 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
     if (p.workspace <= kMaxWorkspace) ws = std::max(ws, p.workspace);
   Workspace scratch(pr.device, static_cast<std::size_t>(ws));
   Workspace out(pr.device, out_bytes);
+  const bool sums = pr.kind == ConvKind::kForwardSums;
+  Workspace stats(pr.device, sums ? 2 * sizeof(float) * static_cast<std::size_t>(pr.y.shape[1]) : 0);
+  void* sum = sums ? stats.data() : nullptr;
+  void* squares = sums ? static_cast<float*>(stats.data()) + pr.y.shape[1] : nullptr;
   cudaStream_t stream = CudaDevice::get(pr.device).stream();
   cudaEvent_t start = nullptr, stop = nullptr;
   DPL_CUDA_CHECK(cudaEventCreate(&start));
@@ -215,11 +251,11 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
     void* y = out.data();
     if (pr.kind == ConvKind::kBackwardData) std::swap(x, y);  // (a, b, out) = (gy, w, gx)
     if (pr.kind == ConvKind::kBackwardWeight) std::swap(w, y);  // (a, b, out) = (x, gy, gw)
-    if (!execute(handle, *plans[i].plan, x, w, y, scratch.data())) continue;  // warm-up
+    if (!execute(handle, *plans[i].plan, x, w, y, scratch.data(), sum, squares)) continue;  // warm-up
     constexpr int kRuns = 3;
     DPL_CUDA_CHECK(cudaEventRecord(start, stream));
     bool ok = true;
-    for (int r = 0; r < kRuns && ok; ++r) ok = execute(handle, *plans[i].plan, x, w, y, scratch.data());
+    for (int r = 0; r < kRuns && ok; ++r) ok = execute(handle, *plans[i].plan, x, w, y, scratch.data(), sum, squares);
     DPL_CUDA_CHECK(cudaEventRecord(stop, stream));
     DPL_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
@@ -264,6 +300,9 @@ Plan build_plan(const Problem& pr, cudnnHandle_t handle, const void* a, const vo
       plans.push_back(std::move(p));
     }
   }
+  // A fused graph that no engine takes is an answer (the caller runs the plain convolution): an
+  // empty plan, remembered as such.
+  if (plans.empty() && pr.kind == ConvKind::kForwardSums) return Plan{};
   DPL_CHECK(!plans.empty(), "conv2d: cuDNN offers no engine for the ", describe(pr),
             "; expected one for 4-D tensors in NCHW or NHWC strides");
   std::size_t chosen = 0;
@@ -283,14 +322,31 @@ const Plan& cached_plan(const Problem& pr, cudnnHandle_t handle, const void* a, 
   const std::string key = key_of(pr);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, std::make_unique<Plan>(build_plan(pr, handle, a, b, out_bytes))).first;
+  if (it == cache.end()) {
+    std::unique_ptr<Plan> plan;
+    if (pr.kind == ConvKind::kForwardSums) {
+      // cuDNN may refuse the fused graph while it is being described (a finalize that fails):
+      // also an answer, not an error.
+      try {
+        plan = std::make_unique<Plan>(build_plan(pr, handle, a, b, out_bytes));
+      } catch (const Error&) {
+        cudaGetLastError();
+        plan = std::make_unique<Plan>();
+      }
+    } else {
+      plan = std::make_unique<Plan>(build_plan(pr, handle, a, b, out_bytes));
+    }
+    it = cache.emplace(key, std::move(plan)).first;
+  }
   return *it->second;
 }
 
 // out = conv(...) + beta*out, for (a, b) = (x, w) forward, (gy, w) backward data, (x, gy)
-// backward weights; out is y, gx or gw.
-void run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, float beta, Tensor& out) {
-  if (out.numel() == 0) return;
+// backward weights; out is y, gx or gw. kForwardSums also writes *sum and *squares, or returns
+// false, having run nothing, where no engine fuses them.
+bool run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, float beta, Tensor& out,
+         Tensor* sum = nullptr, Tensor* squares = nullptr) {
+  if (out.numel() == 0) return kind != ConvKind::kForwardSums;
   static const bool benchmark = settings().cudnn_benchmark;
   const int device = out.device().index;
   DeviceGuard guard(device);
@@ -301,6 +357,7 @@ void run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
   void* y = nullptr;
   switch (kind) {
     case ConvKind::kForward:
+    case ConvKind::kForwardSums:
       pr.x = operand_of(a), pr.w = operand_of(b), pr.y = operand_of(out);
       x = const_cast<void*>(a.raw_data()), w = const_cast<void*>(b.raw_data()), y = out.raw_data();
       break;
@@ -315,14 +372,28 @@ void run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
   }
   const std::size_t out_bytes = static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype());
   const Plan& plan = cached_plan(pr, handle, a.raw_data(), b.raw_data(), out_bytes);
+  if (!plan.plan) return false;  // only kForwardSums leaves a problem without a plan
   Workspace ws(device, static_cast<std::size_t>(plan.workspace));
-  DPL_CHECK(execute(handle, *plan.plan, x, w, y, ws.data()), "conv2d: cuDNN failed to run the plan chosen for the ",
-            describe(pr));
+  DPL_CHECK(execute(handle, *plan.plan, x, w, y, ws.data(), sum != nullptr ? sum->raw_data() : nullptr,
+                    squares != nullptr ? squares->raw_data() : nullptr),
+            "conv2d: cuDNN failed to run the plan chosen for the ", describe(pr));
+  return true;
 }
 
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
   run(ConvKind::kForward, x, w, p, 0.f, y);
   if (bias != nullptr && y.numel() > 0) cuda_detail::add_conv_bias(*bias, y, channels_last(y));
+}
+
+bool conv2d_forward_sums_cuda(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
+                              Tensor& sum_of_squares) {
+  // cuDNN's statistics-generating engines take channels-last images in one group.
+  if (!channels_last(x) || !channels_last(y) || p.groups != 1 || y.numel() == 0) return false;
+  DPL_CHECK(sum.dtype() == kFloat32 && sum_of_squares.dtype() == kFloat32 && sum.is_contiguous() &&
+                sum_of_squares.is_contiguous() && sum.numel() == y.size(1) && sum_of_squares.numel() == y.size(1),
+            "conv2d_forward_sums: expected contiguous float32 sums of ", y.size(1), " channels, got ", sum.dtype(),
+            " ", shape_str(sum.shape()), " and ", sum_of_squares.dtype(), " ", shape_str(sum_of_squares.shape()));
+  return run(ConvKind::kForwardSums, x, w, p, 0.f, y, &sum, &sum_of_squares);
 }
 
 void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dParams& p, float beta, Tensor& gx) {
@@ -336,6 +407,7 @@ void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2d
 }  // namespace
 
 DPL_REGISTER_KERNEL(conv2d_forward, kCuda, conv2d_forward_cuda);
+DPL_REGISTER_KERNEL(conv2d_forward_sums, kCuda, conv2d_forward_sums_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_data, kCuda, conv2d_backward_data_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_weight, kCuda, conv2d_backward_weight_cuda);
 

@@ -1,0 +1,147 @@
+// The convolution that also computes its output's per-channel sums (conv2d_with_sums, cuDNN's
+// convolution with generated statistics) and batch normalisation that takes its statistics from
+// such sums instead of a pass of its own.
+//
+// Tolerances: where cuDNN fuses the sums, the convolution may run on another engine than
+// conv2d's, so 16-bit outputs may differ by a rounding (rtol 1e-2 bfloat16, 2e-3 float16; 1e-4
+// float32), and the sums may be taken before the output is rounded to 16 bits: each may differ
+// from the sum of the stored output by up to half a unit in the last place of every element
+// (4e-3 bfloat16, 1e-3 float16 of the sum of magnitudes; 1e-5 float32). Batch norm from sums
+// differs from its Welford pass only in how the variance is rounded (rtol 1e-4 on the float32
+// statistics, the dtype's tolerance on 16-bit outputs).
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.hpp"
+
+namespace dpl::test {
+namespace {
+
+class ConvSumsTest : public CudaTest {};
+
+float output_rtol(DType t) { return t == kBFloat16 ? 1e-2f : t == kFloat16 ? 2e-3f : 1e-4f; }
+float sums_rtol(DType t) { return t == kBFloat16 ? 4e-3f : t == kFloat16 ? 1e-3f : 1e-5f; }
+
+struct ConvCase {
+  Shape x;
+  std::int64_t out, k, stride;
+};
+
+// Per channel of a channels-last (or any) 4-D tensor: sum, sum of squares, sum of magnitudes and
+// of squares' magnitudes, in double on the host.
+struct HostSums {
+  std::vector<double> sum, squares, magnitude;
+};
+HostSums host_sums(const Tensor& y) {
+  const std::int64_t n = y.size(0), c = y.size(1), h = y.size(2), w = y.size(3);
+  const Tensor t = y.to(Device::cpu()).to(kFloat32).contiguous();
+  const std::vector<float> v = t.to_vector<float>();
+  HostSums s{std::vector<double>(c), std::vector<double>(c), std::vector<double>(c)};
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      for (std::int64_t p = 0; p < h * w; ++p) {
+        const double e = v[static_cast<std::size_t>((i * c + ch) * h * w + p)];
+        s.sum[ch] += e;
+        s.squares[ch] += e * e;
+        s.magnitude[ch] += std::fabs(e);
+      }
+  return s;
+}
+
+TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
+  const std::vector<ConvCase> cases = {{{4, 64, 14, 14}, 64, 3, 1}, {{4, 32, 16, 16}, 128, 1, 2}, {{2, 3, 20, 20}, 16, 7, 2}};
+  int fused = 0;
+  for (DType t : {kBFloat16, kFloat16, kFloat32})
+    for (const ConvCase& c : cases) {
+      const std::string what = std::string(dtype_name(t)) + " x " + shape_str(c.x) + " k" + std::to_string(c.k) +
+                               " s" + std::to_string(c.stride) + " -> " + std::to_string(c.out);
+      SCOPED_TRACE(what);
+      const Tensor x = on_gpu(rand(c.x).to(t)).to_channels_last();
+      const Tensor w = on_gpu(rand({c.out, c.x[1], c.k, c.k}, -0.2f, 0.2f).to(t)).to_channels_last();
+      const Conv2dPair stride{c.stride, c.stride}, padding{c.k / 2, c.k / 2};
+      const Tensor want = conv2d(Variable(x), Variable(w), Variable(), stride, padding).data();
+      ChannelSums sums;
+      sums.sum = Tensor::zeros({1});  // must be replaced, defined or not
+      const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums, stride, padding).data();
+      ASSERT_EQ(got.memory_format(), MemoryFormat::kChannelsLast);
+      expect_close(got.to(Device::cpu()), want.to(Device::cpu()), output_rtol(t), output_rtol(t), "output");
+      if (!sums.defined()) {
+        EXPECT_FALSE(sums.sum_of_squares.defined());
+        std::cout << "[ conv2d_with_sums ] not fused: " << what << "\n";
+        continue;
+      }
+      ++fused;
+      std::cout << "[ conv2d_with_sums ] fused: " << what << "\n";
+      ASSERT_EQ(sums.sum.shape(), Shape{c.out});
+      ASSERT_EQ(sums.sum_of_squares.shape(), Shape{c.out});
+      const HostSums h = host_sums(got);
+      const std::vector<float> s = sums.sum.to(Device::cpu()).to_vector<float>();
+      const std::vector<float> q = sums.sum_of_squares.to(Device::cpu()).to_vector<float>();
+      for (std::int64_t ch = 0; ch < c.out; ++ch) {
+        const double tol_sum = sums_rtol(t) * h.magnitude[ch] + 1e-3;
+        const double tol_sq = 2.0 * sums_rtol(t) * h.squares[ch] + 1e-3;
+        EXPECT_NEAR(s[ch], h.sum[ch], tol_sum) << "sum of channel " << ch;
+        EXPECT_NEAR(q[ch], h.squares[ch], tol_sq) << "sum of squares of channel " << ch;
+      }
+    }
+  RecordProperty("fused_cases", fused);
+}
+
+// batch_norm, batch_norm_relu and batch_norm_add_relu given x's sums (computed here on the host)
+// against the same calls without them: outputs, running statistics and every gradient.
+TEST_F(ConvSumsTest, BatchNormFromSumsIsBatchNorm) {
+  const Shape shape{8, 64, 12, 12};
+  const std::int64_t c = shape[1];
+  for (DType t : {kBFloat16, kFloat16, kFloat32})
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (kind == 0 ? " batch_norm" : kind == 1 ? " +relu" : " +add+relu"));
+      const Tensor x0 = on_gpu(rand(shape, -1.f, 3.f).to(t)).to_channels_last();
+      const Tensor z0 = on_gpu(rand(shape).to(t)).to_channels_last();
+      const Tensor gy = on_gpu(rand(shape).to(t)).to_channels_last();
+      const Tensor w = rand({c}, 0.5f, 1.5f), b = rand({c}), rm = rand({c}), rv = rand({c}, 0.5f, 2.f);
+      const HostSums h = host_sums(x0);
+      const std::vector<float> sum_v(h.sum.begin(), h.sum.end()), squares_v(h.squares.begin(), h.squares.end());
+      const ChannelSums sums{on_gpu(Tensor::from_vector(sum_v, {c})), on_gpu(Tensor::from_vector(squares_v, {c}))};
+      Tensor out[2], grads[2][4], running[2][2];
+      for (int given = 0; given < 2; ++given) {
+        Variable x(x0, true), z(z0, true), wv(on_gpu(w), true), bv(on_gpu(b), true);
+        Tensor m = on_gpu(rm), v = on_gpu(rv);
+        const ChannelSums* s = given ? &sums : nullptr;
+        const Variable y = kind == 0   ? batch_norm(x, wv, bv, m, v, true, 0.1, 1e-5, s)
+                           : kind == 1 ? batch_norm_relu(x, wv, bv, m, v, true, 0.1, 1e-5, s)
+                                       : batch_norm_add_relu(x, z, wv, bv, m, v, true, 0.1, 1e-5, s);
+        sum(mul(y, Variable(gy))).backward();
+        out[given] = y.data().to(Device::cpu());
+        grads[given][0] = x.grad().to(Device::cpu());
+        grads[given][1] = wv.grad().to(Device::cpu());
+        grads[given][2] = bv.grad().to(Device::cpu());
+        grads[given][3] = kind == 2 ? z.grad().to(Device::cpu()) : Tensor::zeros({1});
+        running[given][0] = m.to(Device::cpu());
+        running[given][1] = v.to(Device::cpu());
+      }
+      const float r = output_rtol(t);
+      expect_close(out[1], out[0], r, r, "output");
+      expect_close(running[1][0], running[0][0], 1e-4f, 1e-5f, "running_mean");
+      expect_close(running[1][1], running[0][1], 1e-4f, 1e-5f, "running_var");
+      expect_close(grads[1][0], grads[0][0], 5 * r, 5 * r, "input gradient");
+      expect_close(grads[1][1], grads[0][1], 1e-2f, 5 * r, "weight gradient");
+      expect_close(grads[1][2], grads[0][2], 1e-2f, 5 * r, "bias gradient");
+      expect_close(grads[1][3], grads[0][3], r, r, "residual gradient");
+    }
+}
+
+TEST_F(ConvSumsTest, SumsOfTheWrongShapeAreRefused) {
+  const Tensor x = on_gpu(rand({2, 8, 4, 4}).to(kBFloat16)).to_channels_last();
+  const ChannelSums wrong{on_gpu(Tensor::zeros({7})), on_gpu(Tensor::zeros({7}))};
+  try {
+    batch_norm_relu(Variable(x), Variable(), Variable(), Tensor(), Tensor(), true, 0.1, 1e-5, &wrong);
+    FAIL() << "sums of 7 channels for an input of 8 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected sums of float32 (8,)"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpl::test
