@@ -164,8 +164,14 @@ void BucketWorker::run() {
         if (lane != nullptr) prepare_slice(slice, prepare, flag);  // on the host, ready() prepared it
         t.start = now_seconds();
         if (slice.scatter.recv.defined()) {
-          slice.scatter.send.narrow(0, 0, slice.data.numel()).copy_(slice.data);
-          comm_.reduce_scatter(slice.scatter.send, slice.scatter.recv, comm::ReduceOp::kMean);
+          // Straight from the gradients, which the ranks cut alike; only the tail travels padded.
+          BucketScatter s = slice.scatter;
+          const std::int64_t whole = s.recv.numel() * comm_.size(), n = slice.data.numel();
+          if (whole > 0) comm_.reduce_scatter(slice.data.narrow(0, 0, whole), s.recv, comm::ReduceOp::kMean);
+          if (s.tail_recv.defined()) {
+            s.tail_send.narrow(0, 0, n - whole).copy_(slice.data.narrow(0, whole, n - whole));
+            comm_.reduce_scatter(s.tail_send, s.tail_recv, comm::ReduceOp::kMean);
+          }
         } else {
           comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         }

@@ -40,9 +40,8 @@ class BucketWorker {
   BucketWorker& operator=(const BucketWorker&) = delete;
 
   /// One bucket: `data`, a view of the buffer to reduce, holding its elements [begin, end).
-  /// With `scatter` (ZeRO stage 2) the bucket is reduce-scattered instead of allreduced: copied
-  /// into scatter.send, whose padding past it is zero, and this rank's part of the mean received
-  /// in scatter.recv.
+  /// With `scatter` (ZeRO stage 2) the bucket is reduce-scattered instead of allreduced, as
+  /// BucketScatter describes.
   struct Slice {
     Tensor data;
     std::int64_t begin = 0, end = 0;

@@ -72,7 +72,7 @@ void DataParallelStage::drop_shard() {
   segment_of_bucket_.clear();
   shard_ranges_.clear();
   shard_numel_ = -1;
-  scatter_send_ = scatter_recv_ = gather_send_ = gather_recv_ = Tensor();
+  scatter_recv_ = scatter_tails_ = gather_tails_send_ = gather_tails_ = gather_recv_ = Tensor();
 }
 
 std::int64_t DataParallelStage::optimizer_state_bytes() const {
@@ -112,16 +112,17 @@ void DataParallelStage::lay_out_shard() {
     Segment seg;
     seg.begin = begin;
     seg.end = end;
-    seg.part = (end - begin + p - 1) / p;
+    seg.part = (end - begin) / p;
+    seg.tail = end - begin - p * seg.part;
     seg.offset = block;
-    block += seg.part;
+    block += seg.part + (seg.tail > 0 ? 1 : 0);
     segments_.push_back(seg);
   }
   // Every rank's shard must hold something (an empty one would hold no state to tell apart from
   // none); each rank computes every rank's, so all refuse together.
   for (std::int64_t q = 0; q < p; ++q) {
     std::int64_t mine = 0;
-    for (const Segment& seg : segments_) mine += seg.last(q) - seg.first(q);
+    for (const Segment& seg : segments_) seg.for_each_piece(q, [&](std::int64_t, std::int64_t len, std::int64_t) { mine += len; });
     DPL_CHECK(mine > 0, who, ": the model's ", n, " parameter elements",
               zero_stage_ == 2 ? detail::concat(" in ", segments_.size(), " bucket(s)") : std::string(),
               " leave rank ", q, " of ", p, " no element of its own; shard larger models",
@@ -129,24 +130,27 @@ void DataParallelStage::lay_out_shard() {
   }
   shard_ranges_.clear();
   shard_numel_ = 0;
-  for (const Segment& seg : segments_) {
-    const std::int64_t lo = seg.first(r), hi = seg.last(r);
-    if (hi <= lo) continue;
-    // Parts of neighbouring segments that touch are one range.
-    if (!shard_ranges_.empty() && shard_ranges_.back().begin + shard_ranges_.back().numel == lo)
-      shard_ranges_.back().numel += hi - lo;
-    else
-      shard_ranges_.push_back({lo, hi - lo});
-    shard_numel_ += hi - lo;
-  }
+  for (const Segment& seg : segments_)
+    seg.for_each_piece(r, [&](std::int64_t lo, std::int64_t len, std::int64_t) {
+      // Pieces that touch (of neighbouring segments) are one range.
+      if (!shard_ranges_.empty() && shard_ranges_.back().begin + shard_ranges_.back().numel == lo)
+        shard_ranges_.back().numel += len;
+      else
+        shard_ranges_.push_back({lo, len});
+      shard_numel_ += len;
+    });
   shard_block_ = block;
   if (p > 1) {
-    // Zeros, so that the padding past each segment (its last parts) adds nothing odd.
+    // Zeros, so that the padding past each tail adds nothing odd.
     const TensorOptions f32(kFloat32, arena.device()), own(arena.dtype(), arena.device());
-    scatter_send_ = Tensor::zeros({p * block}, f32);
+    const auto segments = static_cast<std::int64_t>(segments_.size());
+    std::int64_t largest = 0;
+    for (const Segment& seg : segments_) largest = std::max(largest, seg.part);
     scatter_recv_ = Tensor::zeros({block}, f32);
-    gather_send_ = Tensor::zeros({block}, own);
-    gather_recv_ = Tensor::zeros({p * block}, own);
+    scatter_tails_ = Tensor::zeros({p * segments}, f32);
+    gather_tails_send_ = Tensor::zeros({segments}, own);
+    gather_tails_ = Tensor::zeros({p * segments}, own);
+    gather_recv_ = arena.device().is_cuda() ? Tensor::zeros({p * largest}, own) : Tensor();
   }
   // What a sharded gradient hook (clipping) combines each rank's part of a norm with.
   std::shared_ptr<comm::Communicator> comm = comm_;
@@ -157,16 +161,37 @@ void DataParallelStage::lay_out_shard() {
   shard_arena_id_ = arena.id();
 }
 
-// Each segment's reduce-scatter input is its gradients followed by zeros, p parts long; its
-// output is this rank's part.
+// Each segment's reduce-scatter: its first p * part gradients straight from the arena (the
+// reducer's slice of it), and its tail through its p elements of scatter_tails_.
 std::vector<BucketScatter> DataParallelStage::bucket_scatters() const {
   const std::int64_t p = comm_->size();
   std::vector<BucketScatter> out;
   for (const std::size_t k : segment_of_bucket_) {
     const Segment& seg = segments_[k];
-    out.push_back({scatter_send_.narrow(0, p * seg.offset, p * seg.part), scatter_recv_.narrow(0, seg.offset, seg.part)});
+    BucketScatter t{scatter_recv_.narrow(0, seg.offset, seg.part), Tensor(), Tensor()};
+    if (seg.tail > 0) {
+      t.tail_send = scatter_tails_.narrow(0, static_cast<std::int64_t>(k) * p, p);
+      t.tail_recv = scatter_recv_.narrow(0, seg.offset + seg.part, 1);
+    }
+    out.push_back(t);
   }
   return out;
+}
+
+// As the reducer's worker does it for a bucket (bucket_worker.cpp), for segment k after backward.
+void DataParallelStage::reduce_scatter_segment(const Tensor& grads, std::size_t k) {
+  const Segment& seg = segments_[k];
+  const std::int64_t p = comm_->size();
+  if (seg.part > 0) {
+    Tensor recv = scatter_recv_.narrow(0, seg.offset, seg.part);
+    comm_->reduce_scatter(grads.narrow(0, seg.begin, p * seg.part), recv, comm::ReduceOp::kMean);
+  }
+  if (seg.tail > 0) {
+    Tensor send = scatter_tails_.narrow(0, static_cast<std::int64_t>(k) * p, p);
+    Tensor recv = scatter_recv_.narrow(0, seg.offset + seg.part, 1);
+    send.narrow(0, 0, seg.tail).copy_(grads.narrow(0, seg.end - seg.tail, seg.tail));
+    comm_->reduce_scatter(send, recv, comm::ReduceOp::kMean);
+  }
 }
 
 // The sharded step: each rank receives the mean of its shard of the gradients (reduce-scatters:
@@ -202,18 +227,11 @@ void DataParallelStage::reduce_scatter_and_step(bool overlapped) {
     sync_point();
     if (comm_->size() > 1) {
       profile::ScopedPhase phase(timer_, "reduce_scatter", iteration_);
-      const Tensor& grads = buffers.front();
-      const std::int64_t p = comm_->size();
       for (std::size_t i = 1; i < buffers.size(); ++i) {
         Tensor flag = buffers[i];
         comm_->allreduce(flag, comm::ReduceOp::kMean);
       }
-      for (const Segment& seg : segments_) {
-        Tensor send = scatter_send_.narrow(0, p * seg.offset, p * seg.part);
-        Tensor recv = scatter_recv_.narrow(0, seg.offset, seg.part);
-        send.narrow(0, 0, seg.end - seg.begin).copy_(grads.narrow(0, seg.begin, seg.end - seg.begin));
-        comm_->reduce_scatter(send, recv, comm::ReduceOp::kMean);
-      }
+      for (std::size_t k = 0; k < segments_.size(); ++k) reduce_scatter_segment(buffers.front(), k);
       if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
     }
   }
@@ -234,37 +252,53 @@ void DataParallelStage::deliver_shard_gradients(const Tensor& grads) {
   const bool alone = comm_->size() == 1;
   if (alone && !into.defined()) return;
   std::int64_t at = 0;
-  for (const Segment& seg : segments_) {
-    const std::int64_t lo = seg.first(r), len = seg.last(r) - lo;
-    if (len <= 0) continue;
-    const Tensor mean = alone ? grads.narrow(0, lo, len) : scatter_recv_.narrow(0, seg.offset, len);
-    if (into.defined()) into.narrow(0, at, len).copy_(mean);
-    else grads.narrow(0, lo, len).copy_(mean);
-    at += len;
-  }
+  for (const Segment& seg : segments_)
+    seg.for_each_piece(r, [&](std::int64_t lo, std::int64_t len, std::int64_t in_block) {
+      const Tensor mean = alone ? grads.narrow(0, lo, len) : scatter_recv_.narrow(0, in_block, len);
+      if (into.defined()) into.narrow(0, at, len).copy_(mean);
+      else grads.narrow(0, lo, len).copy_(mean);
+      at += len;
+    });
 }
 
 void DataParallelStage::gather_parameters() {
   if (comm_->size() == 1) return;
   profile::ScopedPhase phase(timer_, "allgather", iteration_);
   Tensor params = target().arena().params();  // a handle on the arena's storage
-  const std::int64_t r = comm_->rank();
-  for (const Segment& seg : segments_) {
-    const std::int64_t lo = seg.first(r), len = seg.last(r) - lo;
-    if (len > 0) gather_send_.narrow(0, seg.offset, len).copy_(params.narrow(0, lo, len));
+  const std::int64_t p = comm_->size(), r = comm_->rank();
+  for (std::size_t k = 0; k < segments_.size(); ++k) {
+    const Segment& seg = segments_[k];
+    if (seg.part > 0) {
+      // The ranks' parts are the segment's first p * part elements in rank order: in place where
+      // the communicator allows it, else through gather_recv_ (device buffers).
+      Tensor all = params.narrow(0, seg.begin, p * seg.part);
+      const Tensor mine = all.narrow(0, r * seg.part, seg.part);
+      if (gather_recv_.defined()) {
+        Tensor recv = gather_recv_.narrow(0, 0, p * seg.part);
+        comm_->allgather(mine, recv);
+        all.copy_(recv);
+      } else {
+        comm_->allgather(mine, all);
+      }
+    }
+    if (seg.tail > 0) {
+      const auto at = static_cast<std::int64_t>(k);
+      Tensor send = gather_tails_send_.narrow(0, at, 1), recv = gather_tails_.narrow(0, at * p, p);
+      if (r < seg.tail) send.copy_(params.narrow(0, seg.end - seg.tail + r, 1));
+      comm_->allgather(send, recv);
+      params.narrow(0, seg.end - seg.tail, seg.tail).copy_(recv.narrow(0, 0, seg.tail));
+    }
   }
-  comm_->allgather(gather_send_, gather_recv_);
-  scatter_gathered(gather_recv_, params);
   if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
 }
 
 // Every rank's block (as allgathered: rank-major) back to the arena's layout.
 void DataParallelStage::scatter_gathered(const Tensor& all, Tensor& into) const {
   for (std::int64_t q = 0; q < comm_->size(); ++q)
-    for (const Segment& seg : segments_) {
-      const std::int64_t lo = seg.first(q), len = seg.last(q) - lo;
-      if (len > 0) into.narrow(0, lo, len).copy_(all.narrow(0, q * shard_block_ + seg.offset, len));
-    }
+    for (const Segment& seg : segments_)
+      seg.for_each_piece(q, [&](std::int64_t lo, std::int64_t len, std::int64_t in_block) {
+        into.narrow(0, lo, len).copy_(all.narrow(0, q * shard_block_ + in_block, len));
+      });
 }
 
 Tensor DataParallelStage::gathered(const Tensor& shard) const {
@@ -272,12 +306,11 @@ Tensor DataParallelStage::gathered(const Tensor& shard) const {
   const TensorOptions o(shard.dtype(), shard.device());
   Tensor send = Tensor::zeros({shard_block_}, o), all = Tensor::empty({p * shard_block_}, o);
   std::int64_t at = 0;
-  for (const Segment& seg : segments_) {
-    const std::int64_t len = seg.last(r) - seg.first(r);
-    if (len <= 0) continue;
-    send.narrow(0, seg.offset, len).copy_(shard.narrow(0, at, len));
-    at += len;
-  }
+  for (const Segment& seg : segments_)
+    seg.for_each_piece(r, [&](std::int64_t, std::int64_t len, std::int64_t in_block) {
+      send.narrow(0, in_block, len).copy_(shard.narrow(0, at, len));
+      at += len;
+    });
   comm_->allgather(send, all);
   // Zeros, as the arena's padding is.
   Tensor out = Tensor::zeros({shard_arena_numel_}, o);

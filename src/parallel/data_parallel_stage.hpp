@@ -64,6 +64,7 @@ class DataParallelStage final : public optim::StepStage {
   void deliver_shard_gradients(const Tensor& grads);
   void gather_parameters();
   std::vector<BucketScatter> bucket_scatters() const;
+  void reduce_scatter_segment(const Tensor& grads, std::size_t k);
   Tensor gathered(const Tensor& shard) const;
   void scatter_gathered(const Tensor& all, Tensor& into) const;
   std::vector<Tensor> prepare_gradients_timed();
@@ -89,18 +90,26 @@ class DataParallelStage final : public optim::StepStage {
   OverlapOptions overlap_;
   BufferSync buffer_sync_ = BufferSync::kBeforeUse;
   // Sharding (ZeRO stage 1 or 2; 0: off). The arena is cut into segments (stage 1: one, the
-  // whole arena; stage 2: the overlap's buckets), in arena order, and each segment into parts of
-  // `part` elements, one per rank in rank order (the last ones shorter or empty). A rank's parts
-  // sit one after the other in its padded block of shard_block_ elements, segment k's at
-  // `offset`; its shard is its non-empty parts, shard_numel_ elements in all, of an arena of
-  // shard_arena_numel_ elements (id shard_arena_id_). segment_of_bucket_: stage 2's bucket k is
-  // segment segment_of_bucket_[k]. The buffers: every rank's blocks of the reduce-scatter's
-  // input (float32) and output, and of the allgather's (the arena's dtype).
+  // whole arena; stage 2: the overlap's buckets), in arena order. Of a segment's n elements the
+  // first p * part (part = n / p) are one part per rank in rank order, so that they are the
+  // reduce-scatter's input and the allgather's output in place, with no copy; the last `tail`
+  // (fewer than p) go one to each of the first ranks, padded to p elements for their own
+  // collectives. A rank's pieces sit one after the other in its block of shard_block_ elements,
+  // segment k's part at `offset` and its tail element after it; its shard is its pieces,
+  // shard_numel_ elements in all, of an arena of shard_arena_numel_ elements (id shard_arena_id_).
+  // segment_of_bucket_: stage 2's bucket k is segment segment_of_bucket_[k]. The buffers: this
+  // rank's block of the reduce-scatter's output (float32); each segment's tail, p elements of
+  // the reduce-scatter's input (float32) and of the allgather's output (the arena's dtype), one
+  // of the allgather's input; the allgather's output where it cannot run in place (device
+  // buffers: the staged host communicators refuse it).
   struct Segment {
-    std::int64_t begin = 0, end = 0, part = 0, offset = 0;
-    // Rank r's part: [first(r), last(r)).
-    std::int64_t first(std::int64_t r) const { return std::min(begin + r * part, end); }
-    std::int64_t last(std::int64_t r) const { return std::min(begin + (r + 1) * part, end); }
+    std::int64_t begin = 0, end = 0, part = 0, tail = 0, offset = 0;
+    // Calls f(arena offset, elements, offset in the rank's block) for each of rank r's pieces.
+    template <typename F>
+    void for_each_piece(std::int64_t r, F&& f) const {
+      if (part > 0) f(begin + r * part, part, offset);
+      if (r < tail) f(end - tail + r, std::int64_t{1}, offset + part);
+    }
   };
   int zero_stage_ = 0;
   std::vector<Segment> segments_;
@@ -108,7 +117,7 @@ class DataParallelStage final : public optim::StepStage {
   std::vector<optim::ArenaRange> shard_ranges_;
   std::int64_t shard_numel_ = -1, shard_block_ = 0, shard_arena_numel_ = -1;
   std::uint64_t shard_arena_id_ = 0;
-  Tensor scatter_send_, scatter_recv_, gather_send_, gather_recv_;
+  Tensor scatter_recv_, scatter_tails_, gather_tails_send_, gather_tails_, gather_recv_;
 };
 
 }  // namespace dpl::parallel

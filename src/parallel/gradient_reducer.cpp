@@ -148,11 +148,16 @@ void GradientReducer::begin_backward(Tensor* local_flag, const optim::GradientRa
     slices.push_back({grads.narrow(0, b.begin, b.end - b.begin), b.begin, b.end, {}});
     if (scatter.empty()) continue;
     const BucketScatter& t = scatter[k];
-    DPL_CHECK(t.send.defined() && t.recv.defined() && t.send.dtype() == kFloat32 && t.recv.dtype() == kFloat32 &&
-                  t.send.device() == arena.device() && t.recv.device() == arena.device() &&
-                  t.send.numel() == p * t.recv.numel() && t.send.numel() >= b.end - b.begin,
-              who, ": bucket ", k, "'s reduce-scatter buffers must be float32 on ", arena.device(), ", the send ",
-              p, " times the receive and at least the bucket's ", b.end - b.begin, " elements");
+    const std::int64_t n = b.end - b.begin, m = t.recv.defined() ? t.recv.numel() : -1, tail = n - p * m;
+    auto on_arena = [&](const Tensor& x, std::int64_t numel) {
+      return x.defined() && x.dtype() == kFloat32 && x.device() == arena.device() && x.numel() == numel;
+    };
+    DPL_CHECK(on_arena(t.recv, n / p) && (tail == 0 ? !t.tail_send.defined() && !t.tail_recv.defined()
+                                                    : on_arena(t.tail_send, p) && on_arena(t.tail_recv, 1)),
+              who, ": bucket ", k, "'s reduce-scatter buffers must be float32 on ", arena.device(), ": a receive of ",
+              n / p, " elements (its ", n, " elements over ", p, " ranks)",
+              n % p != 0 ? detail::concat(" and a tail of ", p, " to send and 1 to receive") : std::string(),
+              ", the tail's undefined where the ranks divide the bucket");
     slices.back().scatter = t;
   }
   worker_->start(std::move(slices), comm_->options().allreduce_dtype, local_flag,

@@ -1,6 +1,6 @@
-// The host allreduce of hierarchical and two_dimensional (the node's shared window, and the
-// message-passing path kept for nodes that cannot share memory) against sums every rank can
-// predict, on every node layout this job allows: one node, every even split, uneven nodes.
+// The host allreduce, reduce-scatter and allgather of hierarchical and two_dimensional (the node's
+// shared window, and the message-passing paths kept where it cannot serve) against results every
+// rank can predict, on every node layout this job allows: one node, every even split, uneven nodes.
 
 #include <gtest/gtest.h>
 
@@ -151,15 +151,17 @@ class SharedPathSetup {
   SharedPathSetup& operator=(const SharedPathSetup&) = delete;
 };
 
-void check_layouts(std::int64_t chunk_bytes, bool window,
-                   std::optional<WindowStoresSetting> stores = std::nullopt) {
+// Runs check(comm, where) on hierarchical and two_dimensional created under every layout, with the
+// chunk and window given (two_dimensional refuses uneven nodes; topology_test checks how).
+template <typename Check>
+void for_each_layout(std::int64_t chunk_bytes, bool window, std::optional<WindowStoresSetting> stores, Check check) {
   const int size = communicator("naive").size();
   for (const auto& layout : layouts(size)) {
     std::optional<ScopedEnv> env;  // none: this run's own layout
     if (!layout.empty()) env.emplace("DPL_RANKS_PER_NODE", layout);
     const bool even = layout.empty() ? !uneven_nodes() : !uneven(layout);
     for (const char* name : {"hierarchical", "two_dimensional"}) {
-      if (!even && std::string(name) == "two_dimensional") continue;  // refused; topology_test checks how
+      if (!even && std::string(name) == "two_dimensional") continue;
       std::shared_ptr<comm::Communicator> comm;
       {
         const SharedPathSetup setup(chunk_bytes, window, stores);
@@ -167,11 +169,140 @@ void check_layouts(std::int64_t chunk_bytes, bool window,
       }
       const std::string where = std::string(name) + " DPL_RANKS_PER_NODE=" + (layout.empty() ? "as launched" : layout) +
                                 " chunk=" + std::to_string(chunk_bytes) + (window ? "" : " no window");
-      for (const std::int64_t n : sizes_for(size, chunk_bytes / 4)) check_size(*comm, n, where);
-      ASSERT_EQ(comm->last_phases().size(), 3u) << where;
-      EXPECT_EQ(comm->last_phases()[0].name, "intra_reduce") << where;
-      EXPECT_EQ(comm->last_phases()[1].name, "inter_allreduce") << where;
+      check(*comm, where);
     }
+  }
+}
+
+void check_layouts(std::int64_t chunk_bytes, bool window,
+                   std::optional<WindowStoresSetting> stores = std::nullopt) {
+  const int size = communicator("naive").size();
+  for_each_layout(chunk_bytes, window, stores, [&](comm::Communicator& comm, const std::string& where) {
+    for (const std::int64_t n : sizes_for(size, chunk_bytes / 4)) check_size(comm, n, where);
+    ASSERT_EQ(comm.last_phases().size(), 3u) << where;
+    EXPECT_EQ(comm.last_phases()[0].name, "intra_reduce") << where;
+    EXPECT_EQ(comm.last_phases()[1].name, "inter_allreduce") << where;
+  });
+}
+
+template <typename T>
+T small_as(int rank, std::int64_t i) {
+  return static_cast<T>(small_value(rank, i));
+}
+
+// allgather of rank r's block small_value(r, i), apart and in place, in `dtype`; T is the host
+// type the values are written in (float for the 16-bit types, which are cast to and from it).
+template <typename T>
+void check_allgather(comm::Communicator& comm, std::int64_t n, DType dtype, const std::string& where) {
+  const bool narrow = dtype == kBFloat16 || dtype == kFloat16;
+  const int size = comm.size();
+  const std::string what = where + " allgather " + dtype_name(dtype);
+  Tensor mine = filled<T>(n, narrow ? kFloat32 : dtype, comm.rank(), &small_as<T>);
+  if (narrow) mine = mine.to(dtype);
+  auto want = [&](std::int64_t i) { return small_as<T>(static_cast<int>(i / n), i % n); };
+  Tensor all = Tensor::zeros({size * n}, dtype);
+  comm.allgather(mine, all);
+  expect_elements<T>(narrow ? all.to(kFloat32) : all, want, what);
+  Tensor in_place = Tensor::zeros({size * n}, dtype);
+  Tensor own = in_place.narrow(0, comm.rank() * n, n);
+  own.copy_(mine);
+  comm.allgather(own, in_place);
+  expect_elements<T>(narrow ? in_place.to(kFloat32) : in_place, want, what + " in place");
+}
+
+// reduce_scatter and allgather on blocks of n elements per rank: every reducible dtype with kSum,
+// float32 with kMean, int32 wrapping against naive, the 16-bit types moved by allgather, and
+// allgather in place. Blocks of small integers, so every algorithm gives the exact answer.
+void check_scatter_gather(comm::Communicator& comm, std::int64_t n, const std::string& where) {
+  auto& naive = communicator("naive");
+  const int rank = comm.rank();
+  const int size = comm.size();
+  const std::int64_t first = rank * n;  // this rank's block of the whole buffer
+  const std::string what = where + " block=" + std::to_string(n);
+  auto sum_of = [&](std::int64_t i) {
+    std::int64_t s = 0;
+    for (int r = 0; r < size; ++r) s += small_value(r, i);
+    return s;
+  };
+
+  Tensor f = filled<float>(size * n, kFloat32, rank, &small_float);
+  Tensor out = Tensor::empty({n}, kFloat32);
+  comm.reduce_scatter(f, out, comm::ReduceOp::kSum);
+  expect_elements<float>(out, [&](std::int64_t i) { return static_cast<float>(sum_of(first + i)); },
+                         what + " reduce_scatter float32 sum");
+  comm.reduce_scatter(f, out, comm::ReduceOp::kMean);
+  expect_elements<float>(
+      out, [&](std::int64_t i) { return static_cast<float>(sum_of(first + i)) / static_cast<float>(size); },
+      what + " reduce_scatter float32 mean");
+
+  Tensor l = filled<std::int64_t>(size * n, kInt64, rank, &small_int64);
+  Tensor l_out = Tensor::empty({n}, kInt64);
+  comm.reduce_scatter(l, l_out);
+  expect_elements<std::int64_t>(l_out, [&](std::int64_t i) { return sum_of(first + i) * 1000003; },
+                                what + " reduce_scatter int64 sum");
+
+  Tensor w = filled<std::int32_t>(size * n, kInt32, rank, &wrapping_value);
+  Tensor w_out = Tensor::empty({n}, kInt32), w_naive = Tensor::empty({n}, kInt32);
+  comm.reduce_scatter(w, w_out);
+  naive.reduce_scatter(w, w_naive);
+  EXPECT_EQ(w_out.to_vector<std::int32_t>(), w_naive.to_vector<std::int32_t>()) << what << " reduce_scatter int32";
+
+  check_allgather<float>(comm, n, kFloat32, what);
+  check_allgather<std::int32_t>(comm, n, kInt32, what);
+  check_allgather<std::int64_t>(comm, n, kInt64, what);
+  check_allgather<float>(comm, n, kBFloat16, what);
+  check_allgather<float>(comm, n, kFloat16, what);
+}
+
+// Blocks that are empty, of one element, not a whole cache line, one chunk's worth and a
+// remainder, and several chunks (the window's columns hold chunk / (ranks * nodes) elements).
+std::vector<std::int64_t> block_sizes(std::int64_t chunk_floats) {
+  std::vector<std::int64_t> sizes = {0, 1, 17, 1000};
+  if (chunk_floats > 0) sizes.insert(sizes.end(), {chunk_floats / 3 + 1, 2 * chunk_floats + 5});
+  else sizes.push_back(300007);
+  return sizes;
+}
+
+void check_scatter_gather_layouts(std::int64_t chunk_bytes, bool window,
+                                  std::optional<WindowStoresSetting> stores = std::nullopt) {
+  for_each_layout(chunk_bytes, window, stores, [&](comm::Communicator& comm, const std::string& where) {
+    for (const std::int64_t n : block_sizes(chunk_bytes / 4)) check_scatter_gather(comm, n, where);
+  });
+}
+
+TEST(HostScatterGather, SharedWindowInSeveralChunks) { check_scatter_gather_layouts(2048, true); }
+
+TEST(HostScatterGather, SharedWindowColumnsSmallerThanACacheLine) { check_scatter_gather_layouts(64, true); }
+
+TEST(HostScatterGather, SharedWindowDefaultChunk) { check_scatter_gather_layouts(0, true); }
+
+TEST(HostScatterGather, SharedWindowWithStreamingStores) {
+  check_scatter_gather_layouts(2048, true, WindowStoresSetting::kStreaming);
+}
+
+TEST(HostScatterGather, MessagePassingWhereNodesCannotShareMemory) { check_scatter_gather_layouts(0, false); }
+
+// MPI calls cut into pieces: the inter-node step of several nodes beyond the count limit.
+TEST(HostScatterGather, InterNodeStepChunkedAboveTheCountLimit) {
+  comm::test_hooks::set_max_count(5);
+  check_scatter_gather_layouts(2048, true);
+  comm::test_hooks::set_max_count(0);
+}
+
+// Arguments are checked before the window is touched: every rank throws, none waits.
+TEST(HostScatterGather, BadArgumentsThrowOnEveryRank) {
+  for (const char* name : {"hierarchical", "two_dimensional"}) {
+    if (!works_on_this_layout(name)) continue;
+    auto& comm = communicator(name);
+    Tensor recv = Tensor::empty({3}, kInt32);
+    EXPECT_THROW(comm.reduce_scatter(Tensor::zeros({3 * comm.size()}, kInt32), recv, comm::ReduceOp::kMean), Error)
+        << name;
+    Tensor half = Tensor::empty({3}, kFloat16);
+    EXPECT_THROW(comm.reduce_scatter(Tensor::zeros({3 * comm.size()}, kFloat16), half), Error) << name;
+    Tensor wrong = Tensor::empty({3 * comm.size() + 1}, kFloat32);
+    EXPECT_THROW(comm.allgather(Tensor::zeros({3}, kFloat32), wrong), Error) << name;
+    // And the communicator still works afterwards.
+    check_scatter_gather(comm, 5, name);
   }
 }
 

@@ -40,11 +40,14 @@ struct Bucket {
 std::vector<Bucket> plan_buckets(const nn::ParameterArena& arena, std::size_t element_bytes,
                                  std::size_t first_bucket_bytes, std::size_t bucket_bytes);
 
-/// Where one bucket is reduce-scattered instead of allreduced (ZeRO stage 2, see
-/// GradientReducer::begin_backward): `send` holds size() * m float32 elements, the bucket's
-/// gradients then zeros, and `recv` the m elements of this rank's part of their mean.
+/// Where one bucket of n elements is reduce-scattered instead of allreduced (ZeRO stage 2, see
+/// GradientReducer::begin_backward), over p = size() ranks with m = recv.numel() = n / p: the
+/// bucket's first p * m elements straight from the gradients, this rank's m elements of their mean
+/// into `recv`; the last n - p * m (fewer than p) copied into `tail_send` (p float32 elements, zeros
+/// past them) and this rank's element of their mean into `tail_recv` (one element). The tail
+/// buffers are undefined when p divides n.
 struct BucketScatter {
-  Tensor send, recv;
+  Tensor recv, tail_send, tail_recv;
 };
 
 /// Times of one overlapped allreduce, in now_seconds() terms (dpl/core/clock.hpp).
@@ -163,10 +166,10 @@ class GradientReducer {
   /// compute stream wait for the side stream. See docs/communicators.md, "Overlap on GPUs".
   ///
   /// With `scatter` (one entry per bucket, in bucket order) each bucket is reduce-scattered
-  /// (kMean, in float32) instead: copied into its send buffer once prepared and checked, and this
-  /// rank's part of the mean received in its recv buffer; the gradient buffer itself keeps this
-  /// rank's own (unaveraged) gradients. Requires each send buffer to hold the bucket and zeros
-  /// after it, size() times the recv buffer's elements, float32 on the arena's device.
+  /// (kMean, in float32) instead, once prepared and checked: straight from the gradient buffer but
+  /// for its tail (see BucketScatter), this rank's part of the mean received in its recv buffers;
+  /// the gradient buffer itself keeps this rank's own (unaveraged) gradients. Requires each
+  /// entry's buffers laid out as BucketScatter says, float32 on the arena's device.
   void begin_backward(Tensor* local_flag = nullptr, const optim::GradientRanges& ranges = {},
                       const std::vector<BucketScatter>& scatter = {});
   /// Throws the dpl::Error begin_backward() would throw for the model's arena as it is now

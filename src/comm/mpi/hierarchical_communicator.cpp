@@ -8,7 +8,10 @@
 //   1. intra_reduce     MPI_Reduce to intra_rank 0 over the node's communicator;
 //   2. inter_allreduce  MPI_Allreduce among the intra_rank-0 ranks, one per node;
 //   3. intra_bcast      MPI_Bcast from intra_rank 0 over the node.
-// The other collectives are the naive ones.
+// reduce_scatter and allgather run through the same window where its blocks map onto the nodes
+// (NodeSharedAllreduce::scatters(): equal nodes, ranks numbered node by node): inside the node
+// first, then among the ranks of equal intra_rank across nodes. Elsewhere (uneven nodes, nodes
+// that cannot share memory, nodes of one rank) they, and the other collectives, are the naive ones.
 
 #include <mpi.h>
 
@@ -19,24 +22,25 @@
 #include "comm/checks.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_communicator.hpp"
-#include "comm/mpi/node_shared_allreduce.hpp"
+#include "comm/mpi/windowed_communicator.hpp"
 
 namespace dpl::comm::detail {
 
 namespace {
 
-class HierarchicalCommunicator final : public MpiCommunicator {
+class HierarchicalCommunicator final : public WindowedCommunicator {
  public:
   explicit HierarchicalCommunicator(std::string name)
-      : MpiCommunicator(std::move(name)),
-        shared_(NodeSharedAllreduce::create(world(), intra(), inter(), topology_, name_)) {}
+      : WindowedCommunicator(std::move(name)) {
+    map_window();
+  }
 
   void allreduce(Tensor& buf, ReduceOp op) override {
     check_host_buffer("allreduce", name_, buf, "buf", Use::kReduce);
     check_op("allreduce", name_, buf, op);
     last_phases_.clear();
-    if (shared_) {
-      last_phases_ = shared_->allreduce(buf, op, synchronized_, "intra_bcast");
+    if (NodeSharedAllreduce* window = shared()) {
+      last_phases_ = window->allreduce(buf, op, synchronized_, "intra_bcast");
       return;
     }
     const bool leader = intra_rank() == 0;
@@ -65,9 +69,6 @@ class HierarchicalCommunicator final : public MpiCommunicator {
     if (intra_size() > 1) bcast(intra(), data, n, dtype, 0, "allreduce");
     end_phase("intra_bcast", true);
   }
-
- private:
-  std::unique_ptr<NodeSharedAllreduce> shared_;  // null: some node cannot share memory
 };
 
 }  // namespace

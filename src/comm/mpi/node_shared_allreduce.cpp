@@ -82,6 +82,7 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
 
   std::unique_ptr<NodeSharedAllreduce> s(new NodeSharedAllreduce());
   s->what_ = what_call("allreduce", comm_name);
+  s->comm_name_ = comm_name;
   s->intra_ = intra;
   s->inter_ = inter;
   s->local_rank_ = t.intra_rank;
@@ -105,10 +106,17 @@ std::unique_ptr<NodeSharedAllreduce> NodeSharedAllreduce::create(MPI_Comm world,
   }
   // The decision is the job's, not the node's: every node must cut its chunks alike for the
   // inter-node step to pair up. This also tells the leader that every rank has mapped the window.
-  int usable = shareable && mapped ? 1 : 0;
-  DPL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &usable, 1, MPI_INT, MPI_MIN, world), what + ": MPI_Allreduce");
+  // The same allreduce tells whether the reduce-scatter and allgather can run through the windows:
+  // their blocks map onto nodes only with equal nodes numbered regularly (hardware nodes may
+  // interleave world ranks), and every rank's column of the others' blocks must fit its chunk.
+  const std::int64_t blocks_handed_on = static_cast<std::int64_t>(t.inter_size) * (t.intra_size - 1);
+  const bool regular = even_nodes(t) && t.rank == t.inter_rank * t.intra_size + t.intra_rank && t.intra_size > 1 &&
+                       s->chunk_bytes_ / 8 / std::max<std::int64_t>(1, blocks_handed_on) >= 1;
+  int flags[2] = {shareable && mapped ? 1 : 0, regular ? 1 : 0};
+  DPL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, world), what + ": MPI_Allreduce");
   if (!s->shm_name_.empty()) shm_unlink(s->shm_name_.c_str());  // the mappings keep it alive
-  if (!usable) return nullptr;
+  if (!flags[0]) return nullptr;
+  s->scatters_ = flags[1] != 0;
   return s;
 }
 
@@ -169,6 +177,11 @@ NodeSharedAllreduce::~NodeSharedAllreduce() {
 
 // The node's barrier (node_barrier.cpp), paid twice per chunk.
 void NodeSharedAllreduce::node_barrier() { control_->barrier.wait(local_size_, oversubscribed_); }
+
+bool NodeSharedAllreduce::streaming_stores() const {
+  return stores_ == WindowStoresSetting::kMeasured ? control_->streaming.load(std::memory_order_relaxed) != 0
+                                                   : stores_ == WindowStoresSetting::kStreaming;
+}
 
 SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType dtype, bool mean,
                                                bool synchronized) {
@@ -235,9 +248,7 @@ SharedAllreducePhases NodeSharedAllreduce::run(void* data, std::int64_t n, DType
     // 1. What the other ranks need of this rank's chunk goes into its part of the window; its own
     //    slice it adds straight from its buffer. Every rank of the node writes the window with the
     //    same kind of stores in a chunk, the kind the node's first rank last published.
-    const bool streaming = stores_ == WindowStoresSetting::kMeasured
-                               ? control_->streaming.load(std::memory_order_relaxed) != 0
-                               : stores_ == WindowStoresSetting::kStreaming;
+    const bool streaming = streaming_stores();
     char* const in = inputs_[static_cast<std::size_t>(me)];
     store_copy(in, mine, static_cast<std::size_t>(own.lo * esize), streaming);
     store_copy(in + own.hi * esize, mine + own.hi * esize, static_cast<std::size_t>((count - own.hi) * esize),

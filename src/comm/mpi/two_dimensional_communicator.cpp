@@ -5,6 +5,9 @@
 //   1. intra_reduce     MPI_Reduce_scatter over the node: rank i gets the node's sum of slice i;
 //   2. inter_allreduce  MPI_Allreduce of that slice among the ranks with this intra_rank;
 //   3. intra_gather     MPI_Allgatherv over the node.
+// reduce_scatter and allgather go through the window as hierarchical's do (inside the node, then
+// among the ranks of equal intra_rank), where the nodes number their ranks regularly; otherwise,
+// and without a window, they are the naive ones.
 // Also "flat" (one MPI_Allreduce over the job: the naive algorithm under its own name, whose
 // device path in NCCL builds is the pipelined staged allreduce).
 #include <mpi.h>
@@ -17,32 +20,32 @@
 #include "comm/environment.hpp"
 #include "comm/factories.hpp"
 #include "comm/mpi/mpi_communicator.hpp"
-#include "comm/mpi/node_shared_allreduce.hpp"
+#include "comm/mpi/windowed_communicator.hpp"
 
 namespace dpl::comm::detail {
 
 namespace {
 
-class TwoDimensionalCommunicator final : public MpiCommunicator {
+class TwoDimensionalCommunicator final : public WindowedCommunicator {
  public:
   // Step 2 adds up slice i of every node among the ranks with intra_rank i, which only covers the
   // whole buffer when every node cuts it into the same slices: with nodes of 2 and 1 ranks, the
   // second half of node 0 would never meet node 1's data. Every rank holds the same node sizes,
   // so every rank refuses alike, before any allreduce. The NCCL two_dimensional builds on this
   // host communicator and so refuses with the same message.
-  explicit TwoDimensionalCommunicator(std::string name) : MpiCommunicator(std::move(name)) {
+  explicit TwoDimensionalCommunicator(std::string name) : WindowedCommunicator(std::move(name)) {
     DPL_CHECK(even_nodes(topology_), "create_communicator('", name_, "'): the nodes have unequal numbers of ranks (node sizes ",
               node_sizes_text(topology_.node_sizes), " in rank order), but ", name_,
               " reduces each slice across the ranks of equal intra_rank and needs every node to have the same "
               "number of ranks; use hierarchical, naive or flat (or pure_nccl in NCCL builds) on uneven nodes");
-    shared_ = NodeSharedAllreduce::create(world(), intra(), inter(), topology_, name_);
+    map_window();
   }
 
   void allreduce(Tensor& buf, ReduceOp op) override {
     check_host_buffer("allreduce", name_, buf, "buf", Use::kReduce);
     check_op("allreduce", name_, buf, op);
-    if (shared_) {
-      last_phases_ = shared_->allreduce(buf, op, synchronized_, "intra_gather");
+    if (NodeSharedAllreduce* window = shared()) {
+      last_phases_ = window->allreduce(buf, op, synchronized_, "intra_gather");
       return;
     }
     const std::string what = what_call("allreduce", name_);
@@ -100,7 +103,6 @@ class TwoDimensionalCommunicator final : public MpiCommunicator {
   }
 
  private:
-  std::unique_ptr<NodeSharedAllreduce> shared_;  // null: some node cannot share memory
   std::vector<char> slice_;  // this rank's slice; kept, so the steady state allocates nothing
 };
 
