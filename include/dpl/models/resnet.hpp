@@ -27,10 +27,11 @@ struct ResNetOptions {
   bool zero_init_residual = false;
   /// In training, each convolution computes the batch statistics of the BatchNorm after it in its
   /// own kernel where the device can (cuDNN's convolution with generated statistics: GPU,
-  /// channels-last), and the BatchNorm skips its pass over the convolution's output
+  /// float16, channels-last), and the BatchNorm skips its pass over the convolution's output
   /// (nn::Conv2d::forward_with_sums). Results equal the separate pass's up to the rounding of the
-  /// variance (sum of squares against Welford's update). False keeps the separate pass everywhere.
-  bool fused_statistics = true;
+  /// variance (sum of squares against Welford's update). Off by default: on an H100 it left the
+  /// float16 ResNet-50 step as fast as the separate pass (docs/performance.md).
+  bool fused_statistics = false;
 };
 
 /// What the blocks of every ResNet share: convolutions conv1..convK, each followed by its
@@ -46,7 +47,7 @@ class ResidualBlock : public nn::Module {
   /// The BatchNorm whose output meets the shortcut (bnK): what zero_init_residual zeroes.
   const nn::BatchNorm2d& last_bn() const { return *bns_.back(); }
   /// Whether training computes each BatchNorm's statistics in the convolution before it (see
-  /// ResNetOptions::fused_statistics); on by default.
+  /// ResNetOptions::fused_statistics); off by default.
   void set_fused_statistics(bool on) { fused_statistics_ = on; }
 
  protected:
@@ -64,7 +65,7 @@ class ResidualBlock : public nn::Module {
   // downsample_'s two layers, called one by one so that the BatchNorm gets the convolution's sums.
   std::shared_ptr<nn::Conv2d> downsample_conv_;
   std::shared_ptr<nn::BatchNorm2d> downsample_bn_;
-  bool fused_statistics_ = true;
+  bool fused_statistics_ = false;
 };
 
 /// The block of ResNet-18 and -34: two 3x3 convolutions to `planes`, the first with the block's

@@ -281,8 +281,8 @@ TEST(ResNet, SummaryListsTheStagesAndTheTotal) {
   EXPECT_TRUE(model->is_training());
 }
 
-// On the CPU no convolution computes its output's sums, so the fused-statistics option (on by
-// default) changes nothing: one training step gives the same loss, gradients and running
+// On the CPU no convolution computes its output's sums, so the fused-statistics option changes
+// nothing: one training step gives the same loss, gradients and running
 // statistics to the bit with it off, channels-last and NCHW alike.
 TEST(ResNet, FusedStatisticsOptionChangesNothingWhereNoConvolutionComputesSums) {
   for (bool nhwc : {false, true}) {

@@ -33,7 +33,7 @@ Variable conv2d(const Variable& x, const Variable& weight, const Variable& bias 
                 std::int64_t groups = 1);
 
 /// conv2d without a bias that, where the device's library fuses it (cuDNN's convolution with
-/// generated statistics: GPU, channels-last, one group), also computes its output's ChannelSums
+/// generated statistics: GPU, float16, channels-last, one group), also computes its output's ChannelSums
 /// into `sums` in the same kernel, for a batch_norm of the output to take instead of a pass of
 /// its own. Elsewhere `sums` is left undefined and this is conv2d. The output and its gradients
 /// are conv2d's (cuDNN may pick another engine for the fused kernel, so the bits can differ).

@@ -1,6 +1,7 @@
 // The convolution that also computes its output's per-channel sums (conv2d_with_sums, cuDNN's
 // convolution with generated statistics) and batch normalisation that takes its statistics from
-// such sums instead of a pass of its own.
+// such sums instead of a pass of its own. Only float16 convolutions fuse (conv2d_forward_sums_cuda says
+// why); the other dtypes must come back unfused with conv2d's output.
 //
 // Tolerances: where cuDNN fuses the sums, the convolution may run on another engine than
 // conv2d's, so 16-bit outputs may differ by a rounding (rtol 1e-2 bfloat16, 2e-3 float16; 1e-4
@@ -51,7 +52,13 @@ HostSums host_sums(const Tensor& y) {
 }
 
 TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
-  const std::vector<ConvCase> cases = {{{4, 64, 14, 14}, 64, 3, 1}, {{4, 32, 16, 16}, 128, 1, 2}, {{2, 3, 20, 20}, 16, 7, 2}};
+  // Small odd cases, then the convolutions of a ResNet-18 on 64x64 images, batch 8.
+  const std::vector<ConvCase> cases = {{{4, 64, 14, 14}, 64, 3, 1},  {{4, 32, 16, 16}, 128, 1, 2},
+                                       {{2, 3, 20, 20}, 16, 7, 2},   {{8, 3, 64, 64}, 64, 7, 2},
+                                       {{8, 64, 16, 16}, 64, 3, 1},  {{8, 64, 16, 16}, 128, 3, 2},
+                                       {{8, 128, 8, 8}, 128, 3, 1},  {{8, 128, 8, 8}, 256, 3, 2},
+                                       {{8, 256, 4, 4}, 256, 3, 1},  {{8, 256, 4, 4}, 512, 3, 2},
+                                       {{8, 512, 2, 2}, 512, 3, 1},  {{8, 64, 16, 16}, 128, 1, 2}};
   int fused = 0;
   for (DType t : {kBFloat16, kFloat16, kFloat32})
     for (const ConvCase& c : cases) {
