@@ -435,10 +435,11 @@ DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
 /// batch_norm_act_train (relu true; z read when `add`) or batch_norm_train (relu and add false)
 /// with the batch statistics from sum and sum_of_squares (float32 (C,)), the sums of x and of x
 /// squared per channel over its N*H*W values, instead of a pass over x. Their backward is the
-/// same. Channels-last images on the GPU only (callers ask has(kCuda) and
-/// batch_norm_act_available(x) first).
+/// same; returns what batch_norm_act_backward needs as `reserve` (unused after batch_norm_train).
+/// Channels-last images on the GPU only (callers ask has(kCuda) and batch_norm_act_available(x)
+/// first).
 DPL_DECLARE_KERNEL(batch_norm_train_from_sums, any(),
-                   void(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
+                   Tensor(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
                         const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
                         float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd));

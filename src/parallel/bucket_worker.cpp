@@ -164,14 +164,7 @@ void BucketWorker::run() {
         if (lane != nullptr) prepare_slice(slice, prepare, flag);  // on the host, ready() prepared it
         t.start = now_seconds();
         if (slice.scatter.recv.defined()) {
-          // Straight from the gradients, which the ranks cut alike; only the tail travels padded.
-          BucketScatter s = slice.scatter;
-          const std::int64_t whole = s.recv.numel() * comm_.size(), n = slice.data.numel();
-          if (whole > 0) comm_.reduce_scatter(slice.data.narrow(0, 0, whole), s.recv, comm::ReduceOp::kMean);
-          if (s.tail_recv.defined()) {
-            s.tail_send.narrow(0, 0, n - whole).copy_(slice.data.narrow(0, whole, n - whole));
-            comm_.reduce_scatter(s.tail_send, s.tail_recv, comm::ReduceOp::kMean);
-          }
+          reduce_scatter_bucket(comm_, slice.data, slice.scatter);
         } else {
           comm_.allreduce(slice.data, comm::ReduceOp::kMean, wire);
         }
@@ -189,6 +182,21 @@ void BucketWorker::run() {
     times_[k] = t;
     ++done_;
     changed_.notify_all();
+  }
+}
+
+// Straight from the gradients, which the ranks cut alike; only the tail travels padded (its
+// buffer's zeros past the tail stay zero).
+void reduce_scatter_bucket(comm::Communicator& comm, const Tensor& data, const BucketScatter& scatter) {
+  const std::int64_t whole = scatter.recv.numel() * comm.size(), n = data.numel();
+  if (whole > 0) {
+    Tensor recv = scatter.recv;
+    comm.reduce_scatter(data.narrow(0, 0, whole), recv, comm::ReduceOp::kMean);
+  }
+  if (scatter.tail_recv.defined()) {
+    Tensor send = scatter.tail_send, recv = scatter.tail_recv;
+    send.narrow(0, 0, n - whole).copy_(data.narrow(0, whole, n - whole));
+    comm.reduce_scatter(send, recv, comm::ReduceOp::kMean);
   }
 }
 

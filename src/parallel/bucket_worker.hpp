@@ -89,4 +89,10 @@ class BucketWorker {
   std::thread thread_;
 };
 
+/// Reduce-scatters one bucket's gradients `data` (kMean) as `scatter` lays it out (BucketScatter):
+/// its first size() * recv.numel() elements straight from `data`, the tail through tail_send.
+/// Collective over comm. The worker's stage-2 buckets and the stage-1 step after backward both
+/// run through it.
+void reduce_scatter_bucket(comm::Communicator& comm, const Tensor& data, const BucketScatter& scatter);
+
 }  // namespace dpl::parallel

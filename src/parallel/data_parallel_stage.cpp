@@ -8,6 +8,7 @@
 #include "dpl/core/clock.hpp"
 #include "dpl/core/cuda.hpp"
 #include "dpl/nn/module.hpp"
+#include "parallel/bucket_worker.hpp"
 
 namespace dpl::parallel {
 
@@ -163,35 +164,21 @@ void DataParallelStage::lay_out_shard() {
 
 // Each segment's reduce-scatter: its first p * part gradients straight from the arena (the
 // reducer's slice of it), and its tail through its p elements of scatter_tails_.
-std::vector<BucketScatter> DataParallelStage::bucket_scatters() const {
-  const std::int64_t p = comm_->size();
-  std::vector<BucketScatter> out;
-  for (const std::size_t k : segment_of_bucket_) {
-    const Segment& seg = segments_[k];
-    BucketScatter t{scatter_recv_.narrow(0, seg.offset, seg.part), Tensor(), Tensor()};
-    if (seg.tail > 0) {
-      t.tail_send = scatter_tails_.narrow(0, static_cast<std::int64_t>(k) * p, p);
-      t.tail_recv = scatter_recv_.narrow(0, seg.offset + seg.part, 1);
-    }
-    out.push_back(t);
+BucketScatter DataParallelStage::segment_scatter(std::size_t k) const {
+  const Segment& seg = segments_[k];
+  BucketScatter t{scatter_recv_.narrow(0, seg.offset, seg.part), Tensor(), Tensor()};
+  if (seg.tail > 0) {
+    const std::int64_t p = comm_->size();
+    t.tail_send = scatter_tails_.narrow(0, static_cast<std::int64_t>(k) * p, p);
+    t.tail_recv = scatter_recv_.narrow(0, seg.offset + seg.part, 1);
   }
-  return out;
+  return t;
 }
 
-// As the reducer's worker does it for a bucket (bucket_worker.cpp), for segment k after backward.
-void DataParallelStage::reduce_scatter_segment(const Tensor& grads, std::size_t k) {
-  const Segment& seg = segments_[k];
-  const std::int64_t p = comm_->size();
-  if (seg.part > 0) {
-    Tensor recv = scatter_recv_.narrow(0, seg.offset, seg.part);
-    comm_->reduce_scatter(grads.narrow(0, seg.begin, p * seg.part), recv, comm::ReduceOp::kMean);
-  }
-  if (seg.tail > 0) {
-    Tensor send = scatter_tails_.narrow(0, static_cast<std::int64_t>(k) * p, p);
-    Tensor recv = scatter_recv_.narrow(0, seg.offset + seg.part, 1);
-    send.narrow(0, 0, seg.tail).copy_(grads.narrow(0, seg.end - seg.tail, seg.tail));
-    comm_->reduce_scatter(send, recv, comm::ReduceOp::kMean);
-  }
+std::vector<BucketScatter> DataParallelStage::bucket_scatters() const {
+  std::vector<BucketScatter> out;
+  for (const std::size_t k : segment_of_bucket_) out.push_back(segment_scatter(k));
+  return out;
 }
 
 // The sharded step: each rank receives the mean of its shard of the gradients (reduce-scatters:
@@ -231,7 +218,10 @@ void DataParallelStage::reduce_scatter_and_step(bool overlapped) {
         Tensor flag = buffers[i];
         comm_->allreduce(flag, comm::ReduceOp::kMean);
       }
-      for (std::size_t k = 0; k < segments_.size(); ++k) reduce_scatter_segment(buffers.front(), k);
+      for (std::size_t k = 0; k < segments_.size(); ++k) {
+        const Segment& seg = segments_[k];
+        reduce_scatter_bucket(*comm_, buffers.front().narrow(0, seg.begin, seg.end - seg.begin), segment_scatter(k));
+      }
       if (mode_ == profile::TimingMode::kSynchronized) synchronize(target().device());
     }
   }

@@ -63,8 +63,9 @@ class DataParallelStage final : public optim::StepStage {
   void reduce_scatter_and_step(bool overlapped);
   void deliver_shard_gradients(const Tensor& grads);
   void gather_parameters();
+  // Segment k's reduce-scatter buffers (BucketScatter): its part of scatter_recv_, and its tail's.
+  BucketScatter segment_scatter(std::size_t k) const;
   std::vector<BucketScatter> bucket_scatters() const;
-  void reduce_scatter_segment(const Tensor& grads, std::size_t k);
   Tensor gathered(const Tensor& shard) const;
   void scatter_gathered(const Tensor& all, Tensor& into) const;
   std::vector<Tensor> prepare_gradients_timed();

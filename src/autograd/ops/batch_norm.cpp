@@ -210,17 +210,14 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   const TensorOptions stats(kFloat32, tx.device());
   Tensor y = empty_in_format_of(tx.shape(), tx);
   Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
-  Tensor reserve;
-  if (takes_sums(op, sums, tx, training)) {
-    backend::batch_norm_train_from_sums(true, z != nullptr, tx, z != nullptr ? tz : tx, sums->sum,
-                                        sums->sum_of_squares, args.w, args.b, static_cast<float>(eps), args.momentum,
-                                        args.rm, args.rv, y, save_mean, save_invstd);
-    reserve = Tensor::empty({0}, TensorOptions(kInt32, tx.device()));  // what the GPU's act kernels reserve
-  } else {
-    reserve = backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
-                                            static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
-                                            save_invstd);
-  }
+  const Tensor reserve =
+      takes_sums(op, sums, tx, training)
+          ? backend::batch_norm_train_from_sums(true, z != nullptr, tx, z != nullptr ? tz : tx, sums->sum,
+                                                sums->sum_of_squares, args.w, args.b, static_cast<float>(eps),
+                                                args.momentum, args.rm, args.rv, y, save_mean, save_invstd)
+          : backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
+                                          static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
+                                          save_invstd);
   const Variable no_residual;
   const Variable* residual = z != nullptr ? z : &no_residual;
   if (!any_requires_grad({&x, residual, &weight, &bias})) return Variable(y);

@@ -95,7 +95,7 @@ Tensor batch_norm_act_train_cuda(bool add, const Tensor& x, const Tensor& z, con
   return Tensor::empty({0}, TensorOptions(kInt32, x.device()));
 }
 
-void batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
+Tensor batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
                                     const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                                     Tensor& save_mean, Tensor& save_invstd) {
@@ -105,6 +105,7 @@ void batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, const
   DPL_CHECK(relu || !add, "batch_norm_train_from_sums: a residual add is only fused with the ReLU after it");
   cuda_detail::batch_norm_nhwc_train_from_sums(x, add ? &z : nullptr, relu, sum, sum_of_squares, weight, bias, eps,
                                                momentum, running_mean, running_var, y, save_mean, save_invstd);
+  return Tensor::empty({0}, TensorOptions(kInt32, x.device()));  // as batch_norm_act_train_cuda
 }
 
 void batch_norm_act_backward_cuda(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& /*reserve*/,
