@@ -404,6 +404,8 @@ enum class PoolKind { kMax, kAvgIncludePad, kAvgExcludePad };
 /// y = (x - mean) / sqrt(var + eps) * weight + bias; save_mean = mean, save_invstd =
 /// 1 / sqrt(var + eps); running_mean = (1 - momentum) running_mean + momentum mean and
 /// running_var likewise with the unbiased variance (PyTorch's convention). Requires N*H*W >= 2.
+/// weight and bias are float32, or of any float dtype where batch_norm_act_available(x) (the GPU's
+/// channels-last kernels read 16-bit parameters in place).
 DPL_DECLARE_KERNEL(batch_norm_train, floating_each(),
                    void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
                         Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
@@ -413,7 +415,8 @@ DPL_DECLARE_KERNEL(batch_norm_infer, floating_each(),
                    void(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                         const Tensor& running_var, float eps, Tensor& y));
 /// Gradients of batch_norm_train from the statistics it saved: gx = beta*gx + dL/dx (through the
-/// batch statistics); gweight and gbias (C,) are written (beta 0).
+/// batch statistics); gweight and gbias (C,) are written (beta 0), in weight's dtype (float32 unless
+/// batch_norm_act_available(x), as for batch_norm_train).
 DPL_DECLARE_KERNEL(batch_norm_backward, floating_each(),
                    void(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
                         const Tensor& save_invstd, float eps, float beta, Tensor& gx, Tensor& gweight,
@@ -426,8 +429,8 @@ DPL_DECLARE_KERNEL(increment_count, any(), void(Tensor& counter));
 DPL_DECLARE_KERNEL(batch_norm_act_available, any(), bool(const Tensor& x));
 /// Training-mode y = relu(batch_norm(x) + z) when `add`, else relu(batch_norm(x)) (z is not
 /// read), with the statistics and running updates of batch_norm_train. Requires
-/// batch_norm_act_available(x); z and y in x's format. Returns what batch_norm_act_backward
-/// needs as `reserve`.
+/// batch_norm_act_available(x); z and y in x's format; weight and bias of any float dtype. Returns
+/// what batch_norm_act_backward needs as `reserve`.
 DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
                    Tensor(bool add, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
@@ -444,7 +447,8 @@ DPL_DECLARE_KERNEL(batch_norm_train_from_sums, any(),
                         float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd));
 /// Gradients of batch_norm_act_train, all written (beta 0): gx and gz (only when `add`; else
-/// gz is not touched) in x's format, gweight and gbias (C,). y is read only when `add`: without
+/// gz is not touched) in x's format, gweight and gbias (C,) in any float dtype (the parameters',
+/// typically, so that no conversion follows). y is read only when `add`: without
 /// a residual the ReLU's mask is recomputed from x, bias and the saved statistics, and y may be a
 /// zero-element tensor of x's dtype on x's device.
 DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),

@@ -9,7 +9,8 @@ namespace {
 
 // weight, bias, running statistics: (C,) on x's device, or undefined. Statistics are float32;
 // the affine parameters may also be 16-bit (a model cast by optim::MixedPrecision, whose arena
-// has one dtype), and are then widened to float32 for the kernels.
+// has one dtype): the GPU's channels-last kernels read them and write their gradients in that
+// dtype, and elsewhere they are widened to float32 for the kernels.
 void check_channel_vector(const char* op, const Tensor& t, const Tensor& x, const char* what,
                           bool any_float = false) {
   if (!t.defined()) return;
@@ -38,19 +39,19 @@ void accumulate_channel(const Tensor& g, GradTarget& target) {
   backend::axpby(1.f, dst.dtype() == g.dtype() ? g : g.to(dst.dtype()), target.beta, *target.tensor);
 }
 
-// Where a batch norm kernel writes a per-channel gradient (float32, (C,)) for targets[k]: the
-// target itself when it takes the kernel's output as it is (a first contribution to a float32,
-// contiguous buffer), which saves a copy per parameter and call; else scratch that
-// finish_channel_grad adds in afterwards.
-Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tensor& like) {
-  const std::int64_t c = like.numel();
+// Where a batch norm kernel writes a per-channel gradient ((C,), in the dtype of the weight it
+// was given) for targets[k]: the target itself when it takes the kernel's output as it is (a first
+// contribution to a contiguous buffer of that dtype), which saves a conversion and an addition
+// per parameter and call; else float32 scratch that finish_channel_grad adds in afterwards.
+Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tensor& weight) {
+  const std::int64_t c = weight.numel();
   if (t.size() > k && t[k].needed()) {
     const Tensor& dst = *t[k].tensor;
-    if (t[k].beta == 0.f && dst.dtype() == kFloat32 && dst.is_contiguous() && dst.numel() == c &&
-        dst.device() == like.device())
+    if (t[k].beta == 0.f && dst.dtype() == weight.dtype() && dst.is_contiguous() && dst.numel() == c &&
+        dst.device() == weight.device())
       return dst;
   }
-  return empty_on({c}, like);
+  return Tensor::empty({c}, TensorOptions(kFloat32, weight.device()));
 }
 void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_t k) {
   if (t.size() <= k || !t[k].needed()) return;
@@ -59,7 +60,9 @@ void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_
 }
 
 // The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
-// scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused.
+// scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused. In
+// training on a device whose kernels read 16-bit parameters in place (batch_norm_act_available),
+// weight and bias are the parameters themselves; elsewhere float32 (copies when 16-bit).
 struct BatchNormArgs {
   Tensor w, b, rm, rv;
   float momentum;
@@ -83,8 +86,10 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
   DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, op, ": expected momentum in [0, 1], got ", momentum);
   const std::int64_t c = tx.size(1);
   const TensorOptions stats(kFloat32, tx.device());
-  return {weight.defined() ? as_float32(weight.data()) : Tensor::ones({c}, stats),
-          bias.defined() ? as_float32(bias.data()) : Tensor::zeros({c}, stats),
+  const bool in_place = training && tx.numel() > 0 && backend::batch_norm_act_available(tx);
+  const auto param = [&](const Variable& v) { return in_place ? v.data() : as_float32(v.data()); };
+  return {weight.defined() ? param(weight) : Tensor::ones({c}, stats),
+          bias.defined() ? param(bias) : Tensor::zeros({c}, stats),
           running_mean.defined() ? running_mean : Tensor::zeros({c}, stats),
           running_var.defined() ? running_var : Tensor::ones({c}, stats),
           running_mean.defined() ? static_cast<float>(momentum) : 0.f};

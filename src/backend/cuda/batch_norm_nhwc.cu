@@ -23,6 +23,47 @@ struct Moments {
   float n, mean, m2;
 };
 
+// A per-channel parameter (weight or bias) in its own dtype: float32, or the 16-bit dtype of a
+// model that optim::MixedPrecision cast. Reading it here, once per channel, replaces a float32
+// copy of each parameter per call: four conversion kernels and two accumulations per batch norm
+// and step, hundreds of launches in a ResNet step for a few hundred floats each.
+struct ChannelParam {
+  const void* data = nullptr;
+  DType dtype = kFloat32;
+  __device__ __forceinline__ float operator[](int ch) const {
+    switch (dtype) {
+      case kBFloat16: return to_float(static_cast<const __nv_bfloat16*>(data)[ch]);
+      case kFloat16: return to_float(static_cast<const __half*>(data)[ch]);
+      default: return static_cast<const float*>(data)[ch];
+    }
+  }
+};
+
+// A parameter's gradient in the parameter's dtype, written once per channel (rounded once, here).
+struct ChannelGrad {
+  void* data = nullptr;
+  DType dtype = kFloat32;
+  __device__ __forceinline__ void store(int ch, float v) const {
+    switch (dtype) {
+      case kBFloat16: static_cast<__nv_bfloat16*>(data)[ch] = from_float<__nv_bfloat16>(v); break;
+      case kFloat16: static_cast<__half*>(data)[ch] = from_float<__half>(v); break;
+      default: static_cast<float*>(data)[ch] = v;
+    }
+  }
+};
+
+ChannelParam channel_param(const Tensor& t) {
+  DPL_CHECK(is_float_dtype(t.dtype()) && t.is_contiguous(),
+            "batch_norm (channels-last): expected a contiguous weight or bias of a float dtype, got ", t.dtype());
+  return {t.raw_data(), t.dtype()};
+}
+ChannelGrad channel_grad(Tensor& t) {
+  DPL_CHECK(is_float_dtype(t.dtype()) && t.is_contiguous(),
+            "batch_norm backward (channels-last): expected contiguous parameter gradients of a float dtype, got ",
+            t.dtype());
+  return {t.raw_data(), t.dtype()};
+}
+
 // Chan's combination of two Welford partials.
 __device__ __forceinline__ Moments combine(Moments a, Moments b) {
   const float n = a.n + b.n;
@@ -126,8 +167,7 @@ __device__ __forceinline__ float affine(float x, float scale, float shift) { ret
 template <typename T>
 struct ReluMask {
   const T* y = nullptr;
-  const float* weight = nullptr;
-  const float* bias = nullptr;
+  ChannelParam weight, bias;  // bias.data null: no recomputation
   const float* invstd = nullptr;
 };
 
@@ -135,7 +175,7 @@ struct ReluMask {
 template <int V, typename T>
 __device__ __forceinline__ void mask_affine(const ReluMask<T>& m, const float* mean, int ch0, float (&scale)[V],
                                             float (&shift)[V]) {
-  if (m.bias == nullptr) return;
+  if (m.bias.data == nullptr) return;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     scale[j] = affine_scale(m.invstd[ch0 + j], m.weight[ch0 + j]);
@@ -219,7 +259,7 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
       float g[kRowsInFlight][V], xv[kRowsInFlight][V];
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u)
-        load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, (r + u * step) * c + ch0, scale, shift, g[u], xv[u]);
+        load_grad_and_input<V>(x, m.y, m.bias.data != nullptr, gy, (r + u * step) * c + ch0, scale, shift, g[u], xv[u]);
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u) {
         if (g_out != nullptr) store_vec<V>(g_out + (r + u * step) * c + ch0, g[u]);
@@ -229,7 +269,7 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
     for (; r < rows; r += step) {
       const std::int64_t i = r * c + ch0;
       float g[V], xv[V];
-      load_grad_and_input<V>(x, m.y, m.bias != nullptr, gy, i, scale, shift, g, xv);
+      load_grad_and_input<V>(x, m.y, m.bias.data != nullptr, gy, i, scale, shift, g, xv);
       if (g_out != nullptr) store_vec<V>(g_out + i, g);
       add(g, xv);
     }
@@ -275,8 +315,8 @@ __device__ __forceinline__ bool combine_groups(const P* partial, int groups, int
 
 // The batch statistics, the running update, and the affine map as scale/shift
 // (y = x * scale + shift) for the apply pass.
-__global__ void finalize_moments_kernel(const Moments* partial, int groups, int c, const float* weight,
-                                        const float* bias, float eps, float momentum, float* running_mean,
+__global__ void finalize_moments_kernel(const Moments* partial, int groups, int c, ChannelParam weight,
+                                        ChannelParam bias, float eps, float momentum, float* running_mean,
                                         float* running_var, float* save_mean, float* save_invstd, float* scale,
                                         float* shift) {
   __shared__ Moments shared[kFinalLanes * kFinalChannels];
@@ -297,7 +337,7 @@ __global__ void finalize_moments_kernel(const Moments* partial, int groups, int 
 // `count` rows (what a convolution's epilogue computed for its output). The variance is
 // sum_of_squares / count - mean^2, clamped at 0 where rounding takes it below.
 __global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squares, float count, int c,
-                                     const float* weight, const float* bias, float eps, float momentum,
+                                     ChannelParam weight, ChannelParam bias, float eps, float momentum,
                                      float* running_mean, float* running_var, float* save_mean, float* save_invstd,
                                      float* scale, float* shift) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
@@ -316,21 +356,21 @@ __global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squar
 // Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b) in
 // coef[0, 3c); when relu_bias is given, also the forward's scale and shift (coef[3c, 5c)) from
 // which the elementwise pass recomputes the ReLU's mask.
-__global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, const float* weight,
-                                      const float* save_mean, const float* save_invstd, const float* relu_bias,
-                                      float* gweight, float* gbias, float* coef) {
+__global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, ChannelParam weight,
+                                      const float* save_mean, const float* save_invstd, ChannelParam relu_bias,
+                                      ChannelGrad gweight, ChannelGrad gbias, float* coef) {
   __shared__ float2 shared[kFinalLanes * kFinalChannels];
   float2 s;
   if (!combine_groups(partial, groups, c, shared, s)) return;
   const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
   const float sg = s.x, sgx = s.y;
   const float invstd = save_invstd[ch];
-  gweight[ch] = sgx * invstd;
-  gbias[ch] = sg;
+  gweight.store(ch, sgx * invstd);
+  gbias.store(ch, sg);
   coef[ch] = weight[ch] * invstd;                    // k
   coef[c + ch] = sg / count;                         // a
   coef[2 * c + ch] = invstd * invstd * sgx / count;  // b
-  if (relu_bias != nullptr) {
+  if (relu_bias.data != nullptr) {
     const float scale = affine_scale(invstd, weight[ch]);
     coef[3 * c + ch] = scale;
     coef[4 * c + ch] = affine_shift(save_mean[ch], scale, relu_bias[ch]);
@@ -501,8 +541,8 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
       scale = holder.data<float>();
       constexpr int kChannelsPerBlock = 128;
       finalize_sums_kernel<<<(c + kChannelsPerBlock - 1) / kChannelsPerBlock, kChannelsPerBlock, 0, d.stream()>>>(
-          sums[0].data<float>(), sums[1].data<float>(), static_cast<float>(rows), c, weight.data<float>(),
-          bias.data<float>(), eps, momentum, running_mean.data<float>(), running_var.data<float>(),
+          sums[0].data<float>(), sums[1].data<float>(), static_cast<float>(rows), c, channel_param(weight),
+          channel_param(bias), eps, momentum, running_mean.data<float>(), running_var.data<float>(),
           save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
       DPL_CUDA_CHECK(cudaGetLastError());
     } else {
@@ -514,7 +554,7 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
                                                                                                    partial);
         DPL_CUDA_CHECK(cudaGetLastError());
         finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                                  d.stream()>>>(partial, l.groups, c, weight.data<float>(), bias.data<float>(), eps,
+                                  d.stream()>>>(partial, l.groups, c, channel_param(weight), channel_param(bias), eps,
                                                 momentum, running_mean.data<float>(), running_var.data<float>(),
                                                 save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
         DPL_CUDA_CHECK(cudaGetLastError());
@@ -562,24 +602,24 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
       ReluMask<T> mask;
       mask.y = yp;
       if (yp == nullptr && relu_bias != nullptr) {
-        mask.weight = weight.data<float>();
-        mask.bias = relu_bias->data<float>();
+        mask.weight = channel_param(weight);
+        mask.bias = channel_param(*relu_bias);
         mask.invstd = save_invstd.data<float>();
       }
       grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(float2), V), d.stream()>>>(
           xp, mask, gyp, save_mean.data<float>(), rows, c, partial, gzp);
       DPL_CUDA_CHECK(cudaGetLastError());
       finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                              d.stream()>>>(partial, l.groups, c, static_cast<float>(rows), weight.data<float>(),
+                              d.stream()>>>(partial, l.groups, c, static_cast<float>(rows), channel_param(weight),
                                             save_mean.data<float>(), save_invstd.data<float>(), mask.bias,
-                                            gweight.data<float>(), gbias.data<float>(), coef);
+                                            channel_grad(gweight), channel_grad(gbias), coef);
       DPL_CUDA_CHECK(cudaGetLastError());
       launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
         using Index = decltype(index);
         // With a residual, grad_sums stored the masked g in gz: read it back instead of gy and y.
         const bool from_gz = gzp != nullptr;
         grad_apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(
-            xp, from_gz ? nullptr : yp, !from_gz && mask.bias != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
+            xp, from_gz ? nullptr : yp, !from_gz && mask.bias.data != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
             coef, packs, c, beta, gxp);
       });
     });

@@ -5,7 +5,9 @@
 // BN+add+ReLU exist for float16 only. These kernels treat an image as a matrix of N*H*W rows by
 // C channels: one pass gathers per-channel moments (Welford, float32), one applies the affine
 // map with the optional residual add and ReLU; backward likewise, one reduction pass and one
-// elementwise pass. Scale, shift, statistics and their gradients are float32 (C,).
+// elementwise pass. Statistics are float32 (C,); weight and bias (C,) may be float32 or 16-bit (a
+// model that optim::MixedPrecision cast), read in their own dtype, and their gradients are
+// written in it.
 //
 // Internal to the CUDA backend; src/backend/cuda/cudnn/batch_norm.cpp routes channels-last
 // inputs here.
@@ -16,7 +18,8 @@ namespace dpl::backend::cuda_detail {
 
 /// Every operand channels-last with x's strides (y, z), float32 (C,) vectors contiguous.
 /// y = act(batch_norm(x) [+ z]), act = ReLU when relu; updates the running statistics
-/// (momentum, unbiased variance) and writes save_mean and save_invstd.
+/// (momentum, unbiased variance) and writes save_mean and save_invstd. weight and bias: any float
+/// dtype (one each), contiguous.
 void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
                            float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
                            Tensor& save_mean, Tensor& save_invstd);
@@ -33,7 +36,8 @@ void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu
 /// positive: read from y when y is given (a residual was added), else recomputed from x with
 /// relu_bias (the forward's bias) when that is given; neither: no ReLU, g = gy. gx = beta*gx +
 /// dL/dx; gz = g when gz is non-null (the residual's gradient); gweight, gbias written. x, y, gy,
-/// gx and gz share x's strides.
+/// gx and gz share x's strides. gweight and gbias: any float dtype, contiguous (the parameters'
+/// own, so that no conversion follows).
 void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
                               const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
                               Tensor& gx, Tensor* gz, Tensor& gweight, Tensor& gbias);

@@ -1,6 +1,8 @@
 #include "backend/cuda/max_pool_nhwc.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/device_utils.cuh"
@@ -14,25 +16,49 @@ struct PoolGeometry {
   int kh, kw, sh, sw, ph, pw;
 };
 
+// The V argmax bytes of a thread's channel vector move as one access of V bytes (their offset is
+// a multiple of V): byte by byte they were eight load or store instructions per thread, and the
+// backward pass reads up to four such vectors per pixel.
+template <int V>
+struct ArgmaxBytes {
+  using Word = std::conditional_t<V == 8, uint2, std::conditional_t<V == 4, std::uint32_t,
+                                  std::conditional_t<V == 2, std::uint16_t, std::uint8_t>>>;
+  union {
+    Word word;
+    std::uint8_t b[V];
+  };
+};
+template <int V>
+__device__ __forceinline__ ArgmaxBytes<V> load_argmax(const std::uint8_t* p) {
+  ArgmaxBytes<V> r;
+  r.word = *reinterpret_cast<const typename ArgmaxBytes<V>::Word*>(p);
+  return r;
+}
+template <int V>
+__device__ __forceinline__ void store_argmax(std::uint8_t* p, const ArgmaxBytes<V>& r) {
+  *reinterpret_cast<typename ArgmaxBytes<V>::Word*>(p) = r.word;
+}
+
 // One thread per output pixel and V-channel vector: scans the window, keeps the first maximum
-// (a NaN beats everything and stays), writes the value and the winner's index.
-template <typename T, int V>
-__global__ void max_pool_forward_kernel(const T* x, PoolGeometry g, std::int64_t packs, T* y, std::uint8_t* argmax) {
-  const int vectors = g.c / V;
-  for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; p < packs;
-       p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+// (a NaN beats everything and stays), writes the value and the winner's index. Index is 32-bit
+// where every offset fits (the pixel's decomposition is then 32-bit division, not 64-bit).
+template <typename T, int V, typename Index>
+__global__ void max_pool_forward_kernel(const T* x, PoolGeometry g, Index packs, T* y, std::uint8_t* argmax) {
+  const Index vectors = static_cast<Index>(g.c / V);
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int cv = static_cast<int>(p % vectors);
-    std::int64_t rest = p / vectors;
-    const int ox = static_cast<int>(rest % g.ow);
-    rest /= g.ow;
-    const int oy = static_cast<int>(rest % g.oh);
-    const std::int64_t n = rest / g.oh;
+    Index rest = p / vectors;
+    const int ox = static_cast<int>(rest % static_cast<Index>(g.ow));
+    rest /= static_cast<Index>(g.ow);
+    const int oy = static_cast<int>(rest % static_cast<Index>(g.oh));
+    const Index n = rest / static_cast<Index>(g.oh);
     float best[V];
-    std::uint8_t win[V];
+    ArgmaxBytes<V> win;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       best[j] = 0.f;
-      win[j] = 0xff;  // none yet
+      win.b[j] = 0xff;  // none yet
     }
     for (int ky = 0; ky < g.kh; ++ky) {
       const int iy = oy * g.sh - g.ph + ky;
@@ -41,39 +67,40 @@ __global__ void max_pool_forward_kernel(const T* x, PoolGeometry g, std::int64_t
         const int ix = ox * g.sw - g.pw + kx;
         if (ix < 0 || ix >= g.w) continue;
         float v[V];
-        load_vec<V>(x + ((n * g.h + iy) * g.w + ix) * g.c + cv * V, v);
+        load_vec<V>(x + ((n * static_cast<Index>(g.h) + iy) * static_cast<Index>(g.w) + ix) * static_cast<Index>(g.c) +
+                        cv * V,
+                    v);
         const auto k = static_cast<std::uint8_t>(ky * g.kw + kx);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const bool best_is_nan = win[j] != 0xff && best[j] != best[j];
-          if (win[j] == 0xff || (!best_is_nan && (v[j] > best[j] || v[j] != v[j]))) {
+          const bool best_is_nan = win.b[j] != 0xff && best[j] != best[j];
+          if (win.b[j] == 0xff || (!best_is_nan && (v[j] > best[j] || v[j] != v[j]))) {
             best[j] = v[j];
-            win[j] = k;
+            win.b[j] = k;
           }
         }
       }
     }
-    const std::int64_t out = p * V;  // (n, oy, ox, c) in channels-last order is p * V
+    const Index out = p * V;  // (n, oy, ox, c) in channels-last order is p * V
     store_vec<V>(y + out, best);
-#pragma unroll
-    for (int j = 0; j < V; ++j) argmax[out + j] = win[j];
+    store_argmax<V>(argmax + out, win);
   }
 }
 
 // One thread per input pixel and V-channel vector: gathers the gradients of the outputs whose
 // windows hold this pixel and chose it.
-template <typename T, int V>
-__global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy, PoolGeometry g, std::int64_t packs,
+template <typename T, int V, typename Index>
+__global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy, PoolGeometry g, Index packs,
                                          float beta, T* gx) {
-  const int vectors = g.c / V;
-  for (std::int64_t p = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; p < packs;
-       p += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  const Index vectors = static_cast<Index>(g.c / V);
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const int cv = static_cast<int>(p % vectors);
-    std::int64_t rest = p / vectors;
-    const int ix = static_cast<int>(rest % g.w);
-    rest /= g.w;
-    const int iy = static_cast<int>(rest % g.h);
-    const std::int64_t n = rest / g.h;
+    Index rest = p / vectors;
+    const int ix = static_cast<int>(rest % static_cast<Index>(g.w));
+    rest /= static_cast<Index>(g.w);
+    const int iy = static_cast<int>(rest % static_cast<Index>(g.h));
+    const Index n = rest / static_cast<Index>(g.h);
     float acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = 0.f;
@@ -84,14 +111,20 @@ __global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy
     for (int oy = oy_lo; oy <= oy_hi; ++oy)
       for (int ox = ox_lo; ox <= ox_hi; ++ox) {
         const auto k = static_cast<std::uint8_t>((ty - oy * g.sh) * g.kw + (tx - ox * g.sw));
-        const std::int64_t o = ((n * g.oh + oy) * g.ow + ox) * g.c + cv * V;
+        const Index o = ((n * static_cast<Index>(g.oh) + oy) * static_cast<Index>(g.ow) + ox) * static_cast<Index>(g.c) +
+                        cv * V;
+        const ArgmaxBytes<V> won = load_argmax<V>(argmax + o);
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < V; ++j) any |= won.b[j] == k;
+        if (!any) continue;  // this window chose another pixel in every channel: gy is not read
         float gv[V];
         load_vec<V>(gy + o, gv);
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          if (argmax[o + j] == k) acc[j] += gv[j];
+          if (won.b[j] == k) acc[j] += gv[j];
       }
-    const std::int64_t i = p * V;
+    const Index i = p * V;
     if (beta != 0.f) {
       float prev[V];
       load_vec<V>(gx + i, prev);
@@ -100,6 +133,14 @@ __global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy
     }
     store_vec<V>(gx + i, acc);
   }
+}
+
+// Calls launch(Index{}) with 32-bit indices when every element offset of x and y fits, else
+// 64-bit ones.
+template <typename Launch>
+void with_pool_index(const Tensor& a, const Tensor& b, Launch&& launch) {
+  if (std::max(a.numel(), b.numel()) < (std::int64_t{1} << 31)) launch(std::uint32_t{});
+  else launch(std::int64_t{});
 }
 
 bool packed_channels_last(const Tensor& t) {
@@ -131,11 +172,14 @@ void max_pool_nhwc(const Pool2dParams& p, const Tensor& x, Tensor& y, Tensor& ar
     const T* xp = in_ptr<T>(x);
     T* yp = out_ptr<T>(y);
     auto* ap = static_cast<std::uint8_t*>(argmax.raw_data());
-    with_pack_width<T>(g.c, {xp, yp}, [&](auto width) {
+    with_pack_width<T>(g.c, {xp, yp, ap}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const std::int64_t packs = y.numel() / V;
-      max_pool_forward_kernel<T, V><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(xp, g, packs,
-                                                                                                       yp, ap);
+      with_pool_index(x, y, [&](auto index) {
+        using Index = decltype(index);
+        max_pool_forward_kernel<T, V, Index><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
+            xp, g, static_cast<Index>(packs), yp, ap);
+      });
       DPL_CUDA_CHECK(cudaGetLastError());
     });
   });
@@ -151,11 +195,14 @@ void max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& argmax, const T
     const T* gyp = in_ptr<T>(gy);
     T* gxp = out_ptr<T>(gx);
     const auto* ap = static_cast<const std::uint8_t*>(argmax.raw_data());
-    with_pack_width<T>(g.c, {gyp, gxp}, [&](auto width) {
+    with_pack_width<T>(g.c, {gyp, gxp, ap}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const std::int64_t packs = gx.numel() / V;
-      max_pool_backward_kernel<T, V><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
-          ap, gyp, g, packs, beta, gxp);
+      with_pool_index(gx, gy, [&](auto index) {
+        using Index = decltype(index);
+        max_pool_backward_kernel<T, V, Index><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
+            ap, gyp, g, static_cast<Index>(packs), beta, gxp);
+      });
       DPL_CUDA_CHECK(cudaGetLastError());
     });
   });

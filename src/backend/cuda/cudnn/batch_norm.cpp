@@ -25,6 +25,14 @@ bool channels_last(const Tensor& t) {
          t.strides()[2] == t.size(3) * t.size(1) && t.strides()[0] == t.size(2) * t.size(3) * t.size(1);
 }
 
+// cuDNN's calls (NCHW images) take float32 per-channel vectors for every image dtype; only the
+// channels-last kernels read 16-bit parameters in place.
+void check_float32_params(const char* op, const Tensor& a, const Tensor& b) {
+  DPL_CHECK(a.dtype() == kFloat32 && b.dtype() == kFloat32, op,
+            ": NCHW images take float32 weight, bias and their gradients (channels-last images take any float ",
+            "dtype), got ", a.dtype(), " and ", b.dtype());
+}
+
 void batch_norm_train_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
                            Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
                            Tensor& save_invstd) {
@@ -33,6 +41,7 @@ void batch_norm_train_cuda(const Tensor& x, const Tensor& weight, const Tensor& 
                                        save_mean, save_invstd);
     return;
   }
+  check_float32_params("batch_norm", weight, bias);
   CudaDevice& d = cuda_device_of(x);
   cuda_detail::DeviceGuard guard(d.device());
   const TensorDesc xd(x), yd(y), sd(weight);
@@ -45,6 +54,7 @@ void batch_norm_train_cuda(const Tensor& x, const Tensor& weight, const Tensor& 
 
 void batch_norm_infer_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                            const Tensor& running_var, float eps, Tensor& y) {
+  check_float32_params("batch_norm (evaluation)", weight, bias);
   CudaDevice& d = cuda_device_of(x);
   cuda_detail::DeviceGuard guard(d.device());
   const TensorDesc xd(x), yd(y), sd(weight);
@@ -70,6 +80,8 @@ void batch_norm_backward_cuda(const Tensor& x, const Tensor& gy, const Tensor& w
     if (!direct) cuda_detail::accumulate_into(out, beta, gx);
     return;
   }
+  check_float32_params("batch_norm backward", weight, gweight);
+  check_float32_params("batch_norm backward", weight, gbias);
   CudaDevice& d = cuda_device_of(x);
   cuda_detail::DeviceGuard guard(d.device());
   const TensorDesc xd(x), gyd(g), gxd(out), sd(weight);

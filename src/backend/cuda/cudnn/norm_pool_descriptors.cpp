@@ -17,9 +17,11 @@ Tensor with_strides_of(const Tensor& t, const Tensor& like) {
 }
 
 void accumulate_into(const Tensor& result, float beta, Tensor& gx) {
-  const Tensor r = with_strides_of(result, gx);
-  if (beta == 0.f) copy_strided(r, gx);
-  else axpby(1.f, r, 1.f, gx);
+  if (beta == 0.f) {
+    copy_strided(result, gx);
+    return;
+  }
+  axpby(1.f, with_strides_of(result, gx), beta, gx);
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "image_agreement.hpp"
@@ -124,6 +125,57 @@ TEST_F(NormPoolTest, FusedReluMaskFromTheInputMatchesTheMaskFromTheOutput) {
     expect_equal<float>(grads[0][1], grads[1][1], "weight gradient");
     expect_equal<float>(grads[0][2], grads[1][2], "bias gradient");
   }
+}
+
+// Under mixed precision a model's batch-norm weight and bias are 16-bit: the channels-last
+// kernels read them and write their gradients in that dtype. Against the same call with float32
+// copies of the same (16-bit-representable) values: the same output and input gradient to the
+// bit, the parameters' gradients equal to the float32 ones rounded once; a second backward adds
+// into them (through float32 scratch) close to twice that.
+TEST_F(NormPoolTest, SixteenBitParametersAreReadAndWrittenInTheirDtype) {
+  const auto twice = [](const Tensor& t) {
+    std::vector<float> v = t.contiguous().to_vector<float>();
+    for (float& e : v) e *= 2.f;
+    return Tensor::from_vector(v, t.shape());
+  };
+  for (DType t : {kBFloat16, kFloat16})
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (kind == 0 ? " batch_norm" : kind == 1 ? " relu" : " add_relu"));
+      const Shape shape{8, 40, 6, 6};
+      const Tensor x = channels_last(on_gpu(rand(shape).to(t))), z = channels_last(on_gpu(rand(shape).to(t)));
+      const Tensor gy = channels_last(on_gpu(rand(shape).to(t)));
+      const Tensor w16 = on_gpu(rand({shape[1]}, 0.5f, 1.5f).to(t)), b16 = on_gpu(rand({shape[1]}).to(t));
+      Tensor y[2], gx[2], gw[2], gb[2];
+      for (int half = 0; half < 2; ++half) {
+        const DType pt = half == 1 ? t : kFloat32;
+        Variable xv(x.clone(), true), wv(w16.to(pt), true), bv(b16.to(pt), true);
+        Tensor rm = on_gpu(Tensor::zeros({shape[1]})), rv = on_gpu(Tensor::ones({shape[1]}));
+        const auto run = [&] {
+          const Variable out = kind == 0   ? batch_norm(xv, wv, bv, rm, rv, true)
+                               : kind == 1 ? batch_norm_relu(xv, wv, bv, rm, rv, true)
+                                           : batch_norm_add_relu(xv, Variable(z), wv, bv, rm, rv, true);
+          sum(mul(out, Variable(gy))).backward();
+          return out.data();
+        };
+        y[half] = run().to(Device::cpu()).to(kFloat32);
+        gx[half] = xv.grad().to(Device::cpu()).to(kFloat32);
+        EXPECT_EQ(wv.grad().dtype(), pt);
+        EXPECT_EQ(bv.grad().dtype(), pt);
+        gw[half] = wv.grad().to(Device::cpu()).to(kFloat32);
+        gb[half] = bv.grad().to(Device::cpu()).to(kFloat32);
+        if (half == 1) {
+          run();  // accumulates into the 16-bit gradients
+          expect_close(wv.grad().to(Device::cpu()).to(kFloat32), twice(gw[0]), 2e-2f, 1e-2f,
+                       "accumulated weight gradient");
+          expect_close(bv.grad().to(Device::cpu()).to(kFloat32), twice(gb[0]), 2e-2f, 1e-2f,
+                       "accumulated bias gradient");
+        }
+      }
+      expect_equal<float>(y[1], y[0], "forward");
+      expect_equal<float>(gx[1], gx[0], "input gradient");
+      expect_equal<float>(gw[1], gw[0].to(t).to(kFloat32), "weight gradient");
+      expect_equal<float>(gb[1], gb[0].to(t).to(kFloat32), "bias gradient");
+    }
 }
 
 }  // namespace

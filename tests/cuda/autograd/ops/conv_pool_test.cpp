@@ -36,6 +36,8 @@ const std::vector<Geometry> kGeometries = {
     {"grouped", {2, 8, 7, 7}, {8, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2},
     {"depthwise", {2, 6, 8, 8}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6},
     {"pointwise", {4, 16, 5, 5}, {12, 16, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+    // An RGB stem: three channels, a 7x7 window, stride 2.
+    {"stem 7x7", {2, 3, 20, 18}, {8, 3, 7, 7}, {2, 2}, {3, 3}, {1, 1}, 1},
 };
 
 class ConvTest : public CudaTest {
