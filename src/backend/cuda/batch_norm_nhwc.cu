@@ -469,14 +469,6 @@ unsigned elementwise_blocks(int device, std::int64_t work) {
       std::max<std::int64_t>(1, std::min<std::int64_t>((work + kThreads - 1) / kThreads, cap)));
 }
 
-// Calls launch(Index{}) with 32-bit indices when n fits (the channel's modulo is cheaper), else
-// 64-bit ones.
-template <typename Launch>
-void with_index_type(std::int64_t n, Launch&& launch) {
-  if (n < (std::int64_t{1} << 31)) launch(std::uint32_t{});
-  else launch(std::int64_t{});
-}
-
 // Calls launch(Index{}, blocks, packs) to run an elementwise pass over the n / v packs of v
 // values, with the index type with_index_type picks, then checks the launch.
 template <typename Launch>

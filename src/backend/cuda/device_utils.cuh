@@ -74,6 +74,14 @@ __device__ __forceinline__ void store(T* p, const Vec<V>& r) {
   }
 }
 
+/// Calls launch(Index{}) with 32-bit indices when every offset below n fits in them (a kernel's
+/// divisions and modulos are then 32-bit, several times cheaper), else 64-bit ones. Host side.
+template <typename Launch>
+void with_index_type(std::int64_t n, Launch&& launch) {
+  if (n < (std::int64_t{1} << 31)) launch(std::uint32_t{});
+  else launch(std::int64_t{});
+}
+
 /// First index and stride of a grid-stride loop.
 __device__ __forceinline__ std::int64_t global_thread() {
   return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -135,14 +135,6 @@ __global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy
   }
 }
 
-// Calls launch(Index{}) with 32-bit indices when every element offset of x and y fits, else
-// 64-bit ones.
-template <typename Launch>
-void with_pool_index(const Tensor& a, const Tensor& b, Launch&& launch) {
-  if (std::max(a.numel(), b.numel()) < (std::int64_t{1} << 31)) launch(std::uint32_t{});
-  else launch(std::int64_t{});
-}
-
 bool packed_channels_last(const Tensor& t) {
   return t.dim() == 4 && t.strides()[1] == 1 && t.strides()[3] == t.size(1) &&
          t.strides()[2] == t.size(3) * t.size(1) && t.strides()[0] == t.size(2) * t.size(3) * t.size(1);
@@ -175,7 +167,7 @@ void max_pool_nhwc(const Pool2dParams& p, const Tensor& x, Tensor& y, Tensor& ar
     with_pack_width<T>(g.c, {xp, yp, ap}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const std::int64_t packs = y.numel() / V;
-      with_pool_index(x, y, [&](auto index) {
+      with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
         using Index = decltype(index);
         max_pool_forward_kernel<T, V, Index><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
             xp, g, static_cast<Index>(packs), yp, ap);
@@ -198,7 +190,7 @@ void max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& argmax, const T
     with_pack_width<T>(g.c, {gyp, gxp, ap}, [&](auto width) {
       constexpr int V = decltype(width)::value;
       const std::int64_t packs = gx.numel() / V;
-      with_pool_index(gx, gy, [&](auto index) {
+      with_index_type(std::max(gx.numel(), gy.numel()), [&](auto index) {
         using Index = decltype(index);
         max_pool_backward_kernel<T, V, Index><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
             ap, gyp, g, static_cast<Index>(packs), beta, gxp);
