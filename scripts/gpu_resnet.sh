@@ -12,7 +12,9 @@
 #   CUDA_ARCH    CMAKE_CUDA_ARCHITECTURES (default 90)
 #   REPS         rounds of each alternation; the median is reported (default 2)
 #   MLP_REPS     rounds of the MLP alternation (default REPS; 0 skips the MLP)
-#   PRECISIONS   ResNet precisions, of bf16 and fp32 (default "bf16 fp32"; " " skips ResNet)
+#   PRECISIONS   ResNet precisions, of bf16, fp16 and fp32 (default "bf16 fp32"; " " skips ResNet).
+#                The peer has no float16 setting: fp16 is rated against the peer's bf16 figures,
+#                so list bf16 too
 #   ARCH         the ResNet (default resnet50), BATCH its batch (default 128)
 #   TESTS        a --gtest_filter for the GPU tests ("" runs them all; "none" skips them)
 #   PEER_MODES   the peer's settings for ResNet, of eager (--fused --tf32), compile (--compile
@@ -141,7 +143,7 @@ peer_flags() {
 }
 declare -A RN_MEM=() RN_HELD=()
 for prec in $PRECISIONS; do
-  dtype=float32; [ "$prec" = "bf16" ] && dtype=bfloat16
+  case "$prec" in bf16) dtype=bfloat16 ;; fp16) dtype=float16 ;; *) dtype=float32 ;; esac
   for rep in $(seq 1 "$REPS"); do
     for b in "${BUILDS[@]}"; do
       RN="$(build_dir "$b")/benchmarks/bench_resnet"
@@ -159,7 +161,7 @@ for prec in $PRECISIONS; do
   done
   # The peer PEER_REPS times per setting (default once: each compiled setting spends about a
   # minute compiling first).
-  if [ -n "$PEER" ]; then
+  if [ -n "$PEER" ] && [ "$prec" != "fp16" ]; then
     for rep in $(seq 1 "${PEER_REPS:-1}"); do
       for pm in $RN_MODES; do
         name="resnet-$prec-peer-$pm-$rep"
@@ -186,11 +188,12 @@ done
 printf '%-26s %s\n' "MLP peer" "${P_MLP:-n/a} iters/s (runs${RUNS[mlp-peer]:-})"
 for prec in $PRECISIONS; do
   best=""
+  peer_prec="$prec"; [ "$prec" = "fp16" ] && peer_prec=bf16
   for pm in $RN_MODES; do
     # The peer's best is its fastest run in any setting, not a median: the ratios are against the
     # strongest figure it reached.
-    v="$(printf '%s\n' ${RUNS[rn-$prec-peer-$pm]:-} | grep . | sort -g | tail -n 1 || true)"
-    printf '%-26s %s\n' "$ARCH $prec peer $pm" "${v:-n/a} img/s (fastest; runs${RUNS[rn-$prec-peer-$pm]:-}) ${RN_MEM[peer-$prec-$pm]:-}"
+    v="$(printf '%s\n' ${RUNS[rn-$peer_prec-peer-$pm]:-} | grep . | sort -g | tail -n 1 || true)"
+    printf '%-26s %s\n' "$ARCH $peer_prec peer $pm" "${v:-n/a} img/s (fastest; runs${RUNS[rn-$peer_prec-peer-$pm]:-}) ${RN_MEM[peer-$peer_prec-$pm]:-}"
     [ -n "$v" ] && best="$(printf '%s\n' "$best" "$v" | grep . | sort -g | tail -n 1)"
   done
   for b in "${BUILDS[@]}"; do
