@@ -101,7 +101,7 @@ TEST_SUMMARY="not run"
 if [ "${TESTS:-}" != "none" ] && [ -x "$BUILD/tests/cuda/dpl_cuda_tests" ]; then
   run_step cuda-tests timeout 300 "$BUILD/tests/cuda/dpl_cuda_tests" ${TESTS:+--gtest_filter="$TESTS"} \
     --gtest_output="xml:$OUT/cuda-tests.xml"
-  TEST_SUMMARY="$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$OUT/cuda-tests.log" | grep -v '\] .*\.' | tr '\n' ' ')"
+  TEST_SUMMARY="$(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \]' "$OUT/cuda-tests.log" | grep -v '\] [A-Za-z_0-9]*\.' | tr '\n' ' ' || true)"
 fi
 
 # The builds measured: this tree ("") and, with BASELINE, the earlier one ("-baseline").
