@@ -148,8 +148,8 @@ const std::vector<SettingInfo>& settings_table() {
       {"DPL_CUDA_TF32", "0", "1: matrix products may use TF32 tensor cores from the start"},
       {"DPL_CUDNN_BENCHMARK", "1",
        "1: convolutions time cuDNN's candidate plans once per shape and keep the fastest (or, within 3% of it, "
-       "the one with the smallest workspace); 0: the first "
-       "deterministic plan of cuDNN's heuristics (repeatable results)"},
+       "the one with the smallest workspace), and for channels-last 16-bit images of 1–4 channels also dpl's "
+       "direct kernels against cuDNN; 0: the first deterministic plan of cuDNN's heuristics (repeatable results)"},
       {"DPL_CUDA_DEVICE", "unset (local rank % GPUs)",
        "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
       {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},

@@ -16,7 +16,9 @@
 // plan of cuDNN's heuristics, so results repeat bit for bit. float32 data uses TF32 tensor cores
 // only when dpl::cuda::allow_tf32() is on; every dtype accumulates in float32. Workspaces come
 // from the device's caching allocator and every call is queued on the compute stream: after the
-// first call of a problem, nothing waits on the host.
+// first call of a problem, nothing waits on the host. With the search on, the forward pass and
+// weight gradient of channels-last 16-bit images with at most four channels (the RGB stem) may run
+// on our own kernels instead (conv_few_channels.hpp), where they were faster on the first call.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -27,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/conv_few_channels.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cudnn/convolution_bias.hpp"
@@ -380,8 +383,71 @@ bool run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
   return true;
 }
 
+// Whether our kernels for images with few channels (conv_few_channels.hpp) run a forward or
+// weight-gradient problem instead of cuDNN: with DPL_CUDNN_BENCHMARK on, whichever of the two was
+// faster on the problem's first call, each timed on a scratch output (a gradient accumulated into
+// must not be touched) after a warm-up run, in which cuDNN also picks its plan. They were written
+// for the bfloat16 stem, where cuDNN is several times slower than in float16; for other shapes they
+// take, the timing decides. Without the search, cuDNN (its deterministic plans). While a CUDA graph
+// is being recorded nothing may wait for the device, so a problem not timed yet goes to cuDNN.
+bool few_channels_kernels_win(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, float beta,
+                              Tensor& out) {
+  static const bool benchmark = settings().cudnn_benchmark;
+  if (!benchmark || out.numel() == 0) return false;
+  const bool forward = kind == ConvKind::kForward;
+  const Tensor& x = a;
+  const Tensor& w = forward ? b : out;
+  const Tensor& y = forward ? out : b;
+  if (!cuda_detail::conv_few_channels_fits(x, w, p) || y.dtype() != x.dtype() || !y.is_channels_last() ||
+      !cuda_detail::aligned16(y.raw_data()))
+    return false;
+  const int device = out.device().index;
+  const Problem pr{kind, device, out.dtype(), operand_of(x), operand_of(w), operand_of(y), p, beta,
+                   cuda_api::allow_tf32(), benchmark};
+  const std::string key = key_of(pr);
+  static std::mutex mutex;
+  static std::unordered_map<std::string, bool> wins;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = wins.find(key); it != wins.end()) return it->second;
+  if (cuda_api::is_capturing(device)) return false;
+
+  DeviceGuard guard(device);
+  Tensor scratch = Tensor::empty_channels_last(out.shape(), TensorOptions(out.dtype(), out.device()));
+  const cudaStream_t stream = CudaDevice::get(device).stream();
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    Events() {
+      DPL_CUDA_CHECK(cudaEventCreate(&start));
+      DPL_CUDA_CHECK(cudaEventCreate(&stop));
+    }
+    ~Events() {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
+  } events;
+  const auto ms_of = [&](auto&& call) {
+    constexpr int kRuns = 3;
+    call();
+    DPL_CUDA_CHECK(cudaEventRecord(events.start, stream));
+    for (int r = 0; r < kRuns; ++r) call();
+    DPL_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+    DPL_CUDA_CHECK(cudaEventSynchronize(events.stop));
+    float ms = 0.f;
+    DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+    return ms;
+  };
+  const float ours = ms_of([&] {
+    if (forward) cuda_detail::conv_few_channels_forward(x, w, p, scratch);
+    else cuda_detail::conv_few_channels_backward_weight(x, y, p, beta, scratch);
+  });
+  const float cudnn = ms_of([&] { run(kind, a, b, p, beta, scratch); });
+  return wins.emplace(key, ours < cudnn).first->second;
+}
+
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
-  run(ConvKind::kForward, x, w, p, 0.f, y);
+  if (few_channels_kernels_win(ConvKind::kForward, x, w, p, 0.f, y))
+    cuda_detail::conv_few_channels_forward(x, w, p, y);
+  else run(ConvKind::kForward, x, w, p, 0.f, y);
   if (bias != nullptr && y.numel() > 0) cuda_detail::add_conv_bias(*bias, y, channels_last(y));
 }
 
@@ -405,7 +471,9 @@ void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dPa
 }
 
 void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta, Tensor& gw) {
-  run(ConvKind::kBackwardWeight, x, gy, p, beta, gw);
+  if (few_channels_kernels_win(ConvKind::kBackwardWeight, x, gy, p, beta, gw))
+    cuda_detail::conv_few_channels_backward_weight(x, gy, p, beta, gw);
+  else run(ConvKind::kBackwardWeight, x, gy, p, beta, gw);
 }
 
 }  // namespace
