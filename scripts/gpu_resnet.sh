@@ -26,6 +26,9 @@
 #                against what it changed in the same call
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository
+#   PROFILE      1: after the timed steps, every kernel of one step of this tree's ResNet in the
+#                first precision under Nsight Compute (scripts/gpu_kernel_profile.sh), the TOP
+#                (default 25) largest in the table and the whole list in OUT/kernels
 # A failing step does not stop the round; the table names failed steps and the exit status is
 # non-zero when any failed.
 set -euo pipefail
@@ -174,6 +177,16 @@ for prec in $PRECISIONS; do
   fi
 done
 
+KERNELS="not run"
+first_prec="$(echo $PRECISIONS | cut -d' ' -f1)"
+if [ "${PROFILE:-0}" = 1 ] && [ -n "$first_prec" ] && [ -x "$BUILD/benchmarks/bench_resnet" ]; then
+  case "$first_prec" in bf16) dtype=bfloat16 ;; fp16) dtype=float16 ;; *) dtype=float32 ;; esac
+  run_step kernel-profile env DPL_CUDA_TF32=1 TOP="${TOP:-25}" "$ROOT/scripts/gpu_kernel_profile.sh" "$OUT/kernels" \
+    "$BUILD/benchmarks/bench_resnet" --device cuda -a "$ARCH" -b "$BATCH" --dtype "$dtype" --layout nhwc --iters 3 \
+    --warmup 5 --profile-steps 1
+  KERNELS="$(grep -m1 'launches' "$OUT/kernels/kernels.txt" 2>/dev/null || echo "${RESULT[kernel-profile]}"), table in $OUT/kernels/kernels.txt"
+fi
+
 echo
 echo "============================ dpl ResNet / graph round ============================"
 printf '%-26s %s\n' "build" "${RESULT[build]:-not run}${BASELINE:+, baseline ${RESULT[build-baseline]:-not run}}"
@@ -208,6 +221,7 @@ for prec in $PRECISIONS; do
     done
   fi
 done
+printf '%-26s %s\n' "kernel profile" "$KERNELS"
 printf '%-26s %s\n' "failed steps" "${FAILED[*]:-none}"
 echo "=================================================================================="
 [ "${#FAILED[@]}" -eq 0 ]
