@@ -553,7 +553,7 @@ int main(int argc, char** argv) {
   app.add_flag("--trace", o.trace, "Write a Chrome trace of the phases per rank into the output folder");
   app.add_flag("--sync-bn", o.sync_bn,
                "Synchronised BatchNorm: training statistics over every process's batch together");
-  app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process, fp32/bf16)");
+  app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process)");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
   app.add_option("--zero", zero,
                  "ZeRO stage: 0 off; 1 keeps the momentum (and bf16/fp16 master weights) of 1/p of the parameters on "
@@ -619,8 +619,6 @@ int main(int argc, char** argv) {
     if (o.sync_bn && (o.graph || o.overlap.enabled))
       throw BadFlag{"--sync-bn runs a collective in every BatchNorm layer, which neither a recorded step (--graph) nor "
                     "the overlapped allreduce (--overlap) can interleave with; drop one of them"};
-    if (o.graph && o.dtype == kFloat16)
-      throw BadFlag{"--graph cannot record float16 steps (loss scaling changes on the host); use --dtype bf16"};
   } catch (const BadFlag& e) {
     std::cerr << "train_imagenet: " << e.message << "\n";
     return 2;

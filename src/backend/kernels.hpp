@@ -338,6 +338,11 @@ DPL_DECLARE_KERNEL(lars_update, float32().int32_at(3),
 /// the host.
 DPL_DECLARE_KERNEL(unscale_grads, floating_each(),
                    void(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf));
+/// unscale_grads with the factor read from inv_scale (float32, one element, on grad's device) when
+/// the pass runs, not when it is queued: what a recorded step (a CUDA graph) uses, so that a replay
+/// applies the loss scale of its own step.
+DPL_DECLARE_KERNEL(unscale_grads_by, floating_each(),
+                   void(const Tensor& grad, const Tensor& inv_scale, Tensor& master, Tensor& found_inf));
 /// The non-finite check's one read-only pass over a gradient arena (x of any float dtype,
 /// contiguous): flag[0] = 1 (float32, one element) when any element of x is Inf or NaN; otherwise
 /// flag is left as it was, so the caller zeroes it first and several buffers can share one flag.

@@ -148,7 +148,14 @@ void MixedPrecisionStage::cast_masters_into_model() const {
 
 Variable MixedPrecisionStage::scale(const Variable& loss) const {
   if (dtype_ != kFloat16) return loss;
-  return affine(loss, static_cast<float>(scale_), 0.f);
+  if (!replay_) return affine(loss, static_cast<float>(scale_), 0.f);
+  // Recorded: the factor is read from the device when the step runs, so each replay scales by
+  // its own step's scale (a power of two, exact in every float dtype short of float16's range).
+  Tensor factor = device_scale_.narrow(0, 0, 1);
+  DPL_CHECK(loss.device() == factor.device(), "MixedPrecision: the loss is on ", loss.device(),
+            ", expected the model's device ", factor.device());
+  if (loss.dtype() != kFloat32) factor = factor.to(loss.dtype());
+  return mul(loss, Variable(factor));
 }
 
 std::vector<Tensor> MixedPrecisionStage::prepare_gradients() {
@@ -166,8 +173,13 @@ std::vector<Tensor> MixedPrecisionStage::prepare_gradients() {
   }
   if (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff) {
     // One pass converts, unscales (float16) and checks: the flag costs no extra read.
-    const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
-    backend::unscale_grads(arena.grads(), inv_scale, master, reset_non_finite_flag(arena.device()));
+    Tensor flag = reset_non_finite_flag(arena.device());
+    if (dtype_ == kFloat16 && replay_) {
+      backend::unscale_grads_by(arena.grads(), device_scale_.narrow(0, 1, 1), master, flag);
+    } else {
+      const float inv_scale = dtype_ == kFloat16 ? static_cast<float>(1.0 / scale_) : 1.f;
+      backend::unscale_grads(arena.grads(), inv_scale, master, flag);
+    }
     return {master, flag_};
   }
   drop_non_finite_flag();
@@ -230,28 +242,25 @@ void MixedPrecisionStage::update() {
   // The step's one wait for the device (none with bfloat16 and the check off). Under a
   // MultiNodeOptimizer the flag is the mean of every rank's, so it is non-zero on all ranks or
   // on none. float16 never stops here: an overflow is loss scaling's to skip.
-  if (!admit_step(prepared_gradients())) {
-    if (dtype_ == kFloat16) {
-      scale_ *= scaling_.backoff_factor;
-      good_steps_ = 0;
-    }
-    return;
-  }
-  if (dtype_ == kFloat16) {
-    if (++good_steps_ >= scaling_.growth_interval) {
-      scale_ *= scaling_.growth_factor;
-      good_steps_ = 0;
-    }
-  }
+  const bool taken = admit_step(prepared_gradients());
+  adjust_scale(taken);
+  if (!taken) return;
   next().update();
   cast_masters_into_model();
 }
 
-std::string MixedPrecisionStage::replay_refusal() const {
-  if (dtype_ == kFloat16)
-    return "float16 loss scaling changes the scale on the host after each overflow (use bfloat16, or run unrecorded)";
-  return next().replay_refusal();
+void MixedPrecisionStage::adjust_scale(bool step_taken) {
+  if (dtype_ != kFloat16) return;
+  if (!step_taken) {
+    scale_ *= scaling_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ >= scaling_.growth_interval) {
+    scale_ *= scaling_.growth_factor;
+    good_steps_ = 0;
+  }
 }
+
+std::string MixedPrecisionStage::replay_refusal() const { return next().replay_refusal(); }
 
 void MixedPrecisionStage::set_replay_mode(bool on, const Tensor& skip_flag) {
   if (!on) {
@@ -264,7 +273,15 @@ void MixedPrecisionStage::set_replay_mode(bool on, const Tensor& skip_flag) {
   // The one flag of the step: this optimizer's (averaged by a data-parallel wrapper), made now
   // so that the recording and every replay use the same buffer.
   Tensor flag = skip_flag;
-  if (!flag.defined() && non_finite_ != NonFinitePolicy::kOff) flag = reset_non_finite_flag(model_arena().device());
+  // float16 always checks: an overflow is loss scaling's to skip, whatever the policy says.
+  if (!flag.defined() && (dtype_ == kFloat16 || non_finite_ != NonFinitePolicy::kOff))
+    flag = reset_non_finite_flag(model_arena().device());
+  if (dtype_ == kFloat16) {
+    const Device device = model_arena().device();
+    if (!device_scale_.defined() || device_scale_.device() != device)
+      device_scale_ = Tensor::zeros({2}, TensorOptions(kFloat32, device));
+    write_device_scale();
+  }
   next().set_replay_mode(true, flag);
   prepared_ = false;
   replay_ = true;
@@ -273,13 +290,21 @@ void MixedPrecisionStage::set_replay_mode(bool on, const Tensor& skip_flag) {
 void MixedPrecisionStage::prepare_replay() {
   DPL_CHECK(replay_, "MixedPrecision::prepare_replay: not in replay mode (call set_replay_mode(true) first)");
   model_arena();  // the recorded casts need the arena they were recorded on
+  if (dtype_ == kFloat16) write_device_scale();
   next().prepare_replay();
+}
+
+void MixedPrecisionStage::write_device_scale() {
+  // Queued in stream order, after the previous replay that read the old values.
+  backend::write_values(device_scale_, {static_cast<float>(scale_), static_cast<float>(1.0 / scale_)});
 }
 
 void MixedPrecisionStage::finish_replay() {
   DPL_CHECK(replay_, "MixedPrecision::finish_replay: not in replay mode");
   loss_ = replay_loss_;
-  next().count_replayed_step(admit_step(master_grads()));
+  const bool taken = admit_step(master_grads());
+  adjust_scale(taken);
+  next().count_replayed_step(taken);
 }
 
 void MixedPrecisionStage::count_replayed_step(bool taken) {

@@ -59,6 +59,11 @@ class MixedPrecisionStage final : public CheckingStage {
   nn::ParameterArena& model_arena() const;
   nn::ParameterArena& master_arena() const;
   void cast_masters_into_model() const;
+  // float16: the loss scale after a step that was taken (grows every growth_interval good steps)
+  // or skipped for an overflow (backs off).
+  void adjust_scale(bool step_taken);
+  // (scale_, 1 / scale_) into device_scale_.
+  void write_device_scale();
   // What prepare_gradients() fills: the master gradients, or under a shard a float32 buffer of
   // the whole arena's (the data-parallel stage reduce-scatters it into shard_grads_).
   Tensor prepared_gradients();
@@ -70,6 +75,9 @@ class MixedPrecisionStage final : public CheckingStage {
   std::uint64_t model_arena_ = 0;        // id of the 16-bit arena the masters belong to
   double scale_ = 1.0;
   std::int64_t good_steps_ = 0;
+  // float16 in replay mode: (scale, 1 / scale) as float32 on the model's device, which the
+  // recorded loss scaling and unscaling read when they run; prepare_replay() writes this step's.
+  Tensor device_scale_;
   // Set when gradient_ranges() filled some of the masters this step (possibly on another
   // thread); the next prepare_gradients() then only checks them.
   std::shared_ptr<std::atomic<bool>> ranges_prepared_ = std::make_shared<std::atomic<bool>>(false);

@@ -48,7 +48,10 @@ class MixedPrecisionStage;
 ///  - float16 only: backward(loss) multiplies the loss by loss_scale() first, and a step whose
 ///    gradients overflowed changes nothing (no parameter, no moment, t() not advanced) but the
 ///    scale (see LossScaling). Reading the overflow flag is the one wait on the GPU per step;
-///    bfloat16, with float32's exponent range, needs no scaling and never waits.
+///    bfloat16, with float32's exponent range, needs no scaling and never waits. In a recorded
+///    step (train::CapturedStep, replay mode) the scale is kept on the device as well: each
+///    replay multiplies the loss and divides the gradients by the scale written just before it,
+///    and the scale changes on the host after the step as in ordinary steps.
 ///  - dtype float32 is a pass-through to the wrapped optimizer, so that a program can choose its
 ///    precision in one place.
 ///

@@ -63,6 +63,10 @@ void unscale_grads_cpu(const Tensor& grad, float inv_scale, Tensor& master, Tens
   if (bad) found_inf.data<float>()[0] = 1.f;
 }
 
+void unscale_grads_by_cpu(const Tensor& grad, const Tensor& inv_scale, Tensor& master, Tensor& found_inf) {
+  unscale_grads_cpu(grad, inv_scale.data<float>()[0], master, found_inf);
+}
+
 void flag_non_finite_cpu(const Tensor& x, Tensor& flag) {
   const std::int64_t n = x.numel();
   const void* p = x.raw_data();
@@ -77,6 +81,7 @@ void flag_non_finite_cpu(const Tensor& x, Tensor& flag) {
 
 DPL_REGISTER_KERNEL(cast, kCpu, convert);
 DPL_REGISTER_KERNEL(unscale_grads, kCpu, unscale_grads_cpu);
+DPL_REGISTER_KERNEL(unscale_grads_by, kCpu, unscale_grads_by_cpu);
 DPL_REGISTER_KERNEL(flag_non_finite, kCpu, flag_non_finite_cpu);
 
 }  // namespace dpl::backend::cpu

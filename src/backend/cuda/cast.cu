@@ -30,7 +30,9 @@ __global__ void cast_kernel(const S* src, D* dst, std::int64_t n, float divisor)
 // Every thread that meets a non-finite product writes the same 1 to the flag, so the race is
 // benign and no reduction is needed; the flag is read only after the kernel.
 template <typename S>
-__global__ void unscale_kernel(const S* grad, float inv_scale, float* master, float* found_inf, std::int64_t n) {
+__global__ void unscale_kernel(const S* grad, float inv_scale, const float* inv_scale_at, float* master,
+                               float* found_inf, std::int64_t n) {
+  if (inv_scale_at != nullptr) inv_scale = *inv_scale_at;  // read when the kernel runs (recorded steps)
   for (std::int64_t i = global_thread(); i < n; i += grid_threads()) {
     const float v = to_float(grad[i]) * inv_scale;
     master[i] = v;
@@ -71,14 +73,15 @@ void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, s
 
 namespace {
 
-void launch_unscale(const void* grad, DType grad_dtype, float inv_scale, float* master, float* found_inf,
-                    std::int64_t n, int device, cudaStream_t stream) {
+void launch_unscale(const void* grad, DType grad_dtype, float inv_scale, const float* inv_scale_at, float* master,
+                    float* found_inf, std::int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   DeviceGuard guard(device);
   const unsigned grid = grid_for(n, kThreads, device);
   with_float_type(grad_dtype, "launch_unscale", [&](auto s) {
     using S = typename decltype(s)::type;
-    unscale_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const S*>(grad), inv_scale, master, found_inf, n);
+    unscale_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const S*>(grad), inv_scale, inv_scale_at, master,
+                                                  found_inf, n);
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -112,7 +115,13 @@ void cast_cuda(const Tensor& src, Tensor& dst) {
 
 void unscale_grads_cuda(const Tensor& grad, float inv_scale, Tensor& master, Tensor& found_inf) {
   CudaDevice& d = cuda_device_of(grad);
-  cuda_detail::launch_unscale(grad.raw_data(), grad.dtype(), inv_scale, master.data<float>(),
+  cuda_detail::launch_unscale(grad.raw_data(), grad.dtype(), inv_scale, nullptr, master.data<float>(),
+                              found_inf.data<float>(), grad.numel(), d.device(), d.stream());
+}
+
+void unscale_grads_by_cuda(const Tensor& grad, const Tensor& inv_scale, Tensor& master, Tensor& found_inf) {
+  CudaDevice& d = cuda_device_of(grad);
+  cuda_detail::launch_unscale(grad.raw_data(), grad.dtype(), 1.f, inv_scale.data<float>(), master.data<float>(),
                               found_inf.data<float>(), grad.numel(), d.device(), d.stream());
 }
 
@@ -125,6 +134,7 @@ void flag_non_finite_cuda(const Tensor& x, Tensor& flag) {
 
 DPL_REGISTER_KERNEL(cast, kCuda, cast_cuda);
 DPL_REGISTER_KERNEL(unscale_grads, kCuda, unscale_grads_cuda);
+DPL_REGISTER_KERNEL(unscale_grads_by, kCuda, unscale_grads_by_cuda);
 DPL_REGISTER_KERNEL(flag_non_finite, kCuda, flag_non_finite_cuda);
 
 }  // namespace dpl::backend

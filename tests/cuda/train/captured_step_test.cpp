@@ -131,6 +131,50 @@ TEST_F(CapturedStepTest, MlpAdamStepsAreBitIdenticalToOrdinarySteps) {
   EXPECT_EQ(graphed.params, plain.params);
 }
 
+// float16 on float32 masters with loss scaling, recorded after 3 ordinary steps when `graph` is
+// set. The first scale (2^24) overflows the scaled gradients, so the first steps are skipped, each
+// halving it; a growth interval of 3 then grows it again: the replays must follow each change.
+MlpRun train_mlp_float16(const Batches& data, bool graph, std::uint64_t seed, double* final_scale) {
+  Generator gen(seed);
+  nn::MLP model(kUnits, kIn, kOut, gen);
+  model.to(gpu());
+  optim::LossScaling scaling;
+  scaling.init_scale = 16777216.0;
+  scaling.growth_interval = 3;
+  auto opt = optim::mixed_precision(std::make_unique<optim::MomentumSGD>(0.05f, 0.9f), kFloat16, scaling);
+  opt->setup(model);
+  const auto loss_of = [&](const Tensor& x, const Tensor& y) {
+    return softmax_cross_entropy(model(Variable(x.to(kFloat16))), y);
+  };
+  train::CapturedStep step(*opt, [&](const std::vector<Tensor>& in) { return loss_of(in[0], in[1]); });
+  MlpRun run;
+  for (std::size_t i = 0; i < data.x.size(); ++i) {
+    const Tensor x = data.x[i].to(gpu()), y = data.y[i].to(gpu());
+    const Variable loss = graph ? step.update({x, y}) : opt->update([&] { return loss_of(x, y); });
+    run.losses.push_back(loss.data().to(kFloat32).to(Device::cpu()).at<float>({}));
+  }
+  step.settle();
+  run.params = model.arena().params().to(kFloat32).to(Device::cpu()).to_vector<float>();
+  run.t = opt->t();
+  run.skipped = opt->skipped_steps();
+  run.replays = step.replays();
+  *final_scale = opt->loss_scale();
+  return run;
+}
+
+TEST_F(CapturedStepTest, Float16LossScalingReplaysFollowTheScaleOfEachStep) {
+  const Batches data = batches(16);
+  double plain_scale = 0, graphed_scale = 0;
+  const MlpRun plain = train_mlp_float16(data, false, seed_, &plain_scale);
+  const MlpRun graphed = train_mlp_float16(data, true, seed_, &graphed_scale);
+  EXPECT_EQ(graphed.replays, 13);
+  ASSERT_GT(plain.skipped, 3);  // skipped after the recording too, so a stale scale would show
+  EXPECT_EQ(graphed.skipped, plain.skipped);
+  EXPECT_EQ(graphed_scale, plain_scale);
+  EXPECT_EQ(graphed.t, plain.t);
+  EXPECT_EQ(graphed.params, plain.params);
+}
+
 TEST_F(CapturedStepTest, ABatchOfAnotherShapeRunsUnrecorded) {
   Batches data = batches(9);
   const Batches odd = batches(1, kBatch - 5);
