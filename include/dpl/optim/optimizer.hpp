@@ -244,8 +244,8 @@ class Optimizer {
   // --- replay mode: a step recorded once and replayed (train::CapturedStep, docs/cuda-graphs.md)
 
   /// Empty when this optimizer can run in replay mode; otherwise why not (an optimizer whose
-  /// step() does not take its values from replay_values(), a gradient hook that is not
-  /// device-only, or float16 loss scaling, which decides on the host).
+  /// step() does not take its values from replay_values(), or a gradient hook that is not
+  /// device-only).
   std::string replay_refusal() const;
   /// Enters (true) or leaves replay mode. In it update() and update(loss_fn) only queue a step's
   /// device work, reading nothing back: the update kernel takes this step's values (learning

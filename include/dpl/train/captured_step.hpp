@@ -37,8 +37,9 @@ namespace dpl::train {
 /// non-finite step on stderr, as it cannot throw). A step whose optimizer's non-finite policy
 /// changed since the recording is recorded again.
 /// Requires an optimizer that can run so (replay_refusal() empty: SGD, MomentumSGD, Adam, under
-/// MixedPrecision in float32 or bfloat16, under a one-process parallel::MultiNodeOptimizer, no
-/// gradient hooks), set up on a model on a GPU, and the caching allocator.
+/// MixedPrecision in any dtype (float16's loss scale included), under a one-process
+/// parallel::MultiNodeOptimizer, no gradient hooks), set up on a model on a GPU, and the caching
+/// allocator.
 class CapturedStep {
  public:
   /// The loss of one step from its inputs (on the model's device).
