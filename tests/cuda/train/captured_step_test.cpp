@@ -132,15 +132,16 @@ TEST_F(CapturedStepTest, MlpAdamStepsAreBitIdenticalToOrdinarySteps) {
 }
 
 // float16 on float32 masters with loss scaling, recorded after 3 ordinary steps when `graph` is
-// set. The first scale (2^30) overflows the scaled gradients (the logits' alone are about
-// 2^30 / 32), so the first steps are skipped, each halving it, replays among them; a growth
-// interval of 3 then grows it again: the replays must follow each change.
+// set. The first scale (2^24) overflows the scaled gradients (the logits' alone reach 2^24 / 32
+// and float16 ends at 65504), so at least the first four steps are skipped, each halving it,
+// replays among them; a growth interval of 3 then grows it again: the replays must follow each
+// change.
 MlpRun train_mlp_float16(const Batches& data, bool graph, std::uint64_t seed, double* final_scale) {
   Generator gen(seed);
   nn::MLP model(kUnits, kIn, kOut, gen);
   model.to(gpu());
   optim::LossScaling scaling;
-  scaling.init_scale = 1073741824.0;
+  scaling.init_scale = 16777216.0;
   scaling.growth_interval = 3;
   auto opt = optim::mixed_precision(std::make_unique<optim::MomentumSGD>(0.05f, 0.9f), kFloat16, scaling);
   opt->setup(model);
@@ -164,13 +165,13 @@ MlpRun train_mlp_float16(const Batches& data, bool graph, std::uint64_t seed, do
 }
 
 TEST_F(CapturedStepTest, Float16LossScalingReplaysFollowTheScaleOfEachStep) {
-  const Batches data = batches(16);
+  const Batches data = batches(24);
   double plain_scale = 0, graphed_scale = 0;
   const MlpRun plain = train_mlp_float16(data, false, seed_, &plain_scale);
   const MlpRun graphed = train_mlp_float16(data, true, seed_, &graphed_scale);
-  EXPECT_EQ(graphed.replays, 13);
+  EXPECT_EQ(graphed.replays, 21);
   ASSERT_GT(plain.skipped, 3);   // skipped after the recording too, so a stale scale would show
-  ASSERT_LT(plain.skipped, 13);  // and good steps after them, so growth shows too
+  ASSERT_LT(plain.skipped, 21);  // and good steps after them, so growth shows too
   EXPECT_EQ(graphed.skipped, plain.skipped);
   EXPECT_EQ(graphed_scale, plain_scale);
   EXPECT_EQ(graphed.t, plain.t);
