@@ -136,6 +136,7 @@ for rep in $(seq 1 "${MLP_REPS:-$REPS}"); do
 done
 
 # --- ResNet: ordinary steps, recorded steps, the peer in its settings -------------------------
+dtype_of() { case "$1" in bf16) echo bfloat16 ;; fp16) echo float16 ;; *) echo float32 ;; esac; }
 RN_MODES="${PEER_MODES:-eager compile graphs}"
 peer_flags() {
   case "$1" in
@@ -146,7 +147,7 @@ peer_flags() {
 }
 declare -A RN_MEM=() RN_HELD=()
 for prec in $PRECISIONS; do
-  case "$prec" in bf16) dtype=bfloat16 ;; fp16) dtype=float16 ;; *) dtype=float32 ;; esac
+  dtype="$(dtype_of "$prec")"
   for rep in $(seq 1 "$REPS"); do
     for b in "${BUILDS[@]}"; do
       RN="$(build_dir "$b")/benchmarks/bench_resnet"
@@ -180,7 +181,7 @@ done
 KERNELS="not run"
 first_prec="$(echo $PRECISIONS | cut -d' ' -f1)"
 if [ "${PROFILE:-0}" = 1 ] && [ -n "$first_prec" ] && [ -x "$BUILD/benchmarks/bench_resnet" ]; then
-  case "$first_prec" in bf16) dtype=bfloat16 ;; fp16) dtype=float16 ;; *) dtype=float32 ;; esac
+  dtype="$(dtype_of "$first_prec")"
   run_step kernel-profile env DPL_CUDA_TF32=1 TOP="${TOP:-25}" "$ROOT/scripts/gpu_kernel_profile.sh" "$OUT/kernels" \
     "$BUILD/benchmarks/bench_resnet" --device cuda -a "$ARCH" -b "$BATCH" --dtype "$dtype" --layout nhwc --iters 3 \
     --warmup 5 --profile-steps 1

@@ -605,6 +605,13 @@ bool matches(const Tensor& t, std::int64_t d0, std::int64_t d1, std::int64_t d2,
   return t.dim() == 4 && t.size(0) == d0 && t.size(1) == d1 && t.size(2) == d2 && t.size(3) == d3;
 }
 
+
+std::string operand_str(const Tensor& t) {
+  std::ostringstream s;
+  s << shape_str(t.shape()) << " strides " << shape_str(t.strides()) << " " << t.dtype() << " on " << t.device();
+  return s.str();
+}
+
 }  // namespace
 
 bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
@@ -629,16 +636,28 @@ bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams
   return supported_gpu(x.device().index);
 }
 
-void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y) {
-  DPL_CHECK(conv_few_channels_fits(x, w, p), "conv (few channels): expected ", taken(), ", got x ",
-            shape_str(x.shape()), " strides ", shape_str(x.strides()), " ", x.dtype(), " on ", x.device(), ", w ",
-            shape_str(w.shape()), " strides ", shape_str(w.strides()), " ", w.dtype(), ", ", geometry_str(p));
+namespace {
+
+// The geometry of a call, after checking what the kernels take: x and the weights (w, named
+// w_name) as conv_few_channels_fits says, and the image-shaped operand (the forward's output or
+// the weight gradient's gy, named image_name) channels-last of the output's extents, x's dtype and
+// device, its data 16-byte aligned.
+Geometry checked_geometry(const char* op, const Tensor& x, const Tensor& w, const char* w_name, const Tensor& image,
+                          const char* image_name, const Conv2dParams& p) {
+  DPL_CHECK(conv_few_channels_fits(x, w, p), op, ": expected ", taken(), ", got x ", operand_str(x), ", ", w_name,
+            " ", operand_str(w), ", ", geometry_str(p));
   const Geometry g = geometry_of(x, w, p);
-  DPL_CHECK(matches(y, g.n, g.o, g.oh, g.ow) && y.dtype() == x.dtype() && y.device() == x.device() &&
-                y.is_channels_last() && aligned16(y.raw_data()),
-            "conv (few channels): expected y channels-last (", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, ") ", x.dtype(),
-            " on ", x.device(), " with 16-byte aligned data, got ", shape_str(y.shape()), " strides ",
-            shape_str(y.strides()), " ", y.dtype(), " on ", y.device());
+  DPL_CHECK(matches(image, g.n, g.o, g.oh, g.ow) && image.dtype() == x.dtype() && image.device() == x.device() &&
+                image.is_channels_last() && aligned16(image.raw_data()),
+            op, ": expected ", image_name, " channels-last (", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, ") ", x.dtype(),
+            " on ", x.device(), " with 16-byte aligned data, got ", operand_str(image));
+  return g;
+}
+
+}  // namespace
+
+void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y) {
+  const Geometry g = checked_geometry("conv (few channels)", x, w, "w", y, "y", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
   const auto launch = [&](auto tag) {
@@ -654,15 +673,7 @@ void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dPar
 
 void conv_few_channels_backward_weight(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta,
                                        Tensor& gw) {
-  DPL_CHECK(conv_few_channels_fits(x, gw, p), "conv weight gradient (few channels): expected ", taken(), ", got x ",
-            shape_str(x.shape()), " strides ", shape_str(x.strides()), " ", x.dtype(), " on ", x.device(), ", gw ",
-            shape_str(gw.shape()), " strides ", shape_str(gw.strides()), " ", gw.dtype(), ", ", geometry_str(p));
-  const Geometry g = geometry_of(x, gw, p);
-  DPL_CHECK(matches(gy, g.n, g.o, g.oh, g.ow) && gy.dtype() == x.dtype() && gy.device() == x.device() &&
-                gy.is_channels_last() && aligned16(gy.raw_data()),
-            "conv weight gradient (few channels): expected gy channels-last (", g.n, ", ", g.o, ", ", g.oh, ", ",
-            g.ow, ") ", x.dtype(), " on ", x.device(), " with 16-byte aligned data, got ", shape_str(gy.shape()),
-            " strides ", shape_str(gy.strides()), " ", gy.dtype(), " on ", gy.device());
+  const Geometry g = checked_geometry("conv weight gradient (few channels)", x, gw, "gw", gy, "gy", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
   if (x.dtype() == kBFloat16) launch_backward_weight<__nv_bfloat16>(g, x, gy, beta, gw, d);

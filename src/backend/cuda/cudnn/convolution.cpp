@@ -224,6 +224,37 @@ std::string describe(const Problem& pr) {
   return s.str();
 }
 
+// A start and a stop event for timing work on a stream, destroyed with the object.
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TimingEvents() {
+    DPL_CUDA_CHECK(cudaEventCreate(&start));
+    DPL_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~TimingEvents() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+};
+
+// Milliseconds of three runs of `run` (which returns false when it could not run) on `stream`
+// after one untimed warm-up run, or -1 when a run failed. Waits for the device.
+template <typename Run>
+float time_runs(cudaStream_t stream, const TimingEvents& events, Run&& run) {
+  if (!run()) return -1.f;
+  constexpr int kRuns = 3;
+  DPL_CUDA_CHECK(cudaEventRecord(events.start, stream));
+  bool ok = true;
+  for (int r = 0; r < kRuns && ok; ++r) ok = run();
+  DPL_CUDA_CHECK(cudaEventRecord(events.stop, stream));
+  DPL_CUDA_CHECK(cudaEventSynchronize(events.stop));
+  float ms = 0.f;
+  DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
+  return ok ? ms : -1.f;
+}
+
 // The plan to use among the candidates, each timed on scratch buffers (so an output that is
 // accumulated into is never touched by the search): of those within kNearlyFastest of the fastest,
 // the one with the smallest workspace, because a workspace lives beside the step's activations
@@ -242,9 +273,7 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
   void* sum = sums ? stats.data() : nullptr;
   void* squares = sums ? static_cast<float*>(stats.data()) + pr.y.shape[1] : nullptr;
   cudaStream_t stream = CudaDevice::get(pr.device).stream();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  DPL_CUDA_CHECK(cudaEventCreate(&start));
-  DPL_CUDA_CHECK(cudaEventCreate(&stop));
+  const TimingEvents events;
   constexpr float kNearlyFastest = 1.03f;
   std::vector<float> times(plans.size(), -1.f);  // < 0: not a candidate
   for (std::size_t i = 0; i < plans.size(); ++i) {
@@ -254,16 +283,8 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
     void* y = out.data();
     if (pr.kind == ConvKind::kBackwardData) std::swap(x, y);  // (a, b, out) = (gy, w, gx)
     if (pr.kind == ConvKind::kBackwardWeight) std::swap(w, y);  // (a, b, out) = (x, gy, gw)
-    if (!execute(handle, *plans[i].plan, x, w, y, scratch.data(), sum, squares)) continue;  // warm-up
-    constexpr int kRuns = 3;
-    DPL_CUDA_CHECK(cudaEventRecord(start, stream));
-    bool ok = true;
-    for (int r = 0; r < kRuns && ok; ++r) ok = execute(handle, *plans[i].plan, x, w, y, scratch.data(), sum, squares);
-    DPL_CUDA_CHECK(cudaEventRecord(stop, stream));
-    DPL_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (ok) times[i] = ms;
+    times[i] = time_runs(stream, events,
+                         [&] { return execute(handle, *plans[i].plan, x, w, y, scratch.data(), sum, squares); });
   }
   float fastest_ms = -1.f;
   for (float ms : times)
@@ -275,8 +296,6 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
         (plans[i].workspace == plans[best].workspace && times[i] < times[best]))
       best = i;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   // A failed launch in the search leaves an error behind; clear it so that it is not blamed on
   // the next kernel.
   cudaGetLastError();
@@ -414,34 +433,14 @@ bool few_channels_kernels_win(ConvKind kind, const Tensor& a, const Tensor& b, c
   DeviceGuard guard(device);
   Tensor scratch = Tensor::empty_channels_last(out.shape(), TensorOptions(out.dtype(), out.device()));
   const cudaStream_t stream = CudaDevice::get(device).stream();
-  struct Events {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    Events() {
-      DPL_CUDA_CHECK(cudaEventCreate(&start));
-      DPL_CUDA_CHECK(cudaEventCreate(&stop));
-    }
-    ~Events() {
-      cudaEventDestroy(start);
-      cudaEventDestroy(stop);
-    }
-  } events;
-  const auto ms_of = [&](auto&& call) {
-    constexpr int kRuns = 3;
-    call();
-    DPL_CUDA_CHECK(cudaEventRecord(events.start, stream));
-    for (int r = 0; r < kRuns; ++r) call();
-    DPL_CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    DPL_CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0.f;
-    DPL_CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    return ms;
-  };
-  const float ours = ms_of([&] {
+  const TimingEvents events;
+  const float ours = time_runs(stream, events, [&] {
     if (forward) cuda_detail::conv_few_channels_forward(x, w, p, scratch);
     else cuda_detail::conv_few_channels_backward_weight(x, y, p, beta, scratch);
+    return true;
   });
-  const float cudnn = ms_of([&] { run(kind, a, b, p, beta, scratch); });
-  return wins.emplace(key, ours < cudnn).first->second;
+  const float cudnn = time_runs(stream, events, [&] { return run(kind, a, b, p, beta, scratch); });
+  return wins.emplace(key, cudnn < 0.f || ours < cudnn).first->second;
 }
 
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
