@@ -451,15 +451,16 @@ DPL_DECLARE_KERNEL(batch_norm_train_from_sums, any(),
                         const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
                         float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd));
-/// Gradients of batch_norm_act_train, all written (beta 0): gx and gz (only when `add`; else
-/// gz is not touched) in x's format, gweight and gbias (C,) in any float dtype (the parameters',
-/// typically, so that no conversion follows). y is read only when `add`: without
+/// Gradients of batch_norm_act_train: gx and gz (only when `add`; else gz is not touched) written
+/// in x's format; gweight = param_beta * gweight + dL/dweight and gbias likewise, (C,) in any float
+/// dtype (typically the parameters' own gradient buffers, which accumulate across backward passes:
+/// no conversion or addition follows). y is read only when `add`: without
 /// a residual the ReLU's mask is recomputed from x, bias and the saved statistics, and y may be a
 /// zero-element tensor of x's dtype on x's device.
 DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
                    void(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& reserve,
                         const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
-                        float eps, Tensor& gx, Tensor& gz, Tensor& gweight, Tensor& gbias));
+                        float eps, Tensor& gx, Tensor& gz, float param_beta, Tensor& gweight, Tensor& gbias));
 /// y (N, C, Ho, Wo) = pooling of x over windows p, with Ho = (H + 2 pad_h - kernel_h) / stride_h + 1
 /// (floor) and Wo likewise; the caller checks that every window overlaps the unpadded input.
 /// Returns what pool2d_backward needs as `saved` (a backend-specific tensor on x's device: the

@@ -29,8 +29,9 @@ struct ResNetOptions {
   /// own kernel where the device can (cuDNN's convolution with generated statistics: GPU,
   /// float16, channels-last), and the BatchNorm skips its pass over the convolution's output
   /// (nn::Conv2d::forward_with_sums). Results equal the separate pass's up to the rounding of the
-  /// variance (sum of squares against Welford's update). Off by default: on an H100 it left the
-  /// float16 ResNet-50 step as fast as the separate pass (docs/performance.md).
+  /// variance (plain sums of squares against the separate pass's sums about a value of the data).
+  /// Off by default: on an H100 it left the float16 ResNet-50 step as fast as the separate pass
+  /// (docs/performance.md).
   bool fused_statistics = false;
 };
 

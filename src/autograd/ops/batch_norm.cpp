@@ -39,19 +39,22 @@ void accumulate_channel(const Tensor& g, GradTarget& target) {
   backend::axpby(1.f, dst.dtype() == g.dtype() ? g : g.to(dst.dtype()), target.beta, *target.tensor);
 }
 
-// Where a batch norm kernel writes a per-channel gradient ((C,), in the dtype of the weight it
-// was given) for targets[k]: the target itself when it takes the kernel's output as it is (a first
-// contribution to a contiguous buffer of that dtype), which saves a conversion and an addition
-// per parameter and call; else float32 scratch that finish_channel_grad adds in afterwards.
+// Whether targets[k] can take a batch norm kernel's per-channel gradient ((C,), in the dtype of
+// the weight it was given) as it is: a contiguous buffer of that dtype on the weight's device.
+bool takes_channel_grad(const std::vector<GradTarget>& t, std::size_t k, const Tensor& weight) {
+  if (t.size() <= k || !t[k].needed()) return false;
+  const Tensor& dst = *t[k].tensor;
+  return dst.dtype() == weight.dtype() && dst.is_contiguous() && dst.numel() == weight.numel() &&
+         dst.device() == weight.device();
+}
+
+// Where a batch norm kernel that overwrites its per-channel gradients writes the one for
+// targets[k]: the target itself when it takes the kernel's output as it is and holds nothing yet
+// (beta 0), which saves a conversion and an addition per parameter and call; else float32 scratch
+// that finish_channel_grad adds in afterwards.
 Tensor channel_grad_buffer(std::vector<GradTarget>& t, std::size_t k, const Tensor& weight) {
-  const std::int64_t c = weight.numel();
-  if (t.size() > k && t[k].needed()) {
-    const Tensor& dst = *t[k].tensor;
-    if (t[k].beta == 0.f && dst.dtype() == weight.dtype() && dst.is_contiguous() && dst.numel() == c &&
-        dst.device() == weight.device())
-      return dst;
-  }
-  return Tensor::empty({c}, TensorOptions(kFloat32, weight.device()));
+  if (takes_channel_grad(t, k, weight) && t[k].beta == 0.f) return *t[k].tensor;
+  return Tensor::empty({weight.numel()}, TensorOptions(kFloat32, weight.device()));
 }
 void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_t k) {
   if (t.size() <= k || !t[k].needed()) return;
@@ -163,8 +166,9 @@ class BatchNormEvalNode final : public Node {
   void release() override { x = weight = running_mean = running_var = Tensor(); }
 };
 
-// Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes every gradient into
-// scratch in x's format, then each goes to its target with the target's beta.
+// Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes gx and gz into their targets
+// where it may overwrite them, else into scratch added in after; it adds the parameters'
+// gradients into their buffers itself.
 class BatchNormActNode final : public Node {
  public:
   bool add = false;
@@ -181,8 +185,15 @@ class BatchNormActNode final : public Node {
     Tensor gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
     Tensor gz = !add ? gx : gz_direct ? *t[1].tensor : empty_in_format_of(x.shape(), x);
     const std::size_t params = add ? 2 : 1;
-    Tensor gw = channel_grad_buffer(t, params, weight), gb = channel_grad_buffer(t, params + 1, weight);
-    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz, gw, gb);
+    // The kernel accumulates into the parameters' gradients with one beta for both: they take it
+    // in place when both can (the usual case), else both go through scratch.
+    const bool params_direct = takes_channel_grad(t, params, weight) && takes_channel_grad(t, params + 1, weight) &&
+                               t[params].beta == t[params + 1].beta;
+    const float param_beta = params_direct ? t[params].beta : 0.f;
+    Tensor gw = params_direct ? *t[params].tensor : channel_grad_buffer(t, params, weight);
+    Tensor gb = params_direct ? *t[params + 1].tensor : channel_grad_buffer(t, params + 1, weight);
+    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz,
+                                     param_beta, gw, gb);
     if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
     if (add && t[1].needed() && !gz_direct) add_into(gz, t[1]);
     finish_channel_grad(gw, t, params);

@@ -19,10 +19,6 @@ namespace {
 // The row loops are memory-bound; scalar 2-byte accesses left half of the bandwidth unused, and
 // a division per element made the moments pass compute-bound.
 
-struct Moments {
-  float n, mean, m2;
-};
-
 // A per-channel parameter (weight or bias) in its own dtype: float32, or the 16-bit dtype of a
 // model that optim::MixedPrecision cast. Reading it here, once per channel, replaces a float32
 // copy of each parameter per call: four conversion kernels and two accumulations per batch norm
@@ -39,15 +35,23 @@ struct ChannelParam {
   }
 };
 
-// A parameter's gradient in the parameter's dtype, written once per channel (rounded once, here).
+// A parameter's gradient in the parameter's dtype, g = beta * g + v once per channel (rounded
+// once, here). Accumulating in place saves a parameter whose gradient buffer already holds a
+// contribution (every step, once the buffers exist) a conversion and an addition kernel.
 struct ChannelGrad {
   void* data = nullptr;
   DType dtype = kFloat32;
+  float beta = 0.f;
+  template <typename T>
+  __device__ __forceinline__ void store_as(int ch, float v) const {
+    T* p = static_cast<T*>(data) + ch;
+    *p = from_float<T>(beta != 0.f ? __fmaf_rn(beta, to_float(*p), v) : v);
+  }
   __device__ __forceinline__ void store(int ch, float v) const {
     switch (dtype) {
-      case kBFloat16: static_cast<__nv_bfloat16*>(data)[ch] = from_float<__nv_bfloat16>(v); break;
-      case kFloat16: static_cast<__half*>(data)[ch] = from_float<__half>(v); break;
-      default: static_cast<float*>(data)[ch] = v;
+      case kBFloat16: store_as<__nv_bfloat16>(ch, v); break;
+      case kFloat16: store_as<__half>(ch, v); break;
+      default: store_as<float>(ch, v);
     }
   }
 };
@@ -57,20 +61,11 @@ ChannelParam channel_param(const Tensor& t) {
             "batch_norm (channels-last): expected a contiguous weight or bias of a float dtype, got ", t.dtype());
   return {t.raw_data(), t.dtype()};
 }
-ChannelGrad channel_grad(Tensor& t) {
+ChannelGrad channel_grad(Tensor& t, float beta) {
   DPL_CHECK(is_float_dtype(t.dtype()) && t.is_contiguous(),
             "batch_norm backward (channels-last): expected contiguous parameter gradients of a float dtype, got ",
             t.dtype());
-  return {t.raw_data(), t.dtype()};
-}
-
-// Chan's combination of two Welford partials.
-__device__ __forceinline__ Moments combine(Moments a, Moments b) {
-  const float n = a.n + b.n;
-  if (n == 0.f) return a;
-  const float d = b.mean - a.mean;
-  const float wb = b.n / n;
-  return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};
+  return {t.raw_data(), t.dtype(), beta};
 }
 
 __device__ __forceinline__ float2 combine(float2 a, float2 b) { return {a.x + b.x, a.y + b.y}; }
@@ -106,48 +101,52 @@ __device__ __forceinline__ void reduce_lanes_and_store(P (&acc)[V], P* shared, i
   for (int j = 0; j < V; ++j) partial[static_cast<std::int64_t>(blockIdx.y) * c + ch0 + j] = shared[tx * V + j];
 }
 
-// Per-channel moments of the rows of x (rows x c). Welford per element, with one reciprocal per
-// row shared by the thread's V channels (they count the same rows).
+// Per-channel moments of the rows of x (rows x c) as sums of d = x - shift and of d squared, with
+// the channel's value in the first row as its shift (written to `shift` by the first row group):
+// subtracting a value of the data keeps the sums' cancellation small whatever the mean, and with
+// one shift for all the partials add up plainly. Welford's update instead costs a division per
+// row and a dependent chain per element, which kept this pass at about 60% of the memory rate.
 template <typename T, int V>
-__global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std::int64_t rows, int c,
-                                                                 Moments* partial) {
+__global__ void __launch_bounds__(kReduceThreads) moments_kernel(const T* x, std::int64_t rows, int c, float2* partial,
+                                                                 float* shift) {
   extern __shared__ unsigned char smem[];
   const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-  Moments acc[V];
+  float2 acc[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = {0.f, 0.f, 0.f};
+  for (int j = 0; j < V; ++j) acc[j] = {0.f, 0.f};
   if (ch0 < c) {
+    float x0[V];
+    load_vec<V>(x + ch0, x0);
+    if (blockIdx.y == 0 && threadIdx.y == 0) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) shift[ch0 + j] = x0[j];
+    }
     const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
-    float n = 0.f;
-    auto update = [&](const float (&v)[V]) {
-      n += 1.f;
-      const float inv = 1.f / n;
+    auto add = [&](const float (&v)[V]) {
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const float d = v[j] - acc[j].mean;
-        acc[j].mean += d * inv;
-        acc[j].m2 += d * (v[j] - acc[j].mean);
+        const float d = v[j] - x0[j];
+        acc[j].x += d;
+        acc[j].y = __fmaf_rn(d, d, acc[j].y);
       }
     };
     std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-    // kRowsInFlight rows' loads are issued before their updates (in the same order as one row at a
-    // time, so the same bits): one 16-byte load in flight per thread left the pass waiting on memory.
+    // The loads of kRowsInFlight rows are issued before their sums (in row order, so the same bits
+    // as one row at a time): one 16-byte load in flight per thread left the pass waiting on memory.
     for (; r + (kRowsInFlight - 1) * step < rows; r += kRowsInFlight * step) {
       float v[kRowsInFlight][V];
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u) load_vec<V>(x + (r + u * step) * c + ch0, v[u]);
 #pragma unroll
-      for (int u = 0; u < kRowsInFlight; ++u) update(v[u]);
+      for (int u = 0; u < kRowsInFlight; ++u) add(v[u]);
     }
     for (; r < rows; r += step) {
       float v[V];
       load_vec<V>(x + r * c + ch0, v);
-      update(v);
+      add(v);
     }
-#pragma unroll
-    for (int j = 0; j < V; ++j) acc[j].n = n;
   }
-  reduce_lanes_and_store<V>(acc, reinterpret_cast<Moments*>(smem), c, ch0, partial);
+  reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
 }
 
 // The affine map y = x * scale + shift with scale = invstd * weight and shift = bias - mean *
@@ -277,12 +276,14 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
   reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
 }
 
-// The finalize kernels: a block of 32 channels x 32 lanes; each lane combines every 32nd group's
-// partial, four loads in flight at a time (the partials come from L2, and a loop of one dependent
-// load per group was latency-bound: tens of microseconds a call), then the lanes combine in a
-// tree.
-constexpr int kFinalChannels = 32;
-constexpr int kFinalLanes = 32;
+// The finalize kernels: a block of 8 channels x 128 lanes; each lane combines every 128th group's
+// partial, four loads in flight at a time, then the lanes combine in a tree. The partials come
+// from L2 and the kernel is latency-bound: a loop of one dependent load per group took tens of
+// microseconds a call, and 32 lanes a channel (a dozen loads each for the ~400 row groups of a
+// reduction) still 6-8; many lanes make it one round of loads, and narrow blocks give the
+// 64-channel layers more than two blocks.
+constexpr int kFinalChannels = 8;
+constexpr int kFinalLanes = 128;
 
 template <typename P>
 __device__ __forceinline__ bool combine_groups(const P* partial, int groups, int c, P* shared, P& out) {
@@ -313,37 +314,13 @@ __device__ __forceinline__ bool combine_groups(const P* partial, int groups, int
   return true;
 }
 
-// The batch statistics, the running update, and the affine map as scale/shift
+// Channel ch's batch statistics from its mean and biased variance over `count` rows: save_mean,
+// save_invstd, the running update (unbiased variance), and the affine map as scale/shift
 // (y = x * scale + shift) for the apply pass.
-__global__ void finalize_moments_kernel(const Moments* partial, int groups, int c, ChannelParam weight,
-                                        ChannelParam bias, float eps, float momentum, float* running_mean,
-                                        float* running_var, float* save_mean, float* save_invstd, float* scale,
-                                        float* shift) {
-  __shared__ Moments shared[kFinalLanes * kFinalChannels];
-  Moments m;
-  if (!combine_groups(partial, groups, c, shared, m)) return;
-  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
-  const float var = m.m2 / m.n;
-  const float invstd = rsqrtf(var + eps);
-  save_mean[ch] = m.mean;
-  save_invstd[ch] = invstd;
-  running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * m.mean;
-  running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (m.n > 1.f ? m.m2 / (m.n - 1.f) : var);
-  scale[ch] = affine_scale(invstd, weight[ch]);
-  shift[ch] = affine_shift(m.mean, scale[ch], bias[ch]);
-}
-
-// The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
-// `count` rows (what a convolution's epilogue computed for its output). The variance is
-// sum_of_squares / count - mean^2, clamped at 0 where rounding takes it below.
-__global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squares, float count, int c,
-                                     ChannelParam weight, ChannelParam bias, float eps, float momentum,
-                                     float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                     float* scale, float* shift) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  const float mean = sum[ch] / count;
-  const float var = fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f);
+__device__ __forceinline__ void write_statistics(int ch, float mean, float var, float count, ChannelParam weight,
+                                                 ChannelParam bias, float eps, float momentum, float* running_mean,
+                                                 float* running_var, float* save_mean, float* save_invstd,
+                                                 float* scale, float* shift) {
   const float invstd = rsqrtf(var + eps);
   save_mean[ch] = mean;
   save_invstd[ch] = invstd;
@@ -351,6 +328,34 @@ __global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squar
   running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (count > 1.f ? var * count / (count - 1.f) : var);
   scale[ch] = affine_scale(invstd, weight[ch]);
   shift[ch] = affine_shift(mean, scale[ch], bias[ch]);
+}
+
+// The statistics from moments_kernel's partial sums of x - x_shift and of its squares. The
+// variance is the mean square less the squared mean, clamped at 0 where rounding takes it below.
+__global__ void finalize_moments_kernel(const float2* partial, const float* x_shift, int groups, int c, float count,
+                                        ChannelParam weight, ChannelParam bias, float eps, float momentum,
+                                        float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                                        float* scale, float* shift) {
+  __shared__ float2 shared[kFinalLanes * kFinalChannels];
+  float2 m;
+  if (!combine_groups(partial, groups, c, shared, m)) return;
+  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
+  const float d = m.x / count;
+  write_statistics(ch, x_shift[ch] + d, fmaxf(m.y / count - d * d, 0.f), count, weight, bias, eps, momentum,
+                   running_mean, running_var, save_mean, save_invstd, scale, shift);
+}
+
+// The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
+// `count` rows (what a convolution's epilogue computed for its output).
+__global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squares, float count, int c,
+                                     ChannelParam weight, ChannelParam bias, float eps, float momentum,
+                                     float* running_mean, float* running_var, float* save_mean, float* save_invstd,
+                                     float* scale, float* shift) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const float mean = sum[ch] / count;
+  write_statistics(ch, mean, fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f), count, weight, bias, eps, momentum,
+                   running_mean, running_var, save_mean, save_invstd, scale, shift);
 }
 
 // Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b) in
@@ -438,45 +443,50 @@ __global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, c
   }
 }
 
-// The reduction launch for rows x c with V channels per thread: threads across the channel
-// vectors (at most 32), row lanes to fill 256 threads; enough row groups to fill the GPU, at least
-// 16 rows per thread.
+// The reduction launch of `kernel` for rows x c with V channels per thread: threads across the
+// channel vectors (at most 32), row lanes to fill 256 threads; as many row groups as fill the GPU
+// in one wave of resident blocks (resident_blocks), at most one per 16 rows of a thread.
 struct ReduceLaunch {
   dim3 grid, block;
   int groups;
-  std::size_t shared_bytes(std::size_t partial_bytes, int v) const {
-    return static_cast<std::size_t>(block.x) * block.y * v * partial_bytes;
-  }
+  std::size_t shared_bytes = 0;
 };
 
-ReduceLaunch reduce_launch(int device, std::int64_t rows, int c, int v) {
+ReduceLaunch reduce_launch(const void* kernel, std::size_t partial_bytes, int device, std::int64_t rows, int c,
+                           int v) {
   const int vectors = c / v;
   const int tx = std::min(vectors, 32);
   const int ty = std::max(1, kReduceThreads / tx);
   const int channel_blocks = (vectors + tx - 1) / tx;
-  const std::int64_t want = std::max<std::int64_t>(1, 4 * static_cast<std::int64_t>(sm_count(device)) / channel_blocks);
-  const std::int64_t most = std::max<std::int64_t>(1, rows / (static_cast<std::int64_t>(ty) * 16));
   ReduceLaunch l;
+  l.block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+  l.shared_bytes = static_cast<std::size_t>(tx) * ty * v * partial_bytes;
+  const std::int64_t resident =
+      static_cast<std::int64_t>(resident_blocks(kernel, tx * ty, l.shared_bytes, device)) * sm_count(device);
+  const std::int64_t want = std::max<std::int64_t>(1, resident / channel_blocks);
+  const std::int64_t most = std::max<std::int64_t>(1, rows / (static_cast<std::int64_t>(ty) * 16));
   l.groups = static_cast<int>(std::min<std::int64_t>({want, most, 65535}));
   l.grid = dim3(static_cast<unsigned>(channel_blocks), static_cast<unsigned>(l.groups));
-  l.block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
   return l;
 }
 
-unsigned elementwise_blocks(int device, std::int64_t work) {
-  const std::int64_t cap = static_cast<std::int64_t>(sm_count(device)) * 16;
+// Blocks of kThreads for a grid-stride pass of `kernel` over `work` items: one wave of resident
+// blocks, fewer when the work needs fewer.
+unsigned elementwise_blocks(const void* kernel, int device, std::int64_t work) {
+  const std::int64_t cap = static_cast<std::int64_t>(resident_blocks(kernel, kThreads, 0, device)) * sm_count(device);
   return static_cast<unsigned>(
       std::max<std::int64_t>(1, std::min<std::int64_t>((work + kThreads - 1) / kThreads, cap)));
 }
 
-// Calls launch(Index{}, blocks, packs) to run an elementwise pass over the n / v packs of v
-// values, with the index type with_index_type picks, then checks the launch.
-template <typename Launch>
-void launch_packs(int device, std::int64_t n, int v, Launch&& launch) {
+// Runs an elementwise pass over the n / v packs of v values: kernel(index) is the pass's kernel
+// for the Index type with_index_type picks, launch(index, blocks, packs) launches it; then checks
+// the launch.
+template <typename Kernel, typename Launch>
+void launch_packs(int device, std::int64_t n, int v, Kernel&& kernel, Launch&& launch) {
   const std::int64_t packs = n / v;
-  const unsigned blocks = elementwise_blocks(device, packs);
   with_index_type(n, [&](auto index) {
     using Index = decltype(index);
+    const unsigned blocks = elementwise_blocks(reinterpret_cast<const void*>(kernel(index)), device, packs);
     launch(index, blocks, static_cast<Index>(packs));
   });
   DPL_CUDA_CHECK(cudaGetLastError());
@@ -502,7 +512,8 @@ void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const floa
                   std::int64_t n, int c, T* yp) {
   with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
     constexpr int V = decltype(width)::value;
-    launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
+    const auto kernel = [](auto index) { return &apply_kernel<T, V, decltype(index)>; };
+    launch_packs(d.device(), n, V, kernel, [&](auto index, unsigned blocks, auto packs) {
       using Index = decltype(index);
       apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
     });
@@ -525,7 +536,7 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
     const T* xp = in_ptr<T>(x);
     const T* zp = z != nullptr ? in_ptr<T>(*z) : nullptr;
     T* yp = out_ptr<T>(y);
-    // Scratch: the partial moments (without sums), then scale and shift.
+    // Scratch: scale and shift (and, without sums, the moments pass's partials and shift).
     Tensor holder;
     float* scale = nullptr;
     if (sums != nullptr) {
@@ -540,14 +551,17 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
     } else {
       with_pack_width<T>(c, {xp}, [&](auto width) {
         constexpr int V = decltype(width)::value;
-        const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
-        Moments* partial = reduce_scratch<Moments>(x, l, c, 2, holder, &scale);
-        moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(Moments), V), d.stream()>>>(xp, rows, c,
-                                                                                                   partial);
+        const ReduceLaunch l = reduce_launch(reinterpret_cast<const void*>(&moments_kernel<T, V>), sizeof(float2),
+                                             d.device(), rows, c, V);
+        // Scratch: the partial sums, then scale, shift and the sums' shift of x.
+        float2* partial = reduce_scratch<float2>(x, l, c, 3, holder, &scale);
+        float* x_shift = scale + 2 * c;
+        moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes, d.stream()>>>(xp, rows, c, partial, x_shift);
         DPL_CUDA_CHECK(cudaGetLastError());
         finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                                  d.stream()>>>(partial, l.groups, c, channel_param(weight), channel_param(bias), eps,
-                                                momentum, running_mean.data<float>(), running_var.data<float>(),
+                                  d.stream()>>>(partial, x_shift, l.groups, c, static_cast<float>(rows),
+                                                channel_param(weight), channel_param(bias), eps, momentum,
+                                                running_mean.data<float>(), running_var.data<float>(),
                                                 save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
         DPL_CUDA_CHECK(cudaGetLastError());
       });
@@ -574,7 +588,7 @@ void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu
 
 void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
                               const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
-                              Tensor& gx, Tensor* gz, Tensor& gweight, Tensor& gbias) {
+                              Tensor& gx, Tensor* gz, float param_beta, Tensor& gweight, Tensor& gbias) {
   on_device_typed(x, "batch_norm backward (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const int c = static_cast<int>(x.size(1));
@@ -586,7 +600,8 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
     T* gzp = gz != nullptr ? out_ptr<T>(*gz) : nullptr;
     with_pack_width<T>(c, {xp, yp, gyp, gxp, gzp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
-      const ReduceLaunch l = reduce_launch(d.device(), rows, c, V);
+      const ReduceLaunch l = reduce_launch(reinterpret_cast<const void*>(&grad_sums_kernel<T, V>), sizeof(float2),
+                                           d.device(), rows, c, V);
       // Scratch: the partial sums, then gx's three coefficients and the mask's scale and shift.
       Tensor holder;
       float* coef = nullptr;
@@ -598,15 +613,16 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
         mask.bias = channel_param(*relu_bias);
         mask.invstd = save_invstd.data<float>();
       }
-      grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes(sizeof(float2), V), d.stream()>>>(
+      grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes, d.stream()>>>(
           xp, mask, gyp, save_mean.data<float>(), rows, c, partial, gzp);
       DPL_CUDA_CHECK(cudaGetLastError());
       finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
                               d.stream()>>>(partial, l.groups, c, static_cast<float>(rows), channel_param(weight),
                                             save_mean.data<float>(), save_invstd.data<float>(), mask.bias,
-                                            channel_grad(gweight), channel_grad(gbias), coef);
+                                            channel_grad(gweight, param_beta), channel_grad(gbias, param_beta), coef);
       DPL_CUDA_CHECK(cudaGetLastError());
-      launch_packs(d.device(), n, V, [&](auto index, unsigned blocks, auto packs) {
+      const auto kernel = [](auto index) { return &grad_apply_kernel<T, V, decltype(index)>; };
+      launch_packs(d.device(), n, V, kernel, [&](auto index, unsigned blocks, auto packs) {
         using Index = decltype(index);
         // With a residual, grad_sums stored the masked g in gz: read it back instead of gy and y.
         const bool from_gz = gzp != nullptr;

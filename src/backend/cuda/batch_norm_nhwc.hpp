@@ -3,7 +3,7 @@
 // batch-norm calls run channels-last bfloat16 and float32 through layout conversions or slow
 // generic kernels (on the H200 they took half of a ResNet-50 step), and its fused BN+ReLU and
 // BN+add+ReLU exist for float16 only. These kernels treat an image as a matrix of N*H*W rows by
-// C channels: one pass gathers per-channel moments (Welford, float32), one applies the affine
+// C channels: one pass gathers per-channel moments (shifted sums, float32), one applies the affine
 // map with the optional residual add and ReLU; backward likewise, one reduction pass and one
 // elementwise pass. Statistics are float32 (C,); weight and bias (C,) may be float32 or 16-bit (a
 // model that optim::MixedPrecision cast), read in their own dtype, and their gradients are
@@ -35,11 +35,12 @@ void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu
 /// Gradients of batch_norm_nhwc_train. With a ReLU, g = gy masked by the ReLU's output being
 /// positive: read from y when y is given (a residual was added), else recomputed from x with
 /// relu_bias (the forward's bias) when that is given; neither: no ReLU, g = gy. gx = beta*gx +
-/// dL/dx; gz = g when gz is non-null (the residual's gradient); gweight, gbias written. x, y, gy,
-/// gx and gz share x's strides. gweight and gbias: any float dtype, contiguous (the parameters'
-/// own, so that no conversion follows).
+/// dL/dx; gz = g when gz is non-null (the residual's gradient). x, y, gy,
+/// gx and gz share x's strides. gweight = param_beta * gweight + dL/dweight, gbias likewise: any
+/// float dtype, contiguous (the parameters' own gradient buffers, so that no conversion or
+/// addition follows).
 void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
                               const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
-                              Tensor& gx, Tensor* gz, Tensor& gweight, Tensor& gbias);
+                              Tensor& gx, Tensor* gz, float param_beta, Tensor& gweight, Tensor& gbias);
 
 }  // namespace dpl::backend::cuda_detail

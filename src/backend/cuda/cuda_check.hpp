@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dpl::backend::cuda_detail {
@@ -33,6 +34,13 @@ class DeviceGuard {
 
 /// Number of streaming multiprocessors of device (queried once per device).
 int sm_count(int device);
+
+/// How many blocks of `kernel` (a __global__ function) with `threads` threads and `shared_bytes`
+/// of dynamic shared memory one multiprocessor of `device` holds at once, at least 1 (CUDA's
+/// occupancy calculator, asked once per kernel, block shape and device). A grid of this many
+/// blocks per multiprocessor runs in one wave: a fixed grid of 4 or 16 per multiprocessor left a
+/// kernel that fits 3 waiting on a last, third-full wave.
+int resident_blocks(const void* kernel, int threads, std::size_t shared_bytes, int device);
 
 /// Blocks for a grid-stride loop over n work items: enough to fill the GPU a few times over,
 /// never more than n needs.

@@ -1,10 +1,13 @@
 // Devices of the CUDA backend: the device count, error reporting, the per-device state and its
 // registry, the memory and stream kernels, and what core's public CUDA API calls.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <cuda_profiler_api.h>
 
@@ -85,6 +88,29 @@ int sm_count(int device) {
     g_sm_count[device].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+int resident_blocks(const void* kernel, int threads, std::size_t shared_bytes, int device) {
+  struct Entry {
+    const void* kernel;
+    int threads;
+    std::size_t shared_bytes;
+    int device, blocks;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> known;  // a few dozen kernel shapes in a whole program
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const Entry& e : known)
+    if (e.kernel == kernel && e.threads == threads && e.shared_bytes == shared_bytes && e.device == device)
+      return e.blocks;
+  int blocks = 0;
+  {
+    DeviceGuard guard(device);
+    DPL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, shared_bytes));
+  }
+  blocks = std::max(blocks, 1);
+  known.push_back({kernel, threads, shared_bytes, device, blocks});
+  return blocks;
 }
 
 }  // namespace cuda_detail

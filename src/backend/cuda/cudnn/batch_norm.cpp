@@ -76,7 +76,7 @@ void batch_norm_backward_cuda(const Tensor& x, const Tensor& gy, const Tensor& w
   Tensor out = direct ? gx : cuda_detail::empty_with_strides_of(x);
   if (channels_last(x)) {
     cuda_detail::batch_norm_nhwc_backward(x, nullptr, nullptr, g, weight, save_mean, save_invstd, direct ? beta : 0.f, out,
-                                          nullptr, gweight, gbias);
+                                          nullptr, 0.f, gweight, gbias);
     if (!direct) cuda_detail::accumulate_into(out, beta, gx);
     return;
   }
@@ -122,12 +122,12 @@ Tensor batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, con
 
 void batch_norm_act_backward_cuda(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& /*reserve*/,
                                   const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
-                                  const Tensor& save_invstd, float /*eps*/, Tensor& gx, Tensor& gz, Tensor& gweight,
-                                  Tensor& gbias) {
+                                  const Tensor& save_invstd, float /*eps*/, Tensor& gx, Tensor& gz, float param_beta,
+                                  Tensor& gweight, Tensor& gbias) {
   const Tensor g = cuda_detail::with_strides_of(gy, x);
   // Without a residual the ReLU's mask is recomputed from x rather than read from y.
   cuda_detail::batch_norm_nhwc_backward(x, add ? &y : nullptr, add ? nullptr : &bias, g, weight, save_mean,
-                                        save_invstd, 0.f, gx, add ? &gz : nullptr, gweight, gbias);
+                                        save_invstd, 0.f, gx, add ? &gz : nullptr, param_beta, gweight, gbias);
 }
 
 }  // namespace

@@ -130,13 +130,22 @@ TEST_F(NormPoolTest, FusedReluMaskFromTheInputMatchesTheMaskFromTheOutput) {
 // Under mixed precision a model's batch-norm weight and bias are 16-bit: the channels-last
 // kernels read them and write their gradients in that dtype. Against the same call with float32
 // copies of the same (16-bit-representable) values: the same output and input gradient to the
-// bit, the parameters' gradients equal to the float32 ones rounded once; a second backward adds
-// into them (through float32 scratch) close to twice that.
+// bit, the parameters' gradients equal to the float32 ones rounded once. A second backward adds
+// into them: the fused kernels in place, rounding the float32 sum of the 16-bit gradient and the
+// new float32 one once (to the bit); the plain batch norm through float32 scratch (rounded twice,
+// close to twice the first).
 TEST_F(NormPoolTest, SixteenBitParametersAreReadAndWrittenInTheirDtype) {
   const auto twice = [](const Tensor& t) {
     std::vector<float> v = t.contiguous().to_vector<float>();
     for (float& e : v) e *= 2.f;
     return Tensor::from_vector(v, t.shape());
+  };
+  // round(float(a16) + a32) in dtype t, as float32: what the fused kernels' accumulation writes.
+  const auto accumulated = [](const Tensor& a16, const Tensor& a32, DType t) {
+    std::vector<float> v = a16.contiguous().to_vector<float>();
+    const std::vector<float> w = a32.contiguous().to_vector<float>();
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] += w[i];
+    return Tensor::from_vector(v, a16.shape()).to(t).to(kFloat32);
   };
   for (DType t : {kBFloat16, kFloat16})
     for (int kind = 0; kind < 3; ++kind) {
@@ -165,10 +174,14 @@ TEST_F(NormPoolTest, SixteenBitParametersAreReadAndWrittenInTheirDtype) {
         gb[half] = bv.grad().to(Device::cpu()).to(kFloat32);
         if (half == 1) {
           run();  // accumulates into the 16-bit gradients
-          expect_close(wv.grad().to(Device::cpu()).to(kFloat32), twice(gw[0]), 2e-2f, 1e-2f,
-                       "accumulated weight gradient");
-          expect_close(bv.grad().to(Device::cpu()).to(kFloat32), twice(gb[0]), 2e-2f, 1e-2f,
-                       "accumulated bias gradient");
+          const Tensor gw2 = wv.grad().to(Device::cpu()).to(kFloat32), gb2 = bv.grad().to(Device::cpu()).to(kFloat32);
+          if (kind == 0) {
+            expect_close(gw2, twice(gw[0]), 2e-2f, 1e-2f, "accumulated weight gradient");
+            expect_close(gb2, twice(gb[0]), 2e-2f, 1e-2f, "accumulated bias gradient");
+          } else {
+            expect_equal<float>(gw2, accumulated(gw[1], gw[0], t), "accumulated weight gradient");
+            expect_equal<float>(gb2, accumulated(gb[1], gb[0], t), "accumulated bias gradient");
+          }
         }
       }
       expect_equal<float>(y[1], y[0], "forward");
