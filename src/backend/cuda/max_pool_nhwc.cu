@@ -88,8 +88,11 @@ __global__ void max_pool_forward_kernel(const T* x, PoolGeometry g, Index packs,
 }
 
 // One thread per input pixel and V-channel vector: gathers the gradients of the outputs whose
-// windows hold this pixel and chose it.
-template <typename T, int V, typename Index>
+// windows hold this pixel and chose it. W > 0: at most W x W windows hold a pixel (ceil(kernel /
+// stride) per dimension; 2 for ResNet's 3 x 3 stride-2 pooling), and the winners of all of them
+// are loaded before any gradient, each set of loads in flight at once, instead of one dependent
+// load after another. W == 0: any geometry.
+template <typename T, int V, typename Index, int W>
 __global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy, PoolGeometry g, Index packs,
                                          float beta, T* gx) {
   const Index vectors = static_cast<Index>(g.c / V);
@@ -108,22 +111,40 @@ __global__ void max_pool_backward_kernel(const std::uint8_t* argmax, const T* gy
     const int ty = iy + g.ph, tx = ix + g.pw;
     const int oy_lo = ty >= g.kh ? (ty - g.kh) / g.sh + 1 : 0, oy_hi = min(ty / g.sh, g.oh - 1);
     const int ox_lo = tx >= g.kw ? (tx - g.kw) / g.sw + 1 : 0, ox_hi = min(tx / g.sw, g.ow - 1);
-    for (int oy = oy_lo; oy <= oy_hi; ++oy)
-      for (int ox = ox_lo; ox <= ox_hi; ++ox) {
-        const auto k = static_cast<std::uint8_t>((ty - oy * g.sh) * g.kw + (tx - ox * g.sw));
-        const Index o = ((n * static_cast<Index>(g.oh) + oy) * static_cast<Index>(g.ow) + ox) * static_cast<Index>(g.c) +
-                        cv * V;
-        const ArgmaxBytes<V> won = load_argmax<V>(argmax + o);
-        bool any = false;
+    // Window (oy, ox)'s output offset and this pixel's index within it.
+    const auto output = [&](int oy, int ox) {
+      return ((n * static_cast<Index>(g.oh) + oy) * static_cast<Index>(g.ow) + ox) * static_cast<Index>(g.c) + cv * V;
+    };
+    const auto slot = [&](int oy, int ox) { return static_cast<std::uint8_t>((ty - oy * g.sh) * g.kw + (tx - ox * g.sw)); };
+    const auto gather = [&](const ArgmaxBytes<V>& won, std::uint8_t k, Index o) {
+      bool any = false;
 #pragma unroll
-        for (int j = 0; j < V; ++j) any |= won.b[j] == k;
-        if (!any) continue;  // this window chose another pixel in every channel: gy is not read
-        float gv[V];
-        load_vec<V>(gy + o, gv);
+      for (int j = 0; j < V; ++j) any |= won.b[j] == k;
+      if (!any) return;  // this window chose another pixel in every channel: gy is not read
+      float gv[V];
+      load_vec<V>(gy + o, gv);
 #pragma unroll
-        for (int j = 0; j < V; ++j)
-          if (won.b[j] == k) acc[j] += gv[j];
-      }
+      for (int j = 0; j < V; ++j)
+        if (won.b[j] == k) acc[j] += gv[j];
+    };
+    if constexpr (W > 0) {
+      ArgmaxBytes<V> won[W][W];
+#pragma unroll
+      for (int a = 0; a < W; ++a)
+#pragma unroll
+        for (int b = 0; b < W; ++b)
+          if (oy_lo + a <= oy_hi && ox_lo + b <= ox_hi) won[a][b] = load_argmax<V>(argmax + output(oy_lo + a, ox_lo + b));
+#pragma unroll
+      for (int a = 0; a < W; ++a)
+#pragma unroll
+        for (int b = 0; b < W; ++b)
+          if (oy_lo + a <= oy_hi && ox_lo + b <= ox_hi)
+            gather(won[a][b], slot(oy_lo + a, ox_lo + b), output(oy_lo + a, ox_lo + b));
+    } else {
+      for (int oy = oy_lo; oy <= oy_hi; ++oy)
+        for (int ox = ox_lo; ox <= ox_hi; ++ox)
+          gather(load_argmax<V>(argmax + output(oy, ox)), slot(oy, ox), output(oy, ox));
+    }
     const Index i = p * V;
     if (beta != 0.f) {
       float prev[V];
@@ -192,8 +213,15 @@ void max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& argmax, const T
       const std::int64_t packs = gx.numel() / V;
       with_index_type(std::max(gx.numel(), gy.numel()), [&](auto index) {
         using Index = decltype(index);
-        max_pool_backward_kernel<T, V, Index><<<grid_for(packs, kThreads, d.device()), kThreads, 0, d.stream()>>>(
-            ap, gyp, g, static_cast<Index>(packs), beta, gxp);
+        const unsigned blocks = grid_for(packs, kThreads, d.device());
+        // Windows holding one pixel, per dimension: ceil(kernel / stride).
+        const bool two = (g.kh + g.sh - 1) / g.sh <= 2 && (g.kw + g.sw - 1) / g.sw <= 2;
+        if (two)
+          max_pool_backward_kernel<T, V, Index, 2><<<blocks, kThreads, 0, d.stream()>>>(
+              ap, gyp, g, static_cast<Index>(packs), beta, gxp);
+        else
+          max_pool_backward_kernel<T, V, Index, 0><<<blocks, kThreads, 0, d.stream()>>>(
+              ap, gyp, g, static_cast<Index>(packs), beta, gxp);
       });
       DPL_CUDA_CHECK(cudaGetLastError());
     });

@@ -191,6 +191,11 @@ TEST_F(NormPoolTest, PoolingAgreesInEveryFormatAndDtype) {
       check("max_pool2d 2x3", {1, 16, 6, 7}, t, nhwc,
             [](const Variable& x) { return max_pool2d(x, Size2d(2, 3), Size2d(1, 2), Size2d(1, 1)); },
             rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
+      // Windows larger than 3 x 3, and pixels held by more than 2 x 2 windows: the channels-last
+      // kernels' general paths beside the ones specialised for ResNet's 3 x 3, stride-2 pooling.
+      check("max_pool2d 5x3 stride 1", {1, 16, 7, 6}, t, nhwc,
+            [](const Variable& x) { return max_pool2d(x, Size2d(5, 3), Size2d(1, 1), Size2d(2, 1)); },
+            rtol_of(t, 1e-6f), operand_atol(t, 1e-6f), /*without_ties=*/true);
       check("avg_pool2d", {2, 5, 9, 8}, t, nhwc, [](const Variable& x) { return avg_pool2d(x, 3, 2, 1); },
             rtol_of(t, 1e-6f), 1e-6f);
       check("avg_pool2d exclude pad", {2, 5, 9, 8}, t, nhwc,
