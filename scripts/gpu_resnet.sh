@@ -192,18 +192,23 @@ echo
 echo "============================ dpl ResNet / graph round ============================"
 printf '%-26s %s\n' "build" "${RESULT[build]:-not run}${BASELINE:+, baseline ${RESULT[build-baseline]:-not run}}"
 printf '%-26s %s\n' "GPU tests" "$TEST_SUMMARY"
-P_MLP="$(med mlp-peer)"
-for b in "${BUILDS[@]}"; do
-  for mode in plain graph graph-off; do
-    v="$(med "mlp$b-$mode")"
-    printf '%-26s %s\n' "MLP dpl$b $mode" "${v:-n/a} iters/s, /peer $(ratio "$v" "$P_MLP")x (runs${RUNS[mlp$b-$mode]:-})"
+# Rows only for what the round was asked to run: no MLP rows with MLP_REPS=0, no peer rows without
+# a peer.
+per_peer() { [ -n "$2" ] && [ -n "$3" ] && echo ", /$1 $(ratio "$3" "$2")x"; return 0; }
+if [ "${MLP_REPS:-$REPS}" != 0 ]; then
+  P_MLP="$(med mlp-peer)"
+  for b in "${BUILDS[@]}"; do
+    for mode in plain graph graph-off; do
+      v="$(med "mlp$b-$mode")"
+      printf '%-26s %s\n' "MLP dpl$b $mode" "${v:-n/a} iters/s$(per_peer peer "$P_MLP" "$v") (runs${RUNS[mlp$b-$mode]:-})"
+    done
   done
-done
-printf '%-26s %s\n' "MLP peer" "${P_MLP:-n/a} iters/s (runs${RUNS[mlp-peer]:-})"
+  [ -n "$PEER" ] && printf '%-26s %s\n' "MLP peer" "${P_MLP:-n/a} iters/s (runs${RUNS[mlp-peer]:-})"
+fi
 for prec in $PRECISIONS; do
   best=""
   peer_prec="$prec"; [ "$prec" = "fp16" ] && peer_prec=bf16
-  for pm in $RN_MODES; do
+  [ -n "$PEER" ] && for pm in $RN_MODES; do
     # The peer's best is its fastest run in any setting, not a median: the ratios are against the
     # strongest figure it reached.
     v="$(printf '%s\n' ${RUNS[rn-$peer_prec-peer-$pm]:-} | grep . | sort -g | tail -n 1 || true)"
@@ -213,7 +218,7 @@ for prec in $PRECISIONS; do
   for b in "${BUILDS[@]}"; do
     for mode in plain graph; do
       v="$(med "rn$b-$prec-$mode")"
-      printf '%-26s %s\n' "$ARCH $prec dpl$b $mode" "${v:-n/a} img/s, /best peer $(ratio "$v" "$best")x, peak ${RN_MEM[$b-$prec-$mode]:-n/a} held ${RN_HELD[$b-$prec-$mode]:-n/a} (runs${RUNS[rn$b-$prec-$mode]:-})"
+      printf '%-26s %s\n' "$ARCH $prec dpl$b $mode" "${v:-n/a} img/s$(per_peer "best peer" "$best" "$v"), peak ${RN_MEM[$b-$prec-$mode]:-n/a} held ${RN_HELD[$b-$prec-$mode]:-n/a} (runs${RUNS[rn$b-$prec-$mode]:-})"
     done
   done
   if [ "${#BUILDS[@]}" -gt 1 ]; then
