@@ -479,15 +479,15 @@ unsigned elementwise_blocks(const void* kernel, int device, std::int64_t work) {
 }
 
 // Runs an elementwise pass over the n / v packs of v values: kernel(index) is the pass's kernel
-// for the Index type with_index_type picks, launch(index, blocks, packs) launches it; then checks
-// the launch.
+// for the Index type with_index_type picks, and launch(k, blocks, packs) launches that kernel k;
+// then checks the launch.
 template <typename Kernel, typename Launch>
 void launch_packs(int device, std::int64_t n, int v, Kernel&& kernel, Launch&& launch) {
   const std::int64_t packs = n / v;
   with_index_type(n, [&](auto index) {
     using Index = decltype(index);
-    const unsigned blocks = elementwise_blocks(reinterpret_cast<const void*>(kernel(index)), device, packs);
-    launch(index, blocks, static_cast<Index>(packs));
+    const auto k = kernel(index);
+    launch(k, elementwise_blocks(reinterpret_cast<const void*>(k), device, packs), static_cast<Index>(packs));
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -513,9 +513,8 @@ void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const floa
   with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
     constexpr int V = decltype(width)::value;
     const auto kernel = [](auto index) { return &apply_kernel<T, V, decltype(index)>; };
-    launch_packs(d.device(), n, V, kernel, [&](auto index, unsigned blocks, auto packs) {
-      using Index = decltype(index);
-      apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
+    launch_packs(d.device(), n, V, kernel, [&](auto k, unsigned blocks, auto packs) {
+      k<<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
     });
   });
 }
@@ -622,11 +621,10 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
                                             channel_grad(gweight, param_beta), channel_grad(gbias, param_beta), coef);
       DPL_CUDA_CHECK(cudaGetLastError());
       const auto kernel = [](auto index) { return &grad_apply_kernel<T, V, decltype(index)>; };
-      launch_packs(d.device(), n, V, kernel, [&](auto index, unsigned blocks, auto packs) {
-        using Index = decltype(index);
+      launch_packs(d.device(), n, V, kernel, [&](auto k, unsigned blocks, auto packs) {
         // With a residual, grad_sums stored the masked g in gz: read it back instead of gy and y.
         const bool from_gz = gzp != nullptr;
-        grad_apply_kernel<T, V, Index><<<blocks, kThreads, 0, d.stream()>>>(
+        k<<<blocks, kThreads, 0, d.stream()>>>(
             xp, from_gz ? nullptr : yp, !from_gz && mask.bias.data != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
             coef, packs, c, beta, gxp);
       });
