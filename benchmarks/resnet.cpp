@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the weights, images and labels");
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
   app.add_option("--fused-statistics", fused_statistics,
-                 "on: each convolution computes its BatchNorm's statistics in its own kernel where cuDNN can; off: "
-                 "the BatchNorm's own pass")
+                 "on: each convolution computes its BatchNorm's statistics in its own kernel where the GPU "
+                 "build can (CUTLASS, cuDNN); off: the BatchNorm's own pass")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_flag("--memory-breakdown", memory_breakdown,
                "after the timed steps, one ordinary step with the allocator read after each phase (cuda only)");

@@ -16,72 +16,14 @@
 # the working tree.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 0
+source scripts/wheel_headers.sh
 
+package=nvidia-cudnn-frontend
 version=1.32.0
+inside=include
+marker=cudnn_frontend.h
 dest=.deps/cudnn_frontend
-stamp="$dest/VERSION"
-
-say() { echo "fetch_cudnn_frontend: $*"; }
-
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$version" && -f "$dest/include/cudnn_frontend.h" ]]; then
-  say "cuDNN frontend $version already in $dest/include"
-  exit 0
-fi
-if ! command -v python3 >/dev/null 2>&1; then
-  say "python3 not found; attention will run on dpl's own kernels (no cuDNN frontend)"
-  exit 0
-fi
-
-tmp=$(mktemp -d) || exit 0
-trap 'rm -rf "$tmp"' EXIT
-
+fallback="attention will run on dpl's own kernels (no cuDNN frontend)"
 wheel="${1:-}"
-if [[ -z "$wheel" ]]; then
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    say "pip not found (python3 -m pip); attention will run on dpl's own kernels (no cuDNN frontend)"
-    exit 0
-  fi
-  if ! python3 -m pip download --no-deps --only-binary=:all: --python-version 3.11 \
-      --platform manylinux_2_28_x86_64 "nvidia-cudnn-frontend==$version" -d "$tmp/wheel" >"$tmp/pip.log" 2>&1; then
-    say "could not download nvidia-cudnn-frontend==$version (no network?); attention will run on dpl's own kernels"
-    tail -n 3 "$tmp/pip.log" | sed 's/^/  pip: /'
-    exit 0
-  fi
-  wheel=$(find "$tmp/wheel" -name "nvidia_cudnn_frontend-$version-*.whl" | head -n 1)
-fi
-if [[ -z "$wheel" || ! -f "$wheel" ]]; then
-  say "no wheel of nvidia-cudnn-frontend $version found${wheel:+ at $wheel}; attention will run on dpl's own kernels"
-  exit 0
-fi
-
-# Unpack only include/ into a fresh folder, then swap it in, so that an interrupted run never
-# leaves a half-written copy behind.
-if ! python3 - "$wheel" "$tmp/unpacked" 2>"$tmp/unpack.log" <<'EOF'
-import sys
-import zipfile
-
-wheel, out = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z:
-    members = [n for n in z.namelist() if n.startswith("include/")]
-    if "include/cudnn_frontend.h" not in members:
-        sys.exit("the wheel has no include/cudnn_frontend.h")
-    for n in members:
-        z.extract(n, out)
-EOF
-then
-  say "could not unpack $wheel ($(tail -n 1 "$tmp/unpack.log")); attention will run on dpl's own kernels"
-  exit 0
-fi
-
-mkdir -p "$dest" || exit 0
-rm -rf "$dest/include.old"
-[[ -d "$dest/include" ]] && mv "$dest/include" "$dest/include.old"
-if mv "$tmp/unpacked/include" "$dest/include"; then
-  rm -rf "$dest/include.old"
-  echo "$version" >"$stamp"
-  say "cuDNN frontend $version headers in $dest/include"
-else
-  [[ -d "$dest/include.old" ]] && mv "$dest/include.old" "$dest/include"
-  say "could not move the headers into $dest/include"
-fi
+fetch_wheel_headers
 exit 0

@@ -26,12 +26,14 @@ struct ResNetOptions {
   /// as the identity (torchvision's zero_init_residual; Goyal et al. 2017). Off by default.
   bool zero_init_residual = false;
   /// In training, each convolution computes the batch statistics of the BatchNorm after it in its
-  /// own kernel where the device can (cuDNN's convolution with generated statistics: GPU,
-  /// float16, channels-last), and the BatchNorm skips its pass over the convolution's output
+  /// own kernel where the device can (GPU, channels-last: 1x1 stride-1 bfloat16/float16
+  /// convolutions on sm_90 in a build with CUTLASS, other float16 ones on cuDNN's convolution with
+  /// generated statistics), and the BatchNorm skips its pass over the convolution's output
   /// (nn::Conv2d::forward_with_sums). Results equal the separate pass's up to the rounding of the
-  /// variance (plain sums of squares against the separate pass's sums about a value of the data).
-  /// Off by default: on an H100 it left the float16 ResNet-50 step as fast as the separate pass
-  /// (docs/performance.md).
+  /// variance (plain sums of squares against the separate pass's sums about a value of the data)
+  /// and of the convolution's kernel. Off by default until it is measured in every 16-bit dtype on
+  /// the GPUs we measure on (on an H100 it made the bfloat16 ResNet-50 step 1.02x faster;
+  /// docs/performance.md).
   bool fused_statistics = false;
 };
 

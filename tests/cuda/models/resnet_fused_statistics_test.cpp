@@ -2,21 +2,27 @@
 // them (ResNetOptions::fused_statistics on) against the same step with the batch norms' own pass
 // over each convolution's output: the loss, the logits, every parameter's gradient and every
 // running statistic, in every dtype, with the model's weights in that dtype (as
-// optim::MixedPrecision keeps them) and channels-last images. Only float16 convolutions fuse the
-// statistics (conv2d_with_sums); in bfloat16 and float32 the option must change nothing beyond
-// cuDNN's run-to-run differences.
+// optim::MixedPrecision keeps them) and channels-last images, for a ResNet-18 (3x3 convolutions,
+// which fuse on cuDNN in float16 only) and a ResNet-50 (whose 1x1 stride-1 convolutions fuse on
+// CUTLASS's sm_90a product in both 16-bit dtypes where the build has it). In float32 the option
+// must change nothing beyond cuDNN's run-to-run differences.
 //
-// Tolerances: the two ways differ in the variance's rounding (sum of squares against Welford's
-// update) and, where cuDNN fuses the statistics, in the convolution's engine, whose 16-bit
-// outputs may round differently; those differences pass through every layer of the step, and
-// with the few values per channel of a small batch (32 in the last stage) a batch norm's backward
-// magnifies them. So the 16-bit steps are judged against a float32 step of the same weights: the
-// fused step's distance to it (|got - ref| / |ref|, L2 norms, per gradient, statistic, the logits
-// and the loss) must stay within twice the separate pass's own distance plus 2e-3 (one H100 run
-// measured 1.95 times for one gradient). In float32 nothing fuses and the two steps agree within
-// 2e-3 (cuDNN's weight-gradient engines add in a run-dependent order, so two steps already
-// differ in the last bits).
+// Tolerances: the two ways differ in the variance's rounding (plain sums of squares against the
+// separate pass's shifted sums) and in the convolution's kernel (cuDNN's fused engine, CUTLASS's
+// product), whose 16-bit outputs may round differently; those differences pass through every
+// layer of the step, and with the few values per channel of a small batch (32 in the last stage) a
+// batch norm's backward magnifies them. So the 16-bit steps are judged against a float32 step of
+// the same weights: the fused step's distance to it (|got - ref| / |ref|, L2 norms, per gradient,
+// statistic, the logits and the loss) must stay within twice the separate pass's own distance plus
+// a floor (one H100 run measured 1.95 times for one gradient). The floor is 2e-3 for the ResNet-18
+// and 1e-2 for the ResNet-50, whose bfloat16 step lands anywhere from 3e-4 to 3.5e-2 from float32
+// on the loss, depending on the seed, in either way (H100 runs: separate 2.6e-4 and fused 6.7e-3
+// at one seed, separate 3.5e-2 and fused 2.3e-2 at another), so twice the one's distance alone
+// says little about the other. In float32 nothing fuses and the two steps agree within 2e-3
+// (cuDNN's weight-gradient engines add in a run-dependent order, so two steps already differ in
+// the last bits).
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +34,7 @@ namespace {
 
 class ResNetFusedStatisticsTest : public CudaTest {};
 
-// What one training step of a ResNet-18 leaves behind, as float32 host copies.
+// What one training step of a ResNet leaves behind, as float32 host copies.
 struct StepResult {
   std::vector<float> loss, logits;
   std::vector<std::pair<std::string, std::vector<float>>> grads, buffers;
@@ -47,7 +53,7 @@ double distance(const std::vector<float>& got, const std::vector<float>& want) {
   return std::sqrt(diff) / (std::sqrt(norm) + 1e-12);
 }
 
-StepResult one_step(DType t, bool fused, std::uint64_t seed, const Device& gpu) {
+StepResult one_step(const std::string& arch, DType t, bool fused, std::uint64_t seed, const Device& gpu) {
   Generator data(seed + 1);
   const Tensor x = Tensor::uniform({8, 3, 64, 64}, -1.f, 1.f, data, gpu).to_channels_last().to(t);
   std::vector<std::int32_t> y(8);
@@ -57,7 +63,7 @@ StepResult one_step(DType t, bool fused, std::uint64_t seed, const Device& gpu) 
   models::ResNetOptions options;
   options.num_classes = 10;
   options.fused_statistics = fused;
-  std::shared_ptr<models::ResNet> net = models::resnet("resnet18", options, gen);
+  std::shared_ptr<models::ResNet> net = models::resnet(arch, options, gen);
   net->to(gpu);
   nn::to_channels_last(*net);
   std::unique_ptr<optim::Optimizer> opt =
@@ -89,6 +95,8 @@ void expect_close(const StepResult& fused, const StepResult& separate, const Ste
       return;
     }
     const double own = distance(s, *r), got = distance(f, *r);
+    if (what == "loss" || what == "logits")
+      std::cout << "[ fused statistics ] " << what << ": fused " << got << ", separate " << own << " from float32\n";
     EXPECT_LE(got, 2.0 * own + tol) << what << ": the separate pass is " << own << " from float32";
   };
   check(fused.loss, separate.loss, ref != nullptr ? &ref->loss : nullptr, "loss");
@@ -104,15 +112,18 @@ void expect_close(const StepResult& fused, const StepResult& separate, const Ste
 }
 
 TEST_F(ResNetFusedStatisticsTest, OneStepMatchesTheSeparatePass) {
-  const StepResult ref = one_step(kFloat32, false, seed_, gpu());
-  {
-    SCOPED_TRACE("float32");
-    expect_close(one_step(kFloat32, true, seed_, gpu()), ref, nullptr, 2e-3);
-  }
-  for (DType t : {kBFloat16, kFloat16}) {
-    SCOPED_TRACE(dtype_name(t));
-    const StepResult separate = one_step(t, false, seed_, gpu());
-    expect_close(one_step(t, true, seed_, gpu()), separate, &ref, 2e-3);
+  for (const std::string arch : {"resnet18", "resnet50"}) {
+    SCOPED_TRACE(arch);
+    const StepResult ref = one_step(arch, kFloat32, false, seed_, gpu());
+    {
+      SCOPED_TRACE("float32");
+      expect_close(one_step(arch, kFloat32, true, seed_, gpu()), ref, nullptr, 2e-3);
+    }
+    for (DType t : {kBFloat16, kFloat16}) {
+      SCOPED_TRACE(dtype_name(t));
+      const StepResult separate = one_step(arch, t, false, seed_, gpu());
+      expect_close(one_step(arch, t, true, seed_, gpu()), separate, &ref, arch == "resnet50" ? 1e-2 : 2e-3);
+    }
   }
 }
 

@@ -1,15 +1,19 @@
-// The convolution that also computes its output's per-channel sums (conv2d_with_sums, cuDNN's
-// convolution with generated statistics) and batch normalisation that takes its statistics from
-// such sums instead of a pass of its own. Only float16 convolutions fuse (conv2d_forward_sums_cuda says
-// why); the other dtypes must come back unfused with conv2d's output.
+// The convolution that also computes its output's per-channel sums (conv2d_with_sums) and batch
+// normalisation that takes its statistics from such sums instead of a pass of its own. Which
+// convolutions fuse: on sm_90 with CUTLASS in the build, 1x1 stride-1 ones in bfloat16 and float16
+// (a matrix product with the sums in its epilogue); elsewhere float16 ones on cuDNN's convolution
+// with generated statistics (conv2d_forward_sums_cuda says why not bfloat16); float32 never. The
+// rest must come back unfused with conv2d's output.
 //
-// Tolerances: where cuDNN fuses the sums, the convolution may run on another engine than
-// conv2d's, so 16-bit outputs may differ by a rounding (rtol 1e-2 bfloat16, 2e-3 float16; 1e-4
-// float32), and the sums may be taken before the output is rounded to 16 bits: each may differ
-// from the sum of the stored output by up to half a unit in the last place of every element
-// (4e-3 bfloat16, 1e-3 float16 of the sum of magnitudes; 1e-5 float32). Batch norm from sums
-// differs from its Welford pass only in how the variance is rounded (rtol 1e-4 on the float32
-// statistics, the dtype's tolerance on 16-bit outputs).
+// Tolerances: where the sums are fused, the convolution runs on another kernel than conv2d's, so
+// 16-bit outputs may differ by a rounding (rtol 1e-2 bfloat16, 2e-3 float16; 1e-4 float32), and
+// cuDNN may take the sums before the output is rounded to 16 bits: each may differ from the sum of
+// the stored output by up to half a unit in the last place of every element (4e-3 bfloat16, 1e-3
+// float16 of the sum of magnitudes; 1e-5 float32). Batch norm from sums differs from its Welford
+// pass only in how the variance is rounded (rtol 1e-4 on the float32 statistics, the dtype's
+// tolerance on 16-bit outputs).
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -51,6 +55,15 @@ HostSums host_sums(const Tensor& y) {
   return s;
 }
 
+// Whether this build and GPU run 1x1 stride-1 16-bit convolutions with their sums on CUTLASS's
+// sm_90a product, so that those cases must come back fused.
+bool cutlass_fuses_1x1() {
+  int major = 0, minor = 0;
+  return DPL_WITH_CUTLASS_SM90 && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
 TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
   // Small odd cases, then the convolutions of a ResNet-18 on 64x64 images, batch 8.
   const std::vector<ConvCase> cases = {{{4, 64, 14, 14}, 64, 3, 1},  {{4, 32, 16, 16}, 128, 1, 2},
@@ -58,7 +71,17 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
                                        {{8, 64, 16, 16}, 64, 3, 1},  {{8, 64, 16, 16}, 128, 3, 2},
                                        {{8, 128, 8, 8}, 128, 3, 1},  {{8, 128, 8, 8}, 256, 3, 2},
                                        {{8, 256, 4, 4}, 256, 3, 1},  {{8, 256, 4, 4}, 512, 3, 2},
-                                       {{8, 512, 2, 2}, 512, 3, 1},  {{8, 64, 16, 16}, 128, 1, 2}};
+                                       {{8, 512, 2, 2}, 512, 3, 1},  {{8, 64, 16, 16}, 128, 1, 2},
+                                       // 1x1 stride 1, a ResNet-50 bottleneck's: rows (N*H*W) not a
+                                       // multiple of the product's 128-row tile, channel counts
+                                       // that fill a 128-column tile partly, once or several times.
+                                       {{4, 64, 14, 14}, 256, 1, 1}, {{3, 72, 9, 11}, 40, 1, 1},
+                                       {{8, 256, 16, 16}, 64, 1, 1}, {{2, 16, 7, 7}, 136, 1, 1},
+                                       {{1, 8, 3, 5}, 8, 1, 1},      {{16, 512, 7, 7}, 2048, 1, 1},
+                                       // and those of a ResNet-50 on 64x64 images, batch 8.
+                                       {{8, 64, 16, 16}, 64, 1, 1},  {{8, 256, 16, 16}, 128, 1, 1},
+                                       {{8, 128, 8, 8}, 512, 1, 1},  {{8, 1024, 4, 4}, 256, 1, 1},
+                                       {{8, 512, 2, 2}, 2048, 1, 1}, {{8, 2048, 2, 2}, 512, 1, 1}};
   int fused = 0;
   for (DType t : {kBFloat16, kFloat16, kFloat32})
     for (const ConvCase& c : cases) {
@@ -74,6 +97,11 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
       const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums, stride, padding).data();
       ASSERT_EQ(got.memory_format(), MemoryFormat::kChannelsLast);
       expect_close(got.to(Device::cpu()), want.to(Device::cpu()), output_rtol(t), output_rtol(t), "output");
+      const bool must_fuse = cutlass_fuses_1x1() && t != kFloat32 && c.k == 1 && c.stride == 1 && c.x[1] % 8 == 0 &&
+                             c.out % 8 == 0;
+      if (must_fuse) {
+        EXPECT_TRUE(sums.defined()) << "CUTLASS's 1x1 product should have taken this case";
+      }
       if (!sums.defined()) {
         EXPECT_FALSE(sums.sum_of_squares.defined());
         std::cout << "[ conv2d_with_sums ] not fused: " << what << "\n";
@@ -86,9 +114,12 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
       const HostSums h = host_sums(got);
       const std::vector<float> s = sums.sum.to(Device::cpu()).to_vector<float>();
       const std::vector<float> q = sums.sum_of_squares.to(Device::cpu()).to_vector<float>();
+      // CUTLASS's product sums the rounded outputs it stores: they must agree with the host's sums of
+      // them up to float additions (each under 1e-6 of the magnitudes summed; 1e-5 leaves room).
+      const double rtol = must_fuse ? 1e-5 : sums_rtol(t);
       for (std::int64_t ch = 0; ch < c.out; ++ch) {
-        const double tol_sum = sums_rtol(t) * h.magnitude[ch] + 1e-3;
-        const double tol_sq = 2.0 * sums_rtol(t) * h.squares[ch] + 1e-3;
+        const double tol_sum = rtol * h.magnitude[ch] + 1e-3;
+        const double tol_sq = 2.0 * rtol * h.squares[ch] + 1e-3;
         EXPECT_NEAR(s[ch], h.sum[ch], tol_sum) << "sum of channel " << ch;
         EXPECT_NEAR(q[ch], h.squares[ch], tol_sq) << "sum of squares of channel " << ch;
       }

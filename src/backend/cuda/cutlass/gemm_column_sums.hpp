@@ -1,0 +1,55 @@
+#pragma once
+// The matrix product with per-column sums in its epilogue (gemm_column_sums_sm90.cu), as the rest
+// of the CUDA backend sees it: plain pointers and sizes, no CUTLASS header. Built only where
+// CUTLASS's headers were found and sm_90 is among the build's architectures
+// (DPL_HAVE_CUTLASS_SM90); conv1x1_sums.cpp is its one caller.
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace dpl::backend::cuda_detail {
+
+/// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16 or all
+/// float16 with float accumulation; k and n multiples of 8, pointers 16-byte aligned. Per
+/// 128-row tile of y the epilogue writes the sums of each column of y (as rounded to its dtype)
+/// and of its square into partial_sum / partial_squares, each gemm_column_sums_layout(m, n)
+/// floats (rows × pitch), which are then folded, through fold_sum / fold_squares (splits × pitch
+/// floats each, unused when splits is 1), into the column sums.
+struct GemmColumnSums {
+  bool dtype_is_bfloat16 = true;
+  int device = 0;
+  int m = 0, n = 0, k = 0;
+  const void* x = nullptr;
+  const void* w = nullptr;
+  void* y = nullptr;
+  float* partial_sum = nullptr;
+  float* partial_squares = nullptr;
+  float* fold_sum = nullptr;
+  float* fold_squares = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+/// The kernel's tile: rows of y (pixels) per partial, and the columns (channels) the partials'
+/// pitch is rounded to.
+inline constexpr int kColumnSumsTileRows = 128, kColumnSumsTileColumns = 128;
+
+struct GemmSumsLayout {
+  int rows = 0;    // partials: one per 128 rows of y
+  int pitch = 0;   // floats between rows: n rounded up to the tile's columns
+  int splits = 1;  // rows of the intermediate fold
+};
+GemmSumsLayout gemm_column_sums_layout(int m, int n);
+
+/// Scratch the kernel asks for beyond the partials (0 for the data-parallel tile schedule).
+std::size_t gemm_column_sums_workspace(const GemmColumnSums& g);
+
+enum class GemmSumsStatus { kDone, kRefused, kFailed };
+
+/// Runs the product and then adds the partials, in a fixed order (through the fold when there are
+/// many), into sum and squares (n floats each) on `stream`. kRefused: CUTLASS cannot run this problem (nothing was written); kFailed: a
+/// launch failed.
+GemmSumsStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream);
+
+}  // namespace dpl::backend::cuda_detail
