@@ -42,6 +42,14 @@ void own_buffer(Tensor& buffer) {
   buffer = std::move(copy);
 }
 
+// A target writing (beta 0) or adding (beta 1) into buffer; the other fields keep their defaults.
+GradTarget target(Tensor* buffer, float beta) {
+  GradTarget t;
+  t.tensor = buffer;
+  t.beta = beta;
+  return t;
+}
+
 // Every non-leaf variable has exactly one creator and every node one output, so the gradient
 // flowing into a non-leaf variable is keyed by its creator.
 struct Backprop {
@@ -69,12 +77,12 @@ struct Backprop {
       // Same variable twice among this node's inputs: write to scratch, add afterwards.
       scratch = gradient_buffer_for(impl);
       merge_into = buffer;
-      return {&scratch, 0.f};
+      return target(&scratch, 0.f);
     }
     // A gradient buffer takes the memory format of its variable's data, so that a channels-last
     // network's gradients stay channels-last and its ops need no conversions in backward.
     if (!buffer->defined()) {
-      GradTarget fresh{buffer, 0.f};
+      GradTarget fresh = target(buffer, 0.f);
       fresh.replaceable = impl.creator != nullptr;
       if (adopting && fresh.replaceable) {
         fresh.unallocated = true;
@@ -87,7 +95,7 @@ struct Backprop {
       return fresh;
     }
     if (impl.creator) own_buffer(*buffer);
-    return {buffer, 1.f};
+    return target(buffer, 1.f);
   }
 };
 
