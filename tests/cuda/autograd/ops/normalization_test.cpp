@@ -47,7 +47,10 @@ class NormalizationTest : public CudaTest {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE(name + " " + dtype_name(t) + " parameters " + dtype_name(pt) +
                    (accumulate ? " (accumulating gradients)" : " (fresh gradients)"));
-      std::vector<Tensor> values = {rand(shape).to(t)};
+      // push_back, not a one-element initializer list, which g++ 12 misreads as reading past it
+      // (-Warray-bounds).
+      std::vector<Tensor> values;
+      values.push_back(rand(shape).to(t));
       std::vector<DType> types = {t};
       if (!param_shape.empty()) {
         values.push_back(rand(param_shape, 0.5f, 1.5f).to(pt));
