@@ -24,6 +24,9 @@
 #   BASELINE     a second source tree (an earlier commit, e.g. from `git archive`): it is built
 #                beside this one and its steps alternate with this tree's, so a change is measured
 #                against what it changed in the same call
+#   DPL_FLAGS    extra flags of this tree's ResNet runs, a second variant alternated with the plain
+#                one (e.g. "--fused-statistics on"): the table adds its rows ("dpl-flags") and its
+#                ratio to this tree without them
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository
 #   PROFILE      1: after the timed steps, every kernel of one step of this tree's ResNet in the
@@ -108,9 +111,13 @@ if [ "${TESTS:-}" != "none" ] && [ -x "$BUILD/tests/cuda/dpl_cuda_tests" ]; then
 fi
 
 # The builds measured: this tree ("") and, with BASELINE, the earlier one ("-baseline").
+# DPL_FLAGS adds a variant of this tree ("-flags"): the same build, its ResNet runs with the flags.
 declare -a BUILDS=("")
 [ -n "${BASELINE:-}" ] && [ -x "$BASE_BUILD/benchmarks/bench_resnet" ] && BUILDS+=("-baseline")
 build_dir() { if [ "$1" = "-baseline" ]; then echo "$BASE_BUILD"; else echo "$BUILD"; fi; }
+declare -a RN_BUILDS=("${BUILDS[@]}")
+[ -n "${DPL_FLAGS:-}" ] && RN_BUILDS+=("-flags")
+flags_of() { if [ "$1" = "-flags" ]; then echo "$DPL_FLAGS"; fi; }
 declare -A RUNS=()   # key -> space-separated figures of each run
 add_run() { [ -n "$2" ] && RUNS[$1]="${RUNS[$1]:-} $2"; return 0; }
 med() { printf '%s\n' ${RUNS[$1]:-} | grep . | median || true; }
@@ -149,14 +156,15 @@ declare -A RN_MEM=() RN_HELD=()
 for prec in $PRECISIONS; do
   dtype="$(dtype_of "$prec")"
   for rep in $(seq 1 "$REPS"); do
-    for b in "${BUILDS[@]}"; do
+    for b in "${RN_BUILDS[@]}"; do
       RN="$(build_dir "$b")/benchmarks/bench_resnet"
       [ -x "$RN" ] || continue
       for mode in plain graph; do
         flag=""; [ "$mode" = "graph" ] && flag="--graph"
         name="resnet$b-$prec-$mode-$rep"
+        # shellcheck disable=SC2046
         run_step "$name" env DPL_CUDA_TF32=1 "$RN" --device cuda -a "$ARCH" -b "$BATCH" \
-          --dtype "$dtype" --layout nhwc --iters 60 --warmup 10 $flag
+          --dtype "$dtype" --layout nhwc --iters 60 --warmup 10 $flag $(flags_of "$b")
         add_run "rn$b-$prec-$mode" "$(kv "$OUT/$name.log" img_per_s)"
         RN_MEM[$b-$prec-$mode]="$(kv "$OUT/$name.log" peak_mem_bytes)"
         RN_HELD[$b-$prec-$mode]="$(kv "$OUT/$name.log" held_mem_bytes)"
@@ -215,7 +223,7 @@ for prec in $PRECISIONS; do
     printf '%-26s %s\n' "$ARCH $peer_prec peer $pm" "${v:-n/a} img/s (fastest; runs${RUNS[rn-$peer_prec-peer-$pm]:-}) ${RN_MEM[peer-$peer_prec-$pm]:-}"
     [ -n "$v" ] && best="$(printf '%s\n' "$best" "$v" | grep . | sort -g | tail -n 1)"
   done
-  for b in "${BUILDS[@]}"; do
+  for b in "${RN_BUILDS[@]}"; do
     for mode in plain graph; do
       v="$(med "rn$b-$prec-$mode")"
       printf '%-26s %s\n' "$ARCH $prec dpl$b $mode" "${v:-n/a} img/s$(per_peer "best peer" "$best" "$v"), peak ${RN_MEM[$b-$prec-$mode]:-n/a} held ${RN_HELD[$b-$prec-$mode]:-n/a} (runs${RUNS[rn$b-$prec-$mode]:-})"
@@ -224,6 +232,11 @@ for prec in $PRECISIONS; do
   if [ "${#BUILDS[@]}" -gt 1 ]; then
     for mode in plain graph; do
       printf '%-26s %s\n' "  $prec $mode this/baseline" "$(ratio "$(med "rn-$prec-$mode")" "$(med "rn-baseline-$prec-$mode")")x"
+    done
+  fi
+  if [ -n "${DPL_FLAGS:-}" ]; then
+    for mode in plain graph; do
+      printf '%-26s %s\n' "  $prec $mode flags/this" "$(ratio "$(med "rn-flags-$prec-$mode")" "$(med "rn-$prec-$mode")")x ($DPL_FLAGS)"
     done
   fi
 done
