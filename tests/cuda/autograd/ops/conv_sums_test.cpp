@@ -81,7 +81,9 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
                                        // and those of a ResNet-50 on 64x64 images, batch 8.
                                        {{8, 64, 16, 16}, 64, 1, 1},  {{8, 256, 16, 16}, 128, 1, 1},
                                        {{8, 128, 8, 8}, 512, 1, 1},  {{8, 1024, 4, 4}, 256, 1, 1},
-                                       {{8, 512, 2, 2}, 2048, 1, 1}, {{8, 2048, 2, 2}, 512, 1, 1}};
+                                       {{8, 512, 2, 2}, 2048, 1, 1}, {{8, 2048, 2, 2}, 512, 1, 1},
+                                       // 1x1 with 12 input channels: not a multiple of 8, left to cuDNN.
+                                       {{2, 12, 5, 5}, 24, 1, 1}};
   int fused = 0;
   for (DType t : {kBFloat16, kFloat16, kFloat32})
     for (const ConvCase& c : cases) {
