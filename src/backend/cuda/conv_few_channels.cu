@@ -522,10 +522,7 @@ Geometry geometry_of(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   return g;
 }
 
-bool supported_gpu(int device) {
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
-}
+bool supported_gpu(int device) { return compute_capability(device) >= 80; }
 
 // Persistent blocks: as many as fit on the GPU at once, shared among the `others` blocks along
 // the grid's other dimensions, never more than there are tiles.

@@ -35,6 +35,10 @@ class DeviceGuard {
 /// Number of streaming multiprocessors of device (queried once per device).
 int sm_count(int device);
 
+/// Compute capability of device as 10 * major + minor (90 for the H100 and H200; queried once per
+/// device), 0 when the device does not answer.
+int compute_capability(int device);
+
 /// How many blocks of `kernel` (a __global__ function) with `threads` threads and `shared_bytes`
 /// of dynamic shared memory one multiprocessor of `device` holds at once, at least 1 (CUDA's
 /// occupancy calculator, asked once per kernel, block shape and device). A grid of this many

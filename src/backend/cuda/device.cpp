@@ -75,6 +75,7 @@ DeviceGuard::~DeviceGuard() {
 
 namespace {
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
+std::array<std::atomic<int>, kMaxDevices> g_compute_capability{};
 }  // namespace
 
 int sm_count(int device) {
@@ -88,6 +89,22 @@ int sm_count(int device) {
     g_sm_count[device].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+int compute_capability(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  int cc = g_compute_capability[device].load(std::memory_order_relaxed);
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;  // not cached: the next call asks again
+    }
+    cc = 10 * major + minor;
+    g_compute_capability[device].store(cc, std::memory_order_relaxed);
+  }
+  return cc;
 }
 
 int resident_blocks(const void* kernel, int threads, std::size_t shared_bytes, int device) {

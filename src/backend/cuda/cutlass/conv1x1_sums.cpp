@@ -5,8 +5,6 @@
 #include "backend/cuda/cutlass/conv1x1_sums.hpp"
 
 #include <limits>
-#include <mutex>
-#include <vector>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
@@ -14,21 +12,6 @@
 
 namespace dpl::backend::cuda_detail {
 namespace {
-
-bool on_sm90(int device) {
-  static std::mutex mutex;
-  static std::vector<int> answers;  // 0 unknown, 1 yes, 2 no
-  std::lock_guard<std::mutex> lock(mutex);
-  if (answers.size() <= static_cast<std::size_t>(device)) answers.resize(static_cast<std::size_t>(device) + 1, 0);
-  int& a = answers[static_cast<std::size_t>(device)];
-  if (a == 0) {
-    int major = 0, minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-    a = ok && major == 9 && minor == 0 ? 1 : 2;  // sm_90a code runs on 9.0 only
-  }
-  return a == 1;
-}
 
 // NHWC strides, packed (is_channels_last), and a start TMA can load from.
 bool packed_channels_last(const Tensor& t) { return t.is_channels_last() && aligned16(t.raw_data()); }
@@ -46,11 +29,12 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
   if (c % 8 != 0 || o % 8 != 0 || rows == 0 || rows > std::numeric_limits<int>::max() / 2) return false;
   if (!packed_channels_last(x) || !packed_channels_last(y) || !packed_channels_last(w)) return false;
   const int device = x.device().index;
-  if (!on_sm90(device)) return false;
+  if (compute_capability(device) != 90) return false;  // sm_90a code runs on 9.0 only
 
   GemmColumnSums g;
   g.dtype_is_bfloat16 = t == kBFloat16;
   g.device = device;
+  g.multiprocessors = sm_count(device);
   g.m = static_cast<int>(rows);
   g.n = static_cast<int>(o);
   g.k = static_cast<int>(c);

@@ -19,6 +19,7 @@ namespace dpl::backend::cuda_detail {
 struct GemmColumnSums {
   bool dtype_is_bfloat16 = true;
   int device = 0;
+  int multiprocessors = 0;  // the device's, for the persistent tile schedule
   int m = 0, n = 0, k = 0;
   const void* x = nullptr;
   const void* w = nullptr;

@@ -1,8 +1,6 @@
 // gemm_column_sums.hpp: picks the dtype's instantiation (gemm_column_sums_{bf16,f16}_sm90.cu),
 // then adds the kernel's per-tile partials into the column sums in a fixed order.
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "backend/cuda/cutlass/gemm_column_sums.hpp"
 
@@ -13,17 +11,6 @@ GemmSumsStatus run_bf16(const GemmColumnSums& g, cudaStream_t stream);
 GemmSumsStatus run_f16(const GemmColumnSums& g, cudaStream_t stream);
 std::size_t workspace_bf16(const GemmColumnSums& g);
 std::size_t workspace_f16(const GemmColumnSums& g);
-
-// Asked once per device: the persistent tile schedule sizes its grid by it.
-int multiprocessors(int device) {
-  static std::mutex mutex;
-  static std::vector<int> counts;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (counts.size() <= static_cast<std::size_t>(device)) counts.resize(static_cast<std::size_t>(device) + 1, 0);
-  int& count = counts[static_cast<std::size_t>(device)];
-  if (count == 0 && cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) count = 0;
-  return count;
-}
 
 }  // namespace column_sums_sm90
 

@@ -75,9 +75,6 @@ struct Gemm {
   using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// Multiprocessors of `device` (gemm_column_sums_sm90.cu), for the persistent tile schedule.
-int multiprocessors(int device);
-
 template <class T>
 GemmSumsStatus run(const GemmColumnSums& g, cudaStream_t stream) {
   using G = Gemm<T>;
@@ -102,7 +99,7 @@ GemmSumsStatus run(const GemmColumnSums& g, cudaStream_t stream) {
   args.epilogue.ptr_D = static_cast<T*>(g.y);
   args.epilogue.dD = stride_d;
   args.hw_info.device_id = g.device;
-  args.hw_info.sm_count = multiprocessors(g.device);
+  args.hw_info.sm_count = g.multiprocessors;
 
   typename G::Adapter gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return GemmSumsStatus::kRefused;
@@ -118,7 +115,7 @@ std::size_t workspace(const GemmColumnSums& g) {
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {g.n, g.m, g.k, 1};
   args.hw_info.device_id = g.device;
-  args.hw_info.sm_count = multiprocessors(g.device);
+  args.hw_info.sm_count = g.multiprocessors;
   return Gemm<T>::Adapter::get_workspace_size(args);
 }
 
