@@ -113,6 +113,7 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
   s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
   s.cudnn_benchmark = flag(lookup, "DPL_CUDNN_BENCHMARK").value_or(true);
+  s.cutlass = flag(lookup, "DPL_CUTLASS").value_or(true);
   s.cuda_devices = number_list(lookup, "DPL_CUDA_DEVICE", 0,
                                "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
   s.mpi_cuda_aware = flag(lookup, "DPL_MPI_CUDA_AWARE");
@@ -150,6 +151,10 @@ const std::vector<SettingInfo>& settings_table() {
        "1: convolutions time cuDNN's candidate plans once per shape and keep the fastest (or, within 3% of it, "
        "the one with the smallest workspace), and for channels-last 16-bit images of 1–4 channels also dpl's "
        "direct kernels against cuDNN; 0: the first deterministic plan of cuDNN's heuristics (repeatable results)"},
+      {"DPL_CUTLASS", "1",
+       "1: 1x1 stride-1 convolutions that compute their batch-norm statistics (conv2d_with_sums) run on dpl's "
+       "CUTLASS product where the build has it and the GPU is of compute capability 9.0; 0: on cuDNN, with the "
+       "statistics computed as cuDNN can or by the batch norm's own pass"},
       {"DPL_CUDA_DEVICE", "unset (local rank % GPUs)",
        "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
       {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},

@@ -113,6 +113,39 @@ inline void expect_close_accumulated(const Tensor& got, const Tensor& want, cons
   expect_close_with(got, want, rtol, atol, extra, what);
 }
 
+/// The unit roundoff of a 16-bit dtype: 2^-8 (bfloat16), 2^-11 (float16).
+inline double unit_roundoff(DType t) { return t == kBFloat16 ? 1.0 / 256 : 1.0 / 2048; }
+
+/// The relative L2 distance of got from want.
+inline double relative_l2(const std::vector<double>& got, const std::vector<double>& want) {
+  double err2 = 0.0, want2 = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    err2 += (got[i] - want[i]) * (got[i] - want[i]);
+    want2 += want[i] * want[i];
+  }
+  return std::sqrt(err2 / want2);
+}
+
+/// For a kernel that adds exactly multiplied 16-bit terms in float32 and rounds once to got's
+/// dtype: expects each element within u|want| + 2^-14 mag of the exact sum want (mag: the sum of
+/// its terms' magnitudes; u: unit_roundoff), and with l2 on, the relative L2 error below 2u, which
+/// a missed or doubled part of a sum would not stay under.
+inline void expect_near_exact_sum(const Tensor& got, const std::vector<double>& want, const std::vector<double>& mag,
+                                  bool l2, const std::string& what) {
+  const std::vector<float> f = got.to(kFloat32).to_vector<float>();
+  const std::vector<double> g(f.begin(), f.end());
+  ASSERT_EQ(g.size(), want.size()) << what;
+  const double u = unit_roundoff(got.dtype());
+  std::vector<float> want_f(want.begin(), want.end());
+  std::vector<double> extra(mag.size());
+  for (std::size_t i = 0; i < mag.size(); ++i) extra[i] = mag[i] / 16384;
+  expect_close_with(got.to(Device::cpu()), Tensor::from_vector(want_f, got.shape()), static_cast<float>(u), 1e-6f,
+                    extra, what);
+  if (l2) {
+    EXPECT_LE(relative_l2(g, want), 2 * u) << what << ": relative L2 error";
+  }
+}
+
 /// Expects bit-for-bit equal int32 or float contents.
 template <typename T>
 void expect_equal(const Tensor& got, const Tensor& want, const std::string& what) {

@@ -45,6 +45,9 @@ struct Settings {
   /// DPL_CUDNN_BENCHMARK=0/1: cuDNN convolutions time the candidate algorithms once per shape
   /// and keep the fastest (1), or take the first deterministic one of cuDNN's heuristics (0).
   bool cudnn_benchmark = true;
+  /// DPL_CUTLASS=0/1: 1x1 convolutions with batch-norm statistics run on dpl's CUTLASS product
+  /// where the build and the GPU have it (1), or on cuDNN (0).
+  bool cutlass = true;
   /// DPL_CUDA_DEVICE: the GPU of every process ("1"), or a list indexed by the local rank ("0,2").
   std::vector<int> cuda_devices;
   /// DPL_MPI_CUDA_AWARE=0/1: whether MPI may be handed device memory (unset: ask the MPI library).

@@ -56,9 +56,6 @@ const std::vector<Case> kCases = {
     {"3x3, 64 out, many tiles per block", 4, 3, 150, 150, 64, 3, 3, 1, 1, 1, 1},
 };
 
-/// The unit roundoff of a 16-bit dtype.
-double unit_roundoff(DType t) { return t == kBFloat16 ? 1.0 / 256 : 1.0 / 2048; }
-
 /// t (logical (N, C, H, W) or (O, C, KH, KW)) on the GPU in channels-last strides.
 Tensor channels_last_on_gpu(const Tensor& t) { return t.to(gpu()).to_channels_last(); }
 
@@ -123,28 +120,6 @@ void reference_backward_weight(const Case& k, const std::vector<double>& x, cons
         }
 }
 
-/// Expects |got - want| <= u|want| + 2^-14 mag element by element, and, with l2 on, the
-/// relative L2 error below 2u.
-void expect_near(const Tensor& got, const std::vector<double>& want, const std::vector<double>& mag, DType dtype,
-                 bool l2, const std::string& what) {
-  const std::vector<double> g = values(got);
-  ASSERT_EQ(g.size(), want.size()) << what;
-  const double u = unit_roundoff(dtype);
-  std::vector<float> want_f(want.begin(), want.end());
-  std::vector<double> extra(mag.size());
-  for (std::size_t i = 0; i < mag.size(); ++i) extra[i] = mag[i] / 16384;
-  expect_close_with(got.to(Device::cpu()), Tensor::from_vector(want_f, got.shape()), static_cast<float>(u), 1e-6f,
-                    extra, what);
-  if (l2) {
-    double err2 = 0.0, want2 = 0.0;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      err2 += (g[i] - want[i]) * (g[i] - want[i]);
-      want2 += want[i] * want[i];
-    }
-    EXPECT_LE(std::sqrt(err2 / want2), 2 * u) << what << ": relative L2 error";
-  }
-}
-
 class ConvFewChannelsTest : public CudaTest {
  protected:
   void SetUp() override {
@@ -168,12 +143,12 @@ class ConvFewChannelsTest : public CudaTest {
     reference_forward(k, values(x), values(w), want, mag);
     Tensor y = poisoned_channels_last({k.n, k.o, k.oh(), k.ow()}, dtype);
     conv_few_channels_forward(xg, wg, p, y);
-    expect_near(y, want, mag, dtype, false, "forward");
+    expect_near_exact_sum(y, want, mag, false, "forward");
 
     reference_backward_weight(k, values(x), values(gy), want, mag);
     Tensor gw = poisoned_channels_last(w.shape(), dtype);
     conv_few_channels_backward_weight(xg, gyg, p, 0.f, gw);
-    expect_near(gw, want, mag, dtype, true, "weight gradient (fresh)");
+    expect_near_exact_sum(gw, want, mag, true, "weight gradient (fresh)");
     // The sums are split over blocks and added up in a fixed order: a second run gives the same bits.
     Tensor again = poisoned_channels_last(w.shape(), dtype);
     conv_few_channels_backward_weight(xg, gyg, p, 0.f, again);
@@ -187,7 +162,7 @@ class ConvFewChannelsTest : public CudaTest {
     }
     Tensor acc = channels_last_on_gpu(prior);
     conv_few_channels_backward_weight(xg, gyg, p, 1.f, acc);
-    expect_near(acc, want, mag, dtype, true, "weight gradient (accumulated)");
+    expect_near_exact_sum(acc, want, mag, true, "weight gradient (accumulated)");
   }
 };
 
@@ -239,15 +214,6 @@ TEST_F(ConvFewChannelsTest, DispatchedStemMatchesTheExactConvolution) {
     const Tensor gy = rand({k.n, k.o, k.oh(), k.ow()}).to(dtype), prior = rand(w.shape()).to(dtype);
     const Tensor xg = channels_last_on_gpu(x), wg = channels_last_on_gpu(w), gyg = channels_last_on_gpu(gy);
     const double bound = dtype == kBFloat16 ? 1.0 / 32 : 1.0 / 256;
-    const auto relative_l2 = [](const Tensor& got, const std::vector<double>& want) {
-      const std::vector<double> g = values(got);
-      double err2 = 0.0, want2 = 0.0;
-      for (std::size_t i = 0; i < g.size(); ++i) {
-        err2 += (g[i] - want[i]) * (g[i] - want[i]);
-        want2 += want[i] * want[i];
-      }
-      return std::sqrt(err2 / want2);
-    };
     std::vector<double> want_y, want_gw, mag;
     reference_forward(k, values(x), values(w), want_y, mag);
     reference_backward_weight(k, values(x), values(gy), want_gw, mag);
@@ -257,10 +223,10 @@ TEST_F(ConvFewChannelsTest, DispatchedStemMatchesTheExactConvolution) {
     for (int call = 0; call < 2; ++call) {
       Tensor y = poisoned_channels_last({k.n, k.o, k.oh(), k.ow()}, dtype);
       backend::conv2d_forward(xg, wg, nullptr, p, y);
-      EXPECT_LE(relative_l2(y, want_y), bound) << "forward, call " << call;
+      EXPECT_LE(relative_l2(values(y), want_y), bound) << "forward, call " << call;
       Tensor gw = channels_last_on_gpu(prior);
       backend::conv2d_backward_weight(xg, gyg, p, 1.f, gw);
-      EXPECT_LE(relative_l2(gw, want_gw), bound) << "accumulated weight gradient, call " << call;
+      EXPECT_LE(relative_l2(values(gw), want_gw), bound) << "accumulated weight gradient, call " << call;
     }
   }
 }

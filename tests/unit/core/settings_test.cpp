@@ -40,6 +40,7 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_TRUE(s.cuda_caching);
     EXPECT_FALSE(s.cuda_tf32);
     EXPECT_TRUE(s.cudnn_benchmark);
+    EXPECT_TRUE(s.cutlass);
     EXPECT_TRUE(s.cuda_devices.empty());
     EXPECT_FALSE(s.mpi_cuda_aware.has_value());
     EXPECT_EQ(s.output, OutputSetting::kAuto);
@@ -58,6 +59,7 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_CUDA_NO_CACHING", "1"},
                             {"DPL_CUDA_TF32", "1"},
                             {"DPL_CUDNN_BENCHMARK", "0"},
+                            {"DPL_CUTLASS", "0"},
                             {"DPL_CUDA_DEVICE", "0,2,10"},
                             {"DPL_MPI_CUDA_AWARE", "0"},
                             {"DPL_OUTPUT", "plain"},
@@ -73,6 +75,7 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_FALSE(s.cuda_caching);
   EXPECT_TRUE(s.cuda_tf32);
   EXPECT_FALSE(s.cudnn_benchmark);
+  EXPECT_FALSE(s.cutlass);
   EXPECT_THAT(s.cuda_devices, ElementsAre(0, 2, 10));
   EXPECT_EQ(s.mpi_cuda_aware, false);
   EXPECT_EQ(s.output, OutputSetting::kPlain);

@@ -2,22 +2,27 @@
 // The matrix product with per-column sums in its epilogue (gemm_column_sums_sm90.cu), as the rest
 // of the CUDA backend sees it: plain pointers and sizes, no CUTLASS header. Built only where
 // CUTLASS's headers were found and sm_90 is among the build's architectures
-// (DPL_HAVE_CUTLASS_SM90); conv1x1_sums.cpp is its one caller.
+// (DPL_HAVE_CUTLASS_SM90); conv1x1.cpp is its one caller.
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
+#include "backend/cuda/cutlass/gemm_status.hpp"
+
 namespace dpl::backend::cuda_detail {
 
-/// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16 or all
-/// float16 with float accumulation; k and n multiples of 8, pointers 16-byte aligned. Per
+/// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16, all
+/// float16 or all float32 (multiplied as TF32), with float accumulation; k and n multiples of 8,
+/// pointers 16-byte aligned. Per
 /// 128-row tile of y the epilogue writes the sums of each column of y (as rounded to its dtype)
 /// and of its square into partial_sum / partial_squares, each gemm_column_sums_layout(m, n)
 /// floats (rows × pitch), which are then folded, through fold_sum / fold_squares (splits × pitch
 /// floats each, unused when splits is 1), into the column sums.
+enum class GemmElement { kBFloat16, kFloat16, kFloat32 };
+
 struct GemmColumnSums {
-  bool dtype_is_bfloat16 = true;
+  GemmElement element = GemmElement::kBFloat16;
   int device = 0;
   int multiprocessors = 0;  // the device's, for the persistent tile schedule
   int m = 0, n = 0, k = 0;
@@ -46,11 +51,8 @@ GemmSumsLayout gemm_column_sums_layout(int m, int n);
 /// Scratch the kernel asks for beyond the partials (0 for the data-parallel tile schedule).
 std::size_t gemm_column_sums_workspace(const GemmColumnSums& g);
 
-enum class GemmSumsStatus { kDone, kRefused, kFailed };
-
 /// Runs the product and then adds the partials, in a fixed order (through the fold when there are
-/// many), into sum and squares (n floats each) on `stream`. kRefused: CUTLASS cannot run this problem (nothing was written); kFailed: a
-/// launch failed.
-GemmSumsStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream);
+/// many), into sum and squares (n floats each) on `stream`.
+GemmStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream);
 
 }  // namespace dpl::backend::cuda_detail

@@ -3,7 +3,7 @@
 
 namespace dpl::backend::cuda_detail::column_sums_sm90 {
 
-GemmSumsStatus run_bf16(const GemmColumnSums& g, cudaStream_t stream) { return run<cutlass::bfloat16_t>(g, stream); }
+GemmStatus run_bf16(const GemmColumnSums& g, cudaStream_t stream) { return run<cutlass::bfloat16_t>(g, stream); }
 std::size_t workspace_bf16(const GemmColumnSums& g) { return workspace<cutlass::bfloat16_t>(g); }
 
 }  // namespace dpl::backend::cuda_detail::column_sums_sm90

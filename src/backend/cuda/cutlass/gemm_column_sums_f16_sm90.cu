@@ -3,7 +3,7 @@
 
 namespace dpl::backend::cuda_detail::column_sums_sm90 {
 
-GemmSumsStatus run_f16(const GemmColumnSums& g, cudaStream_t stream) { return run<cutlass::half_t>(g, stream); }
+GemmStatus run_f16(const GemmColumnSums& g, cudaStream_t stream) { return run<cutlass::half_t>(g, stream); }
 std::size_t workspace_f16(const GemmColumnSums& g) { return workspace<cutlass::half_t>(g); }
 
 }  // namespace dpl::backend::cuda_detail::column_sums_sm90

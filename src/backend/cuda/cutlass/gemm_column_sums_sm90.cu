@@ -1,4 +1,4 @@
-// gemm_column_sums.hpp: picks the dtype's instantiation (gemm_column_sums_{bf16,f16}_sm90.cu),
+// gemm_column_sums.hpp: picks the dtype's instantiation (gemm_column_sums_{bf16,f16,f32}_sm90.cu),
 // then adds the kernel's per-tile partials into the column sums in a fixed order.
 #include <algorithm>
 
@@ -7,10 +7,12 @@
 namespace dpl::backend::cuda_detail {
 namespace column_sums_sm90 {
 
-GemmSumsStatus run_bf16(const GemmColumnSums& g, cudaStream_t stream);
-GemmSumsStatus run_f16(const GemmColumnSums& g, cudaStream_t stream);
+GemmStatus run_bf16(const GemmColumnSums& g, cudaStream_t stream);
+GemmStatus run_f16(const GemmColumnSums& g, cudaStream_t stream);
+GemmStatus run_f32(const GemmColumnSums& g, cudaStream_t stream);
 std::size_t workspace_bf16(const GemmColumnSums& g);
 std::size_t workspace_f16(const GemmColumnSums& g);
+std::size_t workspace_f32(const GemmColumnSums& g);
 
 }  // namespace column_sums_sm90
 
@@ -56,13 +58,18 @@ GemmSumsLayout gemm_column_sums_layout(int m, int n) {
 }
 
 std::size_t gemm_column_sums_workspace(const GemmColumnSums& g) {
-  return g.dtype_is_bfloat16 ? column_sums_sm90::workspace_bf16(g) : column_sums_sm90::workspace_f16(g);
+  switch (g.element) {
+    case GemmElement::kBFloat16: return column_sums_sm90::workspace_bf16(g);
+    case GemmElement::kFloat16: return column_sums_sm90::workspace_f16(g);
+    default: return column_sums_sm90::workspace_f32(g);
+  }
 }
 
-GemmSumsStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream) {
-  const GemmSumsStatus s =
-      g.dtype_is_bfloat16 ? column_sums_sm90::run_bf16(g, stream) : column_sums_sm90::run_f16(g, stream);
-  if (s != GemmSumsStatus::kDone) return s;
+GemmStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream) {
+  const GemmStatus s = g.element == GemmElement::kBFloat16  ? column_sums_sm90::run_bf16(g, stream)
+                       : g.element == GemmElement::kFloat16 ? column_sums_sm90::run_f16(g, stream)
+                                                            : column_sums_sm90::run_f32(g, stream);
+  if (s != GemmStatus::kDone) return s;
   const GemmSumsLayout layout = gemm_column_sums_layout(g.m, g.n);
   const dim3 block(32, 8);
   const unsigned columns = static_cast<unsigned>((g.n + 31) / 32);
@@ -75,7 +82,7 @@ GemmSumsStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squa
     column_partials_kernel<<<dim3(columns, 1), block, 0, stream>>>(g.fold_sum, g.fold_squares, layout.splits,
                                                                    layout.pitch, g.n, sum, squares);
   }
-  return cudaGetLastError() == cudaSuccess ? GemmSumsStatus::kDone : GemmSumsStatus::kFailed;
+  return cudaGetLastError() == cudaSuccess ? GemmStatus::kDone : GemmStatus::kFailed;
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -1,9 +1,10 @@
 #pragma once
-// The kernel behind gemm_column_sums.hpp, a template over the 16-bit dtype: y = x · wᵀ on Hopper's
-// tensor cores (CUTLASS's TMA warp-specialised cooperative kernel, 128×128×64 tiles) whose
+// The kernel behind gemm_column_sums.hpp, a template over the dtype: y = x · wᵀ on Hopper's tensor
+// cores (CUTLASS's TMA warp-specialised cooperative kernel, 128×128 tiles; float32 operands are
+// multiplied as TF32, as cuDNN multiplies them when TF32 is allowed) whose
 // epilogue also sums each channel (column of y) and its square. Included only by the *_sm90.cu
 // files, compiled for sm_90a (wgmma and TMA) in an object library of their own
-// (src/CMakeLists.txt); each dtype is instantiated in a file of its own so that the two, each a
+// (src/CMakeLists.txt); each dtype is instantiated in a file of its own so that they, each a
 // minute or more of compile time, build in parallel.
 //
 // The kernel computes the transpose, yᵀ = w · xᵀ, stored column-major: the same bytes as y
@@ -35,8 +36,10 @@ namespace column_sums_sm90 {
 
 using namespace cute;
 
-// M of the (transposed) product is the channels, N the pixels.
-using TileShape = Shape<Int<kColumnSumsTileColumns>, Int<kColumnSumsTileRows>, _64>;
+// M of the (transposed) product is the channels, N the pixels; K steps of 128 bytes of T (64
+// 16-bit values, 32 float32 ones: the widest step of TF32's shared-memory layouts).
+template <class T>
+using TileShape = Shape<Int<kColumnSumsTileColumns>, Int<kColumnSumsTileRows>, Int<128 / sizeof(T)>>;
 using ClusterShape = Shape<_1, _1, _1>;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
@@ -48,27 +51,27 @@ using ToOutput =
 
 // Per 128-pixel tile, Fn(partial, value) over its pixels for each channel, in float;
 // FinalReduction = false leaves the partials to gemm_column_sums_sm90.cu.
-template <template <class> class Fn>
+template <template <class> class Fn, class T>
 using ChannelPartials =
-    cutlass::epilogue::fusion::Sm90ColReduction<Fn, cutlass::plus, cutlass::plus, 0, TileShape, float, float, kRound,
+    cutlass::epilogue::fusion::Sm90ColReduction<Fn, cutlass::plus, cutlass::plus, 0, TileShape<T>, float, float, kRound,
                                                 Stride<_1, _0, _0>, 4, /*EnableNullptr=*/false,
                                                 /*FinalReduction=*/false>;
 
 template <class T>
 using Callbacks = cutlass::epilogue::fusion::Sm90EVT<
-    ChannelPartials<cutlass::square_and_plus>,
-    cutlass::epilogue::fusion::Sm90EVT<ChannelPartials<cutlass::plus>, ToOutput<T>>>;
+    ChannelPartials<cutlass::square_and_plus, T>,
+    cutlass::epilogue::fusion::Sm90EVT<ChannelPartials<cutlass::plus, T>, ToOutput<T>>>;
 
 template <class T>
 struct Gemm {
   static constexpr int kAlign = 16 / sizeof(T);
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape<T>, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, kAlign, T,
       cutlass::layout::ColumnMajor, kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative, Callbacks<T>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::RowMajor, kAlign, T,
-      cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
+      cutlass::layout::ColumnMajor, kAlign, float, TileShape<T>, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
@@ -76,7 +79,7 @@ struct Gemm {
 };
 
 template <class T>
-GemmSumsStatus run(const GemmColumnSums& g, cudaStream_t stream) {
+GemmStatus run(const GemmColumnSums& g, cudaStream_t stream) {
   using G = Gemm<T>;
   using StrideA = typename G::Kernel::StrideA;
   using StrideB = typename G::Kernel::StrideB;
@@ -102,11 +105,11 @@ GemmSumsStatus run(const GemmColumnSums& g, cudaStream_t stream) {
   args.hw_info.sm_count = g.multiprocessors;
 
   typename G::Adapter gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return GemmSumsStatus::kRefused;
-  if (G::Adapter::get_workspace_size(args) > g.workspace_bytes) return GemmSumsStatus::kRefused;
-  if (gemm.initialize(args, g.workspace, stream) != cutlass::Status::kSuccess) return GemmSumsStatus::kFailed;
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return GemmSumsStatus::kFailed;
-  return GemmSumsStatus::kDone;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return GemmStatus::kRefused;
+  if (G::Adapter::get_workspace_size(args) > g.workspace_bytes) return GemmStatus::kRefused;
+  if (gemm.initialize(args, g.workspace, stream) != cutlass::Status::kSuccess) return GemmStatus::kFailed;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return GemmStatus::kFailed;
+  return GemmStatus::kDone;
 }
 
 template <class T>

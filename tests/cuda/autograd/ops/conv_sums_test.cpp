@@ -1,9 +1,9 @@
 // The convolution that also computes its output's per-channel sums (conv2d_with_sums) and batch
 // normalisation that takes its statistics from such sums instead of a pass of its own. Which
 // convolutions fuse: on sm_90 with CUTLASS in the build, 1x1 stride-1 ones in bfloat16 and float16
-// (a matrix product with the sums in its epilogue); elsewhere float16 ones on cuDNN's convolution
-// with generated statistics (conv2d_forward_sums_cuda says why not bfloat16); float32 never. The
-// rest must come back unfused with conv2d's output.
+// (a matrix product with the sums in its epilogue), and float32 ones there while TF32 is allowed;
+// elsewhere float16 ones on cuDNN's convolution with generated statistics (conv2d_forward_sums_cuda
+// says why not bfloat16). The rest must come back unfused with conv2d's output.
 //
 // Tolerances: where the sums are fused, the convolution runs on another kernel than conv2d's, so
 // 16-bit outputs may differ by a rounding (rtol 1e-2 bfloat16, 2e-3 float16; 1e-4 float32), and
@@ -20,11 +20,25 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "dpl/core/settings.hpp"
 
 namespace dpl::test {
 namespace {
 
 class ConvSumsTest : public CudaTest {};
+
+// dpl::cuda::allow_tf32() set for a scope (float32 convolutions fuse only while it is on), and the
+// setting before restored when the scope ends, however it ends.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on) : was_(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
+  ~Tf32Scope() { cuda::set_allow_tf32(was_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool was_;
+};
 
 float output_rtol(DType t) { return t == kBFloat16 ? 1e-2f : t == kFloat16 ? 2e-3f : 1e-4f; }
 float sums_rtol(DType t) { return t == kBFloat16 ? 4e-3f : t == kFloat16 ? 1e-3f : 1e-5f; }
@@ -55,11 +69,11 @@ HostSums host_sums(const Tensor& y) {
   return s;
 }
 
-// Whether this build and GPU run 1x1 stride-1 16-bit convolutions with their sums on CUTLASS's
-// sm_90a product, so that those cases must come back fused.
+// Whether this build and GPU run 1x1 stride-1 16-bit convolutions (and float32 ones while TF32 is
+// allowed) with their sums on CUTLASS's sm_90a product, so that those cases must come back fused.
 bool cutlass_fuses_1x1() {
   int major = 0, minor = 0;
-  return DPL_WITH_CUTLASS_SM90 && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+  return DPL_WITH_CUTLASS_SM90 && settings().cutlass && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
          minor == 0;
 }
@@ -84,6 +98,7 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
                                        {{8, 512, 2, 2}, 2048, 1, 1}, {{8, 2048, 2, 2}, 512, 1, 1},
                                        // 1x1 with 12 input channels: not a multiple of 8, left to cuDNN.
                                        {{2, 12, 5, 5}, 24, 1, 1}};
+  const Tf32Scope full_float32(false);  // the float32 cases compare against float32 products
   int fused = 0;
   for (DType t : {kBFloat16, kFloat16, kFloat32})
     for (const ConvCase& c : cases) {
@@ -127,6 +142,37 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
       }
     }
   RecordProperty("fused_cases", fused);
+}
+
+// float32 1x1 convolutions while TF32 is allowed: on sm_90 with CUTLASS they fuse, multiplied as
+// TF32, as cuDNN's own convolution then multiplies them; so the output may differ from conv2d's by
+// the two products' TF32 roundings (1e-2 of the magnitudes, as bfloat16 is allowed), while the sums
+// are those of the stored output up to float additions (1e-5).
+TEST_F(ConvSumsTest, Float32WithTF32FusesThe1x1Convolutions) {
+  const std::vector<ConvCase> cases = {{{4, 64, 14, 14}, 256, 1, 1}, {{3, 72, 9, 11}, 40, 1, 1},
+                                       {{8, 256, 16, 16}, 64, 1, 1}, {{16, 512, 7, 7}, 2048, 1, 1},
+                                       {{2, 12, 5, 5}, 24, 1, 1}};
+  const Tf32Scope tf32(true);
+  for (const ConvCase& c : cases) {
+    const std::string what = "x " + shape_str(c.x) + " -> " + std::to_string(c.out);
+    SCOPED_TRACE(what);
+    const Tensor x = on_gpu(rand(c.x)).to_channels_last();
+    const Tensor w = on_gpu(rand({c.out, c.x[1], 1, 1}, -0.2f, 0.2f)).to_channels_last();
+    const Tensor want = conv2d(Variable(x), Variable(w)).data();
+    ChannelSums sums;
+    const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums).data();
+    expect_close(got.to(Device::cpu()), want.to(Device::cpu()), 1e-2f, 1e-2f, "output");
+    const bool must_fuse = cutlass_fuses_1x1() && c.x[1] % 8 == 0 && c.out % 8 == 0;
+    EXPECT_EQ(sums.defined(), must_fuse) << "fused where CUTLASS's product takes the case, and only there";
+    if (!sums.defined()) continue;
+    const HostSums h = host_sums(got);
+    const std::vector<float> s = sums.sum.to(Device::cpu()).to_vector<float>();
+    const std::vector<float> q = sums.sum_of_squares.to(Device::cpu()).to_vector<float>();
+    for (std::int64_t ch = 0; ch < c.out; ++ch) {
+      EXPECT_NEAR(s[ch], h.sum[ch], 1e-5 * h.magnitude[ch] + 1e-3) << "sum of channel " << ch;
+      EXPECT_NEAR(q[ch], h.squares[ch], 2e-5 * h.squares[ch] + 1e-3) << "sum of squares of channel " << ch;
+    }
+  }
 }
 
 // batch_norm, batch_norm_relu and batch_norm_add_relu given x's sums (computed here on the host)

@@ -1,0 +1,20 @@
+#pragma once
+// 1×1 stride-1 channels-last convolutions on CUTLASS's Hopper product: the forward pass with its
+// output's per-channel sums (gemm_column_sums.hpp). Declared only in builds with
+// DPL_HAVE_CUTLASS_SM90.
+
+#include "dpl/tensor/tensor.hpp"
+
+#include "backend/kernels.hpp"
+
+namespace dpl::backend::cuda_detail {
+
+/// y = conv(x, w) and the sums of y and y² per output channel (float32 (O,)), where the problem is
+/// a 1×1, stride-1, unpadded, ungrouped convolution of channels-last 16-bit tensors (or float32
+/// ones while dpl::cuda::allow_tf32() is on) with channel counts that are multiples of 8 and the
+/// device is sm_90. Returns false, having written nothing, for any other problem (the caller then
+/// takes another way).
+bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
+                          Tensor& sum_of_squares);
+
+}  // namespace dpl::backend::cuda_detail
