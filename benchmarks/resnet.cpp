@@ -34,9 +34,9 @@
 // where the phase never ran (one rank, or buffer sync not every step). --graph records the step
 // through it only where the library can (one process, --zero 0, --reduce after).
 //
-// --fused-statistics on|off (off by default, as models::ResNetOptions) says whether each
-// convolution computes its BatchNorm's statistics in its own kernel where cuDNN can (float16),
-// or the BatchNorm makes its own pass; the record ends with fused_statistics=1|0.
+// --fused-statistics on|off (on by default, as models::ResNetOptions) says whether each
+// convolution computes its BatchNorm's statistics in its own kernel where the GPU build can, or the
+// BatchNorm makes its own pass; the record ends with fused_statistics=1|0.
 //
 // --profile-steps N runs N more steps at the end with a profiler's capture on
 // (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   float lr = 0.1f;
   std::uint64_t seed = 0;
   bool graph = false, memory_breakdown = false;
-  std::string fused_statistics = "off";
+  std::string fused_statistics = "on";
   std::string reduce = "none", communicator = "pure_nccl", wire_arg = "float32", buffer_sync_arg = "before-use";
   bool multi_node = false;
   int zero = 0;

@@ -25,7 +25,7 @@
 #                beside this one and its steps alternate with this tree's, so a change is measured
 #                against what it changed in the same call
 #   DPL_FLAGS    extra flags of this tree's ResNet runs, a second variant alternated with the plain
-#                one (e.g. "--fused-statistics on"): the table adds its rows ("dpl-flags") and its
+#                one (e.g. "--fused-statistics off"): the table adds its rows ("dpl-flags") and its
 #                ratio to this tree without them
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository

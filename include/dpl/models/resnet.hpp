@@ -26,15 +26,14 @@ struct ResNetOptions {
   /// as the identity (torchvision's zero_init_residual; Goyal et al. 2017). Off by default.
   bool zero_init_residual = false;
   /// In training, each convolution computes the batch statistics of the BatchNorm after it in its
-  /// own kernel where the device can (GPU, channels-last: 1x1 stride-1 bfloat16/float16
-  /// convolutions on sm_90 in a build with CUTLASS, other float16 ones on cuDNN's convolution with
-  /// generated statistics), and the BatchNorm skips its pass over the convolution's output
-  /// (nn::Conv2d::forward_with_sums). Results equal the separate pass's up to the rounding of the
-  /// variance (plain sums of squares against the separate pass's sums about a value of the data)
-  /// and of the convolution's kernel. Off by default until it is measured in every 16-bit dtype on
-  /// the GPUs we measure on (on an H100 it made the bfloat16 ResNet-50 step 1.02x faster;
-  /// docs/performance.md).
-  bool fused_statistics = false;
+  /// own kernel where the device can (GPU, channels-last: 1x1 stride-1 convolutions on sm_90 in a
+  /// build with CUTLASS, in bfloat16, float16, and float32 while TF32 is allowed; on other GPUs,
+  /// float16 ones on cuDNN's convolution with generated statistics), and the BatchNorm skips its
+  /// pass over the convolution's output (nn::Conv2d::forward_with_sums). Results equal the separate
+  /// pass's up to the rounding of the variance (plain sums of squares against the separate pass's
+  /// sums about a value of the data) and of the convolution's kernel. On by default: on an H100 it
+  /// made the ResNet-50 step 1.02-1.03x faster in each dtype (docs/performance.md).
+  bool fused_statistics = true;
 };
 
 /// What the blocks of every ResNet share: convolutions conv1..convK, each followed by its
@@ -50,7 +49,7 @@ class ResidualBlock : public nn::Module {
   /// The BatchNorm whose output meets the shortcut (bnK): what zero_init_residual zeroes.
   const nn::BatchNorm2d& last_bn() const { return *bns_.back(); }
   /// Whether training computes each BatchNorm's statistics in the convolution before it (see
-  /// ResNetOptions::fused_statistics); off by default.
+  /// ResNetOptions::fused_statistics); on by default.
   void set_fused_statistics(bool on) { fused_statistics_ = on; }
 
  protected:
@@ -68,7 +67,7 @@ class ResidualBlock : public nn::Module {
   // downsample_'s two layers, called one by one so that the BatchNorm gets the convolution's sums.
   std::shared_ptr<nn::Conv2d> downsample_conv_;
   std::shared_ptr<nn::BatchNorm2d> downsample_bn_;
-  bool fused_statistics_ = false;
+  bool fused_statistics_ = true;
 };
 
 /// The block of ResNet-18 and -34: two 3x3 convolutions to `planes`, the first with the block's
