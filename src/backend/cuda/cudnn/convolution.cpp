@@ -405,26 +405,28 @@ bool run(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
   return true;
 }
 
-// Whether one of our own kernels, `ours` (which runs the problem into the output it is given and
-// returns false where it cannot), runs a forward or weight-gradient problem instead of cuDNN: with
-// DPL_CUDNN_BENCHMARK on, whichever of the two was faster on the problem's first call, each timed
-// on a scratch output (a gradient accumulated into must not be touched) after a warm-up run, in
-// which cuDNN also picks its plan. `family` names the kernels in the cache of decisions. Without
-// the search, cuDNN (its deterministic plans). While a CUDA graph is being recorded nothing may
-// wait for the device, so a problem not timed yet goes to cuDNN.
-template <typename Ours>
-bool own_kernel_wins(const char* family, ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p,
-                     float beta, const Tensor& out, Ours&& ours) {
+// Whether our kernels for images with few channels (conv_few_channels.hpp) run a forward or
+// weight-gradient problem instead of cuDNN: with DPL_CUDNN_BENCHMARK on, whichever of the two was
+// faster on the problem's first call, each timed on a scratch output (a gradient accumulated into
+// must not be touched) after a warm-up run, in which cuDNN also picks its plan. They were written
+// for the bfloat16 stem, where cuDNN is several times slower than in float16; for other shapes they
+// take, the timing decides. Without the search, cuDNN (its deterministic plans). While a CUDA graph
+// is being recorded nothing may wait for the device, so a problem not timed yet goes to cuDNN.
+bool few_channels_kernels_win(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, float beta,
+                              Tensor& out) {
   static const bool benchmark = settings().cudnn_benchmark;
   if (!benchmark || out.numel() == 0) return false;
   const bool forward = kind == ConvKind::kForward;
   const Tensor& x = a;
   const Tensor& w = forward ? b : out;
   const Tensor& y = forward ? out : b;
+  if (!cuda_detail::conv_few_channels_fits(x, w, p) || y.dtype() != x.dtype() || !y.is_channels_last() ||
+      !cuda_detail::aligned16(y.raw_data()))
+    return false;
   const int device = out.device().index;
   const Problem pr{kind, device, out.dtype(), operand_of(x), operand_of(w), operand_of(y), p, beta,
                    cuda_api::allow_tf32(), benchmark};
-  const std::string key = std::string(family) + ':' + key_of(pr);
+  const std::string key = key_of(pr);
   static std::mutex mutex;
   static std::unordered_map<std::string, bool> wins;
   std::lock_guard<std::mutex> lock(mutex);
@@ -432,37 +434,21 @@ bool own_kernel_wins(const char* family, ConvKind kind, const Tensor& a, const T
   if (cuda_api::is_capturing(device)) return false;
 
   DeviceGuard guard(device);
-  Tensor scratch = out.is_channels_last()
-                       ? Tensor::empty_channels_last(out.shape(), TensorOptions(out.dtype(), out.device()))
-                       : Tensor::empty(out.shape(), TensorOptions(out.dtype(), out.device()));
+  Tensor scratch = Tensor::empty_channels_last(out.shape(), TensorOptions(out.dtype(), out.device()));
   const cudaStream_t stream = CudaDevice::get(device).stream();
   const TimingEvents events;
-  const float own = time_runs(stream, events, [&] { return ours(scratch); });
+  const float ours = time_runs(stream, events, [&] {
+    if (forward) cuda_detail::conv_few_channels_forward(x, w, p, scratch);
+    else cuda_detail::conv_few_channels_backward_weight(x, y, p, beta, scratch);
+    return true;
+  });
   const float cudnn = time_runs(stream, events, [&] { return run(kind, a, b, p, beta, scratch); });
-  return wins.emplace(key, own >= 0.f && (cudnn < 0.f || own < cudnn)).first->second;
+  return wins.emplace(key, cudnn < 0.f || ours < cudnn).first->second;
 }
-
-// Our kernels for images with few channels (conv_few_channels.hpp), written for the bfloat16 stem,
-// where cuDNN is several times slower than in float16; for other shapes they take, the timing of
-// own_kernel_wins decides.
-bool few_channels_fit(ConvKind kind, const Tensor& a, const Tensor& b, const Conv2dParams& p, const Tensor& out) {
-  const bool forward = kind == ConvKind::kForward;
-  const Tensor& x = a;
-  const Tensor& w = forward ? b : out;
-  const Tensor& y = forward ? out : b;
-  return cuda_detail::conv_few_channels_fits(x, w, p) && y.dtype() == x.dtype() && y.is_channels_last() &&
-         cuda_detail::aligned16(y.raw_data());
-}
-constexpr const char* kFewChannels = "few-channels";
 
 void conv2d_forward_cuda(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, Tensor& y) {
-  const auto few = [&](Tensor& out) {
-    cuda_detail::conv_few_channels_forward(x, w, p, out);
-    return true;
-  };
-  if (few_channels_fit(ConvKind::kForward, x, w, p, y) &&
-      own_kernel_wins(kFewChannels, ConvKind::kForward, x, w, p, 0.f, y, few))
-    few(y);
+  if (few_channels_kernels_win(ConvKind::kForward, x, w, p, 0.f, y))
+    cuda_detail::conv_few_channels_forward(x, w, p, y);
   else run(ConvKind::kForward, x, w, p, 0.f, y);
   if (bias != nullptr && y.numel() > 0) cuda_detail::add_conv_bias(*bias, y, channels_last(y));
 }
@@ -480,8 +466,7 @@ bool conv2d_forward_sums_cuda(const Tensor& x, const Tensor& w, const Conv2dPara
   // Where that product runs, the other convolutions stay unfused: with cuDNN's engines taking the
   // float16 3x3 and strided ones beside it, a ResNet-50 step ran at 0.965x the separate passes'
   // on an H100 (docs/performance.md, "Fused statistics in every dtype").
-  static const bool cutlass = settings().cutlass;
-  if (cutlass && cuda_detail::compute_capability(x.device().index) == 90) return false;
+  if (cuda_detail::conv1x1_cutlass_runs_on(x.device().index)) return false;
 #endif
   // cuDNN's statistics-generating engines take channels-last images in one group. float16 only:
   // in bfloat16 a ResNet-18 step through them gave gradients 26-34% (relative L2) away from the
@@ -497,16 +482,9 @@ void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dPa
 }
 
 void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta, Tensor& gw) {
-  const ConvKind kind = ConvKind::kBackwardWeight;
-  const auto few = [&](Tensor& out) {
-    cuda_detail::conv_few_channels_backward_weight(x, gy, p, beta, out);
-    return true;
-  };
-  if (few_channels_fit(kind, x, gy, p, gw) && own_kernel_wins(kFewChannels, kind, x, gy, p, beta, gw, few)) {
-    few(gw);
-    return;
-  }
-  run(kind, x, gy, p, beta, gw);
+  if (few_channels_kernels_win(ConvKind::kBackwardWeight, x, gy, p, beta, gw))
+    cuda_detail::conv_few_channels_backward_weight(x, gy, p, beta, gw);
+  else run(ConvKind::kBackwardWeight, x, gy, p, beta, gw);
 }
 
 }  // namespace

@@ -21,11 +21,8 @@ bool packed_channels_last(const Tensor& t) { return t.is_channels_last() && alig
 // What the product needs: x (N, C, H, W) and the output y (N, O, H, W) packed channels-last in one
 // dtype (16-bit, or float32 where `tf32` says the product may multiply it as TF32), a 1×1 stride-1
 // unpadded ungrouped weight shape (O, C, 1, 1), channel counts that are multiples of 8, rows that
-// fit an int, a device of compute capability 9.0 (sm_90a code runs there only), and DPL_CUTLASS
-// not 0.
+// fit an int, and a device it runs on.
 bool fits(const Tensor& x, const Tensor& y, const Shape& w, const Conv2dParams& p, bool tf32) {
-  static const bool enabled = settings().cutlass;  // DPL_CUTLASS=0: cuDNN only
-  if (!enabled) return false;
   const DType t = x.dtype();
   if ((t != kBFloat16 && t != kFloat16 && !(t == kFloat32 && tf32)) || y.dtype() != t) return false;
   if (w.size() != 4 || w[2] != 1 || w[3] != 1 || p.stride[0] != 1 || p.stride[1] != 1 || p.padding[0] != 0 ||
@@ -34,7 +31,7 @@ bool fits(const Tensor& x, const Tensor& y, const Shape& w, const Conv2dParams& 
   const std::int64_t rows = x.size(0) * x.size(2) * x.size(3), c = x.size(1), o = w[0];
   if (c % 8 != 0 || o % 8 != 0 || rows == 0 || rows > std::numeric_limits<int>::max() / 2) return false;
   if (!packed_channels_last(x) || !packed_channels_last(y)) return false;
-  return compute_capability(x.device().index) == 90;
+  return conv1x1_cutlass_runs_on(x.device().index);
 }
 
 // `bytes` bytes on `device` (none for 0), their start in *start; the caller keeps the tensor until
@@ -47,6 +44,11 @@ Tensor device_bytes(std::size_t bytes, const Device& device, void** start) {
 }
 
 }  // namespace
+
+bool conv1x1_cutlass_runs_on(int device) {
+  static const bool enabled = settings().cutlass;  // DPL_CUTLASS=0: cuDNN only
+  return enabled && compute_capability(device) == 90;
+}
 
 bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
                           Tensor& sum_of_squares) {

@@ -9,6 +9,10 @@
 
 namespace dpl::backend::cuda_detail {
 
+/// Whether the product runs on `device`: compute capability 9.0 (sm_90a code runs there only) and
+/// DPL_CUTLASS not 0.
+bool conv1x1_cutlass_runs_on(int device);
+
 /// y = conv(x, w) and the sums of y and y² per output channel (float32 (O,)), where the problem is
 /// a 1×1, stride-1, unpadded, ungrouped convolution of channels-last 16-bit tensors (or float32
 /// ones while dpl::cuda::allow_tf32() is on) with channel counts that are multiples of 8 and the

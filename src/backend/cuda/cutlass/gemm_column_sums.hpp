@@ -12,15 +12,15 @@
 
 namespace dpl::backend::cuda_detail {
 
-/// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16, all
-/// float16 or all float32 (multiplied as TF32), with float accumulation; k and n multiples of 8,
-/// pointers 16-byte aligned. Per
-/// 128-row tile of y the epilogue writes the sums of each column of y (as rounded to its dtype)
-/// and of its square into partial_sum / partial_squares, each gemm_column_sums_layout(m, n)
-/// floats (rows × pitch), which are then folded, through fold_sum / fold_squares (splits × pitch
-/// floats each, unused when splits is 1), into the column sums.
+/// The element type of x, w and y.
 enum class GemmElement { kBFloat16, kFloat16, kFloat32 };
 
+/// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16, all
+/// float16 or all float32 (multiplied as TF32), with float accumulation; k and n multiples of 8,
+/// pointers 16-byte aligned. Per 128-row tile of y the epilogue writes the sums of each column of
+/// y (as rounded to its dtype) and of its square into partial_sum / partial_squares, each
+/// gemm_column_sums_layout(m, n) floats (rows × pitch), which are then folded, through fold_sum /
+/// fold_squares (splits × pitch floats each, unused when splits is 1), into the column sums.
 struct GemmColumnSums {
   GemmElement element = GemmElement::kBFloat16;
   int device = 0;
