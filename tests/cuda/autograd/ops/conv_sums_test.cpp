@@ -73,7 +73,8 @@ HostSums host_sums(const Tensor& y) {
 // allowed) with their sums on CUTLASS's sm_90a product, so that those cases must come back fused.
 bool cutlass_fuses_1x1() {
   int major = 0, minor = 0;
-  return DPL_WITH_CUTLASS_SM90 && settings().cutlass && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+  return DPL_WITH_CUTLASS_SM90 && settings().cutlass &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
          minor == 0;
 }
