@@ -4,11 +4,13 @@
 // its statistics. Everything else is left to cuDNN.
 #include "backend/cuda/cutlass/conv1x1.hpp"
 
+#include <initializer_list>
 #include <limits>
 
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cutlass/gemm_column_sums.hpp"
+#include "backend/cuda/cutlass/gemm_masked_grad.hpp"
 #include "backend/cuda_api.hpp"
 #include "dpl/core/settings.hpp"
 
@@ -43,6 +45,27 @@ Tensor device_bytes(std::size_t bytes, const Device& device, void** start) {
   return t;
 }
 
+struct PartialPointers {
+  float* a = nullptr;
+  float* b = nullptr;
+  float* fold_a = nullptr;
+  float* fold_b = nullptr;
+};
+
+// Scratch for two sets of per-tile column partials of an m × n product, then the fold's rows of
+// each (gemm_column_sums_layout), with the four starts in p.
+Tensor partials_scratch(int m, int n, const Device& device, PartialPointers& p) {
+  const GemmSumsLayout layout = gemm_column_sums_layout(m, n);
+  const std::int64_t tile_floats = static_cast<std::int64_t>(layout.rows) * layout.pitch;
+  const std::int64_t fold_floats = layout.splits > 1 ? static_cast<std::int64_t>(layout.splits) * layout.pitch : 0;
+  Tensor scratch = Tensor::empty({2 * (tile_floats + fold_floats)}, TensorOptions(kFloat32, device));
+  p.a = scratch.data<float>();
+  p.b = p.a + tile_floats;
+  p.fold_a = p.b + tile_floats;
+  p.fold_b = p.fold_a + fold_floats;
+  return scratch;
+}
+
 }  // namespace
 
 bool conv1x1_cutlass_runs_on(int device) {
@@ -69,16 +92,9 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
   g.x = x.raw_data();
   g.w = w.raw_data();  // (O, C, 1, 1): O × C row-major in either format
   g.y = y.raw_data();
-  const GemmSumsLayout layout = gemm_column_sums_layout(g.m, g.n);
-  const TensorOptions floats(kFloat32, x.device());
-  // The per-tile partials of the sums and of the squares, then the fold's rows of each.
-  const std::int64_t tile_floats = static_cast<std::int64_t>(layout.rows) * layout.pitch;
-  const std::int64_t fold_floats = layout.splits > 1 ? static_cast<std::int64_t>(layout.splits) * layout.pitch : 0;
-  Tensor scratch = Tensor::empty({2 * (tile_floats + fold_floats)}, floats);
-  g.partial_sum = scratch.data<float>();
-  g.partial_squares = g.partial_sum + tile_floats;
-  g.fold_sum = g.partial_squares + tile_floats;
-  g.fold_squares = g.fold_sum + fold_floats;
+  PartialPointers pp;
+  const Tensor scratch = partials_scratch(g.m, g.n, x.device(), pp);
+  g.partial_sum = pp.a, g.partial_squares = pp.b, g.fold_sum = pp.fold_a, g.fold_squares = pp.fold_b;
   g.workspace_bytes = gemm_column_sums_workspace(g);
   const Tensor workspace = device_bytes(g.workspace_bytes, x.device(), &g.workspace);
   DeviceGuard guard(device);
@@ -86,6 +102,43 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
       gemm_column_sums(g, sum.data<float>(), sum_of_squares.data<float>(), CudaDevice::get(device).stream());
   DPL_CHECK(s != GemmStatus::kFailed, "conv2d_forward_sums: the CUTLASS 1x1 convolution of ", shape_str(x.shape()),
             " with ", shape_str(w.shape()), " failed to launch");
+  return s == GemmStatus::kDone;
+}
+
+bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y,
+                                       const Tensor& x, const Tensor& mean, Tensor& g, Tensor& sum_g,
+                                       Tensor& sum_gx) {
+  if (w.dtype() != y.dtype() || !packed_channels_last(w) || !fits(y, gy, w.shape(), p, /*tf32=*/false)) return false;
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &g})
+    if (t->shape() != y.shape() || t->dtype() != y.dtype() || t->strides() != y.strides() ||
+        !aligned16(t->raw_data()))
+      return false;
+  const std::int64_t c = y.size(1);
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&mean, &sum_g, &sum_gx})
+    if (t->dtype() != kFloat32 || t->numel() != c || !t->is_contiguous()) return false;
+  const int device = y.device().index;
+  GemmMaskedGrad m;
+  m.element = y.dtype() == kBFloat16 ? GemmElement::kBFloat16 : GemmElement::kFloat16;
+  m.device = device;
+  m.multiprocessors = sm_count(device);
+  m.rows = static_cast<int>(y.size(0) * y.size(2) * y.size(3));
+  m.o = static_cast<int>(gy.size(1));
+  m.c = static_cast<int>(c);
+  m.gy = gy.raw_data();
+  m.w = w.raw_data();
+  m.g = g.raw_data();
+  m.y = y.raw_data();
+  m.x = x.raw_data();
+  m.mean = mean.data<float>();
+  PartialPointers pp;
+  const Tensor scratch = partials_scratch(m.rows, m.c, y.device(), pp);
+  m.partial_g = pp.a, m.partial_gx = pp.b, m.fold_g = pp.fold_a, m.fold_gx = pp.fold_b;
+  m.workspace_bytes = gemm_masked_grad_workspace(m);
+  const Tensor workspace = device_bytes(m.workspace_bytes, y.device(), &m.workspace);
+  DeviceGuard guard(device);
+  const GemmStatus s = gemm_masked_grad(m, sum_g.data<float>(), sum_gx.data<float>(), CudaDevice::get(device).stream());
+  DPL_CHECK(s != GemmStatus::kFailed, "conv2d backward: the CUTLASS 1x1 data gradient of ", shape_str(gy.shape()),
+            " with ", shape_str(w.shape()), " and its batch-norm reductions failed to launch");
   return s == GemmStatus::kDone;
 }
 

@@ -21,4 +21,14 @@ bool conv1x1_cutlass_runs_on(int device);
 bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
                           Tensor& sum_of_squares);
 
+/// For a 1×1, stride-1 convolution whose input y is a batch norm's relu(bn(x) + z): g (y's
+/// gradient, holding the contributions gathered so far) = (y > 0) ? g + dL/dy of this convolution
+/// : 0, and per channel the sums of g and of g · (x − mean) (float32 (C,)): the batch norm's
+/// backward reductions. gy is the convolution's output gradient; y, x and g channels-last in one
+/// 16-bit dtype with channel counts that are multiples of 8, mean float32 (C,), on sm_90. Returns
+/// false, having written nothing, for any other problem.
+bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y,
+                                       const Tensor& x, const Tensor& mean, Tensor& g, Tensor& sum_g,
+                                       Tensor& sum_gx);
+
 }  // namespace dpl::backend::cuda_detail

@@ -51,6 +51,18 @@ GemmSumsLayout gemm_column_sums_layout(int m, int n);
 /// Scratch the kernel asks for beyond the partials (0 for the data-parallel tile schedule).
 std::size_t gemm_column_sums_workspace(const GemmColumnSums& g);
 
+/// Two sets of per-tile column partials (gemm_column_sums_layout(m, n)) and the fold's rows for
+/// each.
+struct ColumnPartials {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* fold_a = nullptr;
+  float* fold_b = nullptr;
+};
+/// Adds each set of partials, in a fixed order, into its n column sums (out_a, out_b) on `stream`.
+GemmStatus fold_column_partials(const ColumnPartials& p, int m, int n, float* out_a, float* out_b,
+                                cudaStream_t stream);
+
 /// Runs the product and then adds the partials, in a fixed order (through the fold when there are
 /// many), into sum and squares (n floats each) on `stream`.
 GemmStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream);

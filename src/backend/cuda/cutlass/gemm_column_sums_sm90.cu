@@ -65,24 +65,30 @@ std::size_t gemm_column_sums_workspace(const GemmColumnSums& g) {
   }
 }
 
+GemmStatus fold_column_partials(const ColumnPartials& p, int m, int n, float* out_a, float* out_b,
+                                cudaStream_t stream) {
+  const GemmSumsLayout layout = gemm_column_sums_layout(m, n);
+  const dim3 block(32, 8);
+  const unsigned columns = static_cast<unsigned>((n + 31) / 32);
+  if (layout.splits == 1) {
+    column_partials_kernel<<<dim3(columns, 1), block, 0, stream>>>(p.a, p.b, layout.rows, layout.pitch, n, out_a,
+                                                                   out_b);
+  } else {
+    column_partials_kernel<<<dim3(columns, static_cast<unsigned>(layout.splits)), block, 0, stream>>>(
+        p.a, p.b, layout.rows, layout.pitch, n, p.fold_a, p.fold_b);
+    column_partials_kernel<<<dim3(columns, 1), block, 0, stream>>>(p.fold_a, p.fold_b, layout.splits, layout.pitch,
+                                                                   n, out_a, out_b);
+  }
+  return cudaGetLastError() == cudaSuccess ? GemmStatus::kDone : GemmStatus::kFailed;
+}
+
 GemmStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares, cudaStream_t stream) {
   const GemmStatus s = g.element == GemmElement::kBFloat16  ? column_sums_sm90::run_bf16(g, stream)
                        : g.element == GemmElement::kFloat16 ? column_sums_sm90::run_f16(g, stream)
                                                             : column_sums_sm90::run_f32(g, stream);
   if (s != GemmStatus::kDone) return s;
-  const GemmSumsLayout layout = gemm_column_sums_layout(g.m, g.n);
-  const dim3 block(32, 8);
-  const unsigned columns = static_cast<unsigned>((g.n + 31) / 32);
-  if (layout.splits == 1) {
-    column_partials_kernel<<<dim3(columns, 1), block, 0, stream>>>(g.partial_sum, g.partial_squares, layout.rows,
-                                                                   layout.pitch, g.n, sum, squares);
-  } else {
-    column_partials_kernel<<<dim3(columns, static_cast<unsigned>(layout.splits)), block, 0, stream>>>(
-        g.partial_sum, g.partial_squares, layout.rows, layout.pitch, g.n, g.fold_sum, g.fold_squares);
-    column_partials_kernel<<<dim3(columns, 1), block, 0, stream>>>(g.fold_sum, g.fold_squares, layout.splits,
-                                                                   layout.pitch, g.n, sum, squares);
-  }
-  return cudaGetLastError() == cudaSuccess ? GemmStatus::kDone : GemmStatus::kFailed;
+  return fold_column_partials({g.partial_sum, g.partial_squares, g.fold_sum, g.fold_squares}, g.m, g.n, sum, squares,
+                              stream);
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -1,0 +1,166 @@
+#pragma once
+// The kernel behind gemm_masked_grad.hpp, a template over the 16-bit dtype. As the forward product
+// (gemm_column_sums_sm90.cuh) it computes the transpose, gᵀ (c × rows, column-major: the bytes of
+// the channels-last g) = wᵀ · gyᵀ, so that a channel is a row of the product and its sums are
+// CUTLASS's column reduction, which keeps them in registers. The epilogue, a visitor graph:
+//   s = acc + C (the gradient gathered so far, the product's source operand), masked by y > 0 and
+//   rounded to T; its sum per channel; (s · (x − mean)) and its sum per channel; s stored.
+// y and x come in through two auxiliary TMA loads of the output's layout, mean as a per-channel
+// broadcast.
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "backend/cuda/cutlass/gemm_masked_grad.hpp"
+
+namespace dpl::backend::cuda_detail {
+namespace masked_grad_sm90 {
+
+using namespace cute;
+namespace fusion = cutlass::epilogue::fusion;
+
+using TileShape = Shape<Int<kColumnSumsTileColumns>, Int<kColumnSumsTileRows>, _64>;
+using ClusterShape = Shape<_1, _1, _1>;
+using Schedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+
+// (acc + c) where y > 0, else 0: the gradient completed and passed through the ReLU.
+template <class A>
+struct MaskedSum {
+  template <class... X>
+  CUTLASS_HOST_DEVICE A operator()(X const&...) const {
+    return A{};
+  }
+};
+template <int N>
+struct MaskedSum<cutlass::Array<float, N>> {
+  using V = cutlass::Array<float, N>;
+  CUTLASS_HOST_DEVICE V operator()(V const& acc, V const& c, V const& y) const {
+    V r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) r[i] = y[i] > 0.f ? acc[i] + c[i] : 0.f;
+    return r;
+  }
+};
+
+// g · (x − mean).
+template <class A>
+struct CenteredProduct {
+  template <class... X>
+  CUTLASS_HOST_DEVICE A operator()(X const&...) const {
+    return A{};
+  }
+};
+template <int N>
+struct CenteredProduct<cutlass::Array<float, N>> {
+  using V = cutlass::Array<float, N>;
+  CUTLASS_HOST_DEVICE V operator()(V const& g, V const& x, V const& mean) const {
+    V r;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) r[i] = g[i] * (x[i] - mean[i]);
+    return r;
+  }
+};
+
+// The first of two operands: the stored value after the reductions that pass it on.
+template <class A>
+struct TakeFirst {
+  template <class X, class Y>
+  CUTLASS_HOST_DEVICE X operator()(X const& x, Y const&) const {
+    return x;
+  }
+};
+
+template <class T>
+struct Gemm {
+  static constexpr int kAlign = 16 / sizeof(T);
+  using EpilogueDescriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
+      TileShape, cutlass::epilogue::collective::EpilogueTileAuto, T, T, Schedule>;
+  using AuxDescriptor =
+      cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpilogueDescriptor, cutlass::layout::ColumnMajor, T>;
+  using AuxLoad = fusion::Sm90AuxLoad<AuxDescriptor::Stages, typename EpilogueDescriptor::EpilogueTile, T,
+                                      typename AuxDescriptor::Stride, typename AuxDescriptor::SmemLayoutAtom,
+                                      typename AuxDescriptor::CopyOpS2R>;
+  using Mean = fusion::Sm90ColBroadcast<0, TileShape, float>;
+  template <template <class> class Fn>
+  using ChannelPartials = fusion::Sm90ColReduction<Fn, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
+                                                   kRound, Stride<_1, _0, _0>, 4, false, false>;
+  // Nodes: 0 acc, 1 C, 2 y, 3 x, 4 mean, 5 masked sum (rounded to T), 6 its channel sums,
+  // 7 (5)·(x − mean), 8 its channel sums, 9 the stored value.
+  using Callbacks = fusion::Sm90TopologicalVisitor<
+      float,
+      cute::tuple<cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<>, cute::seq<0, 1, 2>,
+                  cute::seq<5>, cute::seq<5, 3, 4>, cute::seq<7>, cute::seq<6, 8>>,
+      fusion::Sm90AccFetch, fusion::Sm90SrcFetch<T>, AuxLoad, AuxLoad, Mean,
+      fusion::Sm90Compute<MaskedSum, T, float, kRound>, ChannelPartials<cutlass::plus>,
+      fusion::Sm90Compute<CenteredProduct, float, float, kRound>, ChannelPartials<cutlass::plus>,
+      fusion::Sm90Compute<TakeFirst, T, float, kRound>>;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, cutlass::layout::ColumnMajor, kAlign, T,
+      cutlass::layout::ColumnMajor, kAlign, Schedule, Callbacks>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::ColumnMajor, kAlign, T,
+      cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+template <class T>
+typename Gemm<T>::Adapter::Arguments arguments(const GemmMaskedGrad& g) {
+  using G = Gemm<T>;
+  const std::int64_t rows = g.rows, o = g.o, c = g.c;
+  typename G::Adapter::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  // Transposed: M = channels of g, N = rows, K = the convolution's output channels.
+  args.problem_shape = {g.c, g.rows, g.o, 1};
+  const typename G::Kernel::StrideA stride_a = make_stride(_1{}, c, c * o);     // wᵀ, channel-major
+  const typename G::Kernel::StrideB stride_b = make_stride(o, _1{}, rows * o);  // gyᵀ, K-major
+  const typename G::Kernel::StrideD stride_d = make_stride(_1{}, c, rows * c);  // gᵀ, the bytes of g
+  args.mainloop = {static_cast<const T*>(g.w), stride_a, static_cast<const T*>(g.gy), stride_b};
+  const auto aux_stride = make_stride(_1{}, c, rows * c);
+  // Children's arguments in node order (Sm90TopologicalVisitor).
+  args.epilogue.thread = {{},
+                          {},
+                          {static_cast<const T*>(g.y), T(0), aux_stride},
+                          {static_cast<const T*>(g.x), T(0), aux_stride},
+                          {g.mean},
+                          {},
+                          {g.partial_g, 0.f, {}},
+                          {},
+                          {g.partial_gx, 0.f, {}},
+                          {}};
+  args.epilogue.ptr_C = static_cast<const T*>(g.g);
+  args.epilogue.dC = stride_d;
+  args.epilogue.ptr_D = static_cast<T*>(g.g);
+  args.epilogue.dD = stride_d;
+  args.hw_info.device_id = g.device;
+  args.hw_info.sm_count = g.multiprocessors;
+  return args;
+}
+
+template <class T>
+GemmStatus run(const GemmMaskedGrad& g, cudaStream_t stream) {
+  using Adapter = typename Gemm<T>::Adapter;
+  const auto args = arguments<T>(g);
+  Adapter gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return GemmStatus::kRefused;
+  if (Adapter::get_workspace_size(args) > g.workspace_bytes) return GemmStatus::kRefused;
+  if (gemm.initialize(args, g.workspace, stream) != cutlass::Status::kSuccess) return GemmStatus::kFailed;
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return GemmStatus::kFailed;
+  return GemmStatus::kDone;
+}
+
+template <class T>
+std::size_t workspace(const GemmMaskedGrad& g) {
+  return Gemm<T>::Adapter::get_workspace_size(arguments<T>(g));
+}
+
+}  // namespace masked_grad_sm90
+}  // namespace dpl::backend::cuda_detail
