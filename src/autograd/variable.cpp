@@ -313,6 +313,12 @@ void Variable::backward() const {
         ready_after[i] = std::move(ordered);
       }
   }
+  // How many uses of each op's result are still to run backward: the one that brings it to zero
+  // completes the result's gradient (GradTarget::completes).
+  std::unordered_map<const VariableImpl*, int> uses_left;
+  for (const auto& node : order)
+    for (const Variable& in : node->inputs())
+      if (in.impl() && in.impl()->creator) ++uses_left[in.impl().get()];
   std::vector<GradTarget> targets;
   std::vector<Tensor> scratch;
   std::vector<Tensor*> merge;
@@ -331,6 +337,15 @@ void Variable::backward() const {
     const bool adopting = node->adopts_gradient_buffers();
     for (std::size_t i = 0; i < inputs.size(); ++i)
       targets[i] = bp.target_for(inputs[i], seen, scratch[i], merge[i], adopting);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const VariableImpl* impl = inputs[i].impl().get();
+      if (impl == nullptr || !impl->creator) continue;
+      // An input listed twice gets its second contribution through scratch, added after the
+      // node ran: neither of its targets completes it.
+      const bool twice = std::count_if(inputs.begin(), inputs.end(),
+                                       [&](const Variable& v) { return v.impl().get() == impl; }) > 1;
+      if (--uses_left[impl] == 0 && !twice && targets[i].needed()) targets[i].completes = true;
+    }
     node->backward(grad_out, targets);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       DPL_CHECK(!targets[i].unallocated || targets[i].tensor->defined(), "backward of ", node->name(),

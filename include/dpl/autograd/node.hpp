@@ -31,6 +31,12 @@ struct GradTarget {
   Shape shape;
   TensorOptions options;
   MemoryFormat format = MemoryFormat::kContiguous;
+  /// Set by the engine when this is the last contribution the input's gradient receives in this
+  /// backward pass (every other op that used the input has run, and the input is the result of an
+  /// op, not a leaf): what the op writes or adds completes that gradient. An op may then also
+  /// compute what the input's own op would otherwise derive from the complete gradient in a pass
+  /// of its own (a batch norm's reductions).
+  bool completes = false;
   /// False when the input needs no gradient; then tensor is null and nothing is written.
   bool needed() const { return tensor != nullptr; }
   /// Whether t has the layout of this unallocated target's buffer (and may become it).

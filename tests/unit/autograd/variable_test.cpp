@@ -250,6 +250,72 @@ TEST(Autograd, AFreedValuesGradientKeepsItsMemoryFormat) {
   EXPECT_THAT(x.grad().to_vector<float>(), ::testing::Each(2.f));
 }
 
+// y = x (listed `copies` times among its inputs) whose backward records, per input, whether the
+// engine marked its target as completing the input's gradient, and adds gy into it.
+class CompletionProbeNode final : public Node {
+ public:
+  std::vector<bool> completes;
+  const char* name() const override { return "completion_probe"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    completes.clear();
+    for (GradTarget& target : t) {
+      completes.push_back(target.completes);
+      if (!target.needed()) continue;
+      if (target.beta == 0.f) {
+        target.tensor->copy_(gy);
+        continue;
+      }
+      std::vector<float> total = target.tensor->to_vector<float>();
+      const std::vector<float> g = gy.to_vector<float>();
+      for (std::size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+      target.tensor->copy_(Tensor::from_vector(total, gy.shape()));
+    }
+  }
+};
+
+Variable probe_of(const std::vector<Variable>& inputs, const std::shared_ptr<CompletionProbeNode>& node) {
+  node->set_inputs(inputs);
+  return Variable::make_result(inputs[0].data().clone(), node);
+}
+
+TEST(Autograd, TheLastUseOfAResultCompletesItsGradient) {
+  // h = 2x feeds three probes; the loss adds their outputs. Backward runs the probes one after
+  // another: only the last to run is told that its contribution completes h's gradient, and the
+  // gradient is whole (3 contributions of 1, times 2).
+  Variable x(Tensor::ones({3}), true);
+  const Variable h = mul(x, Variable(Tensor::full({3}, 2.0)));
+  std::vector<std::shared_ptr<CompletionProbeNode>> probes;
+  Variable loss;
+  for (int i = 0; i < 3; ++i) {
+    probes.push_back(std::make_shared<CompletionProbeNode>());
+    const Variable out = sum(probe_of({h}, probes.back()));
+    loss = i == 0 ? out : add(loss, out);
+  }
+  loss.backward();
+  int completing = 0;
+  for (const auto& p : probes) {
+    ASSERT_EQ(p->completes.size(), 1u);
+    completing += p->completes[0] ? 1 : 0;
+  }
+  EXPECT_EQ(completing, 1);
+  EXPECT_THAT(x.grad().to_vector<float>(), ::testing::Each(6.f));
+}
+
+TEST(Autograd, NoTargetCompletesALeafOrAResultListedTwiceInOneOp) {
+  // A leaf's gradient is not an op's result: never marked. A result listed twice by its only
+  // user gets its second contribution after the op ran: neither target is marked.
+  Variable x(Tensor::ones({2}), true);
+  auto on_leaf = std::make_shared<CompletionProbeNode>();
+  sum(probe_of({x}, on_leaf)).backward();
+  EXPECT_THAT(on_leaf->completes, ElementsAre(false));
+  Variable y(Tensor::ones({2}), true);
+  const Variable h = mul(y, Variable(Tensor::full({2}, 3.0)));
+  auto twice = std::make_shared<CompletionProbeNode>();
+  sum(probe_of({h, h}, twice)).backward();
+  EXPECT_THAT(twice->completes, ElementsAre(false, false));
+  EXPECT_THAT(y.grad().to_vector<float>(), ::testing::Each(6.f));
+}
+
 // y = x whose backward adopts its gradient buffers: it records whether x's target came
 // unallocated and what layout it named, then hands gy over (or, with `define` false, nothing).
 class AdoptingProbeNode final : public Node {
