@@ -632,4 +632,47 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
   });
 }
 
+namespace {
+
+// partial[ch] = {sum_g[ch], sum_gx[ch]}: given sums as the one row group finalize_grads_kernel reads.
+__global__ void pair_sums_kernel(const float* sum_g, const float* sum_gx, int c, float2* partial) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch < c) partial[ch] = make_float2(sum_g[ch], sum_gx[ch]);
+}
+
+}  // namespace
+
+void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
+                                        const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                                        float beta, Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias) {
+  on_device_typed(x, "batch_norm backward from sums (channels-last)", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const int c = static_cast<int>(x.size(1));
+    const std::int64_t n = x.numel(), rows = n / c;
+    const T* xp = in_ptr<T>(x);
+    const T* gp = in_ptr<T>(g);
+    T* gxp = out_ptr<T>(gx);
+    // Scratch: the sums as float2 pairs, then gx's three coefficients.
+    Tensor holder = Tensor::empty({5 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
+    float2* partial = reinterpret_cast<float2*>(holder.data<float>());
+    float* coef = holder.data<float>() + 2 * c;
+    pair_sums_kernel<<<(c + 255) / 256, 256, 0, d.stream()>>>(sum_g.data<float>(), sum_gx.data<float>(), c, partial);
+    DPL_CUDA_CHECK(cudaGetLastError());
+    finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                            d.stream()>>>(partial, 1, c, static_cast<float>(rows), channel_param(weight),
+                                          save_mean.data<float>(), save_invstd.data<float>(), ChannelParam{},
+                                          channel_grad(gweight, param_beta), channel_grad(gbias, param_beta), coef);
+    DPL_CUDA_CHECK(cudaGetLastError());
+    with_pack_width<T>(c, {xp, gp, gxp}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const auto kernel = [](auto index) { return &grad_apply_kernel<T, V, decltype(index)>; };
+      launch_packs(d.device(), n, V, kernel, [&](auto k, unsigned blocks, auto packs) {
+        // g comes masked: no mask to apply again.
+        k<<<blocks, kThreads, 0, d.stream()>>>(xp, nullptr, false, gp, save_mean.data<float>(), coef, packs, c, beta,
+                                               gxp);
+      });
+    });
+  });
+}
+
 }  // namespace dpl::backend::cuda_detail

@@ -43,4 +43,13 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
                               const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, float beta,
                               Tensor& gx, Tensor* gz, float param_beta, Tensor& gweight, Tensor& gbias);
 
+/// batch_norm_nhwc_backward for a gradient g that arrives already masked by the ReLU and with its
+/// reductions computed where it was completed (per channel, float32 (C,): the sum of g and of
+/// g · (x − save_mean)): no reduction pass, only the finalize and the elementwise pass. gx =
+/// beta*gx + dL/dx; gweight and gbias as batch_norm_nhwc_backward's. The residual's gradient, where
+/// there is one, is g itself.
+void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
+                                        const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                                        float beta, Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias);
+
 }  // namespace dpl::backend::cuda_detail
