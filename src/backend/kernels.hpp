@@ -386,6 +386,15 @@ DPL_DECLARE_KERNEL(conv2d_backward_weight, floating(),
 DPL_DECLARE_KERNEL(conv2d_forward_sums, any(),
                    bool(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y, Tensor& sum,
                         Tensor& sum_of_squares));
+/// For a convolution whose input y is a batch norm's relu(bn(x) + z): g (y's gradient buffer,
+/// holding the contributions gathered so far) = (y > 0) ? g + dL/dy of this convolution : 0, and
+/// per channel (float32 (C,)) the sums of g and of g · (x − mean), the batch norm's backward
+/// reductions, in one kernel. Where the device has no such kernel for the problem it writes nothing
+/// and returns false. Implemented on the GPU only (CUTLASS, 1x1 stride-1 16-bit on sm_90); callers
+/// ask has(kCuda) first.
+DPL_DECLARE_KERNEL(conv2d_backward_data_masked_sums, any(),
+                   bool(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y, const Tensor& x,
+                        const Tensor& mean, Tensor& g, Tensor& sum_g, Tensor& sum_gx));
 /// gb (O,) = beta*gb + the sum of gy (N, O, OH, OW; contiguous or channels-last) over N, OH and OW.
 DPL_DECLARE_KERNEL(conv2d_backward_bias, floating(), void(const Tensor& gy, float beta, Tensor& gb));
 
@@ -461,6 +470,14 @@ DPL_DECLARE_KERNEL(batch_norm_act_backward, any(),
                    void(bool add, const Tensor& x, const Tensor& y, const Tensor& gy, const Tensor& reserve,
                         const Tensor& weight, const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
                         float eps, Tensor& gx, Tensor& gz, float param_beta, Tensor& gweight, Tensor& gbias));
+/// batch_norm_act_backward with `add`, for a gradient g that arrives masked by the ReLU with its
+/// reductions (sum_g, sum_gx: float32 (C,), the sums of g and of g · (x − save_mean)) computed
+/// where it was completed (conv2d_backward_data_masked_sums): gx written in x's format, gweight and
+/// gbias as there; the residual's gradient is g itself (the caller passes it on). GPU only.
+DPL_DECLARE_KERNEL(batch_norm_backward_from_sums, any(),
+                   void(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
+                        const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, Tensor& gx,
+                        float param_beta, Tensor& gweight, Tensor& gbias));
 /// y (N, C, Ho, Wo) = pooling of x over windows p, with Ho = (H + 2 pad_h - kernel_h) / stride_h + 1
 /// (floor) and Wo likewise; the caller checks that every window overlaps the unpadded input.
 /// Returns what pool2d_backward needs as `saved` (a backend-specific tensor on x's device: the

@@ -169,13 +169,20 @@ class BatchNormEvalNode final : public Node {
 // Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes gx and gz into their targets
 // where it may overwrite them, else into scratch added in after; it adds the parameters'
 // gradients into their buffers itself.
-class BatchNormActNode final : public Node {
+class BatchNormActNode final : public Node, public OffersOutputGradReductions {
  public:
   bool add = false;
   Tensor x, y, reserve, weight, bias, save_mean, save_invstd;
   float eps = 0.f;
+  // With a residual on the GPU: what the op completing y's gradient may compute for this backward.
+  std::shared_ptr<OutputGradReductions> reductions;
   const char* name() const override { return add ? "batch_norm_add_relu" : "batch_norm_relu"; }
+  std::shared_ptr<OutputGradReductions> output_grad_reductions() const override { return reductions; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    if (reductions && reductions->filled) {
+      backward_from_reductions(gy, t);
+      return;
+    }
     // The kernel overwrites gx and gz: a target it may overwrite in x's layout (the usual case,
     // its first contribution) takes them directly; anything else goes through scratch.
     auto writable = [&](const GradTarget& g) {
@@ -199,7 +206,30 @@ class BatchNormActNode final : public Node {
     finish_channel_grad(gw, t, params);
     finish_channel_grad(gb, t, params + 1);
   }
-  void release() override { x = y = reserve = weight = bias = save_mean = save_invstd = Tensor(); }
+  void release() override {
+    x = y = reserve = weight = bias = save_mean = save_invstd = Tensor();
+    reductions.reset();
+  }
+
+ private:
+  // gy arrived masked with its reductions (the op that completed it filled them): no reduction
+  // pass; gy itself is the residual's gradient, handed on without a copy where the target allows.
+  void backward_from_reductions(const Tensor& gy, std::vector<GradTarget>& t) {
+    const Tensor g = in_format(gy, x.memory_format());
+    const bool gx_direct = t[0].needed() && t[0].beta == 0.f && t[0].tensor->strides() == x.strides();
+    Tensor gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
+    const bool params_direct =
+        takes_channel_grad(t, 2, weight) && takes_channel_grad(t, 3, weight) && t[2].beta == t[3].beta;
+    const float param_beta = params_direct ? t[2].beta : 0.f;
+    Tensor gw = params_direct ? *t[2].tensor : channel_grad_buffer(t, 2, weight);
+    Tensor gb = params_direct ? *t[3].tensor : channel_grad_buffer(t, 3, weight);
+    backend::batch_norm_backward_from_sums(x, g, reductions->sum_g, reductions->sum_gx, weight, save_mean, save_invstd,
+                                           gx, param_beta, gw, gb);
+    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+    if (t[1].needed()) pass_into(g, t[1]);
+    finish_channel_grad(gw, t, 2);
+    finish_channel_grad(gb, t, 3);
+  }
 };
 
 // relu(batch_norm(x) [+ z]) through the device's fused kernel when it has one for x (training
@@ -249,6 +279,12 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   node->save_mean = save_mean;
   node->save_invstd = save_invstd;
   node->eps = static_cast<float>(eps);
+  if (z != nullptr && !tx.device().is_cpu() && backend::batch_norm_backward_from_sums.has(backend::kCuda)) {
+    node->reductions = std::make_shared<OutputGradReductions>();
+    node->reductions->y = y;
+    node->reductions->x = tx;
+    node->reductions->mean = save_mean;
+  }
   node->set_inputs(defined_inputs({&x, residual, &weight, &bias}));
   return Variable::make_result(y, node);
 }

@@ -19,16 +19,39 @@ class Conv2dNode final : public Node {
   Tensor x, w;
   backend::Conv2dParams p;
   MemoryFormat format = MemoryFormat::kContiguous;
+  // Offered by the batch norm that produced x (OffersOutputGradReductions).
+  std::shared_ptr<OutputGradReductions> input_reductions;
   const char* name() const override { return "conv2d"; }
   void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
     const Tensor g = in_format(gy, format);
-    if (t[0].needed())
+    if (t[0].needed() && !completes_with_reductions(g, t[0]))
       write_in(t[0], format, [&](float beta, Tensor& gx) { backend::conv2d_backward_data(g, w, p, beta, gx); });
     if (t[1].needed())
       write_in(t[1], format, [&](float beta, Tensor& gw) { backend::conv2d_backward_weight(x, g, p, beta, gw); });
     if (t.size() > 2 && t[2].needed()) backend::conv2d_backward_bias(g, t[2].beta, *t[2].tensor);
   }
-  void release() override { x = w = Tensor(); }
+  void release() override {
+    x = w = Tensor();
+    input_reductions.reset();
+  }
+
+ private:
+  // Where this gradient completes x's (the last contribution, added to what is there) and the
+  // batch norm that produced x asked for its reductions: the data gradient, the mask and the
+  // reductions in one kernel, where the device has one for the problem. False: nothing written.
+  bool completes_with_reductions(const Tensor& g, GradTarget& target) {
+    if (!input_reductions || input_reductions->filled || !target.completes || target.beta != 1.f ||
+        !has_format(*target.tensor, format))
+      return false;
+    OutputGradReductions& r = *input_reductions;
+    const TensorOptions stats(kFloat32, g.device());
+    r.sum_g = Tensor::empty({x.size(1)}, stats);
+    r.sum_gx = Tensor::empty({x.size(1)}, stats);
+    r.filled = backend::conv2d_backward_data_masked_sums(g, w, p, r.y, r.x, r.mean, *target.tensor, r.sum_g,
+                                                         r.sum_gx);
+    if (r.filled) count_output_grad_reductions_filled();
+    return r.filled;
+  }
 };
 
 void check_conv2d_geometry(const char* op, Conv2dPair stride, Conv2dPair padding, Conv2dPair dilation,
@@ -145,6 +168,9 @@ Variable conv2d_impl(const char* op, const Variable& x, const Variable& weight, 
   node->w = tw;
   node->p = p;
   node->format = format;
+  if (!bias.defined() && !tx.device().is_cpu() && backend::conv2d_backward_data_masked_sums.has(backend::kCuda))
+    if (const auto* offers = dynamic_cast<const OffersOutputGradReductions*>(x.creator().get()))
+      node->input_reductions = offers->output_grad_reductions();
   node->set_inputs(defined_inputs({&x, &weight, &bias}));
   return Variable::make_result(out, node);
 }

@@ -1,7 +1,16 @@
 // The shared operand checks and memory-format rules of the ops (support.hpp).
 #include "autograd/ops/support.hpp"
 
+#include <atomic>
+
 namespace dpl::ops_detail {
+
+namespace {
+std::atomic<std::uint64_t> g_reductions_filled{0};
+}  // namespace
+
+std::uint64_t output_grad_reductions_filled() { return g_reductions_filled.load(std::memory_order_relaxed); }
+void count_output_grad_reductions_filled() { g_reductions_filled.fetch_add(1, std::memory_order_relaxed); }
 
 void check_operands(const char* op, std::initializer_list<Operand> operands) {
   const Operand* first = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "backend/kernels.hpp"
@@ -67,6 +68,28 @@ inline Tensor empty_in_format_of(const Shape& shape, const Tensor& like) {
 }
 
 // --- gradient writes --------------------------------------------------------------------------
+
+/// What the fused batch norm + residual add + ReLU asks of the op that completes its output's
+/// gradient (GradTarget::completes): to mask that gradient by y > 0 and reduce it per channel
+/// where it is completed (conv2d_backward_data_masked_sums), so that the batch norm's backward
+/// skips its own reduction pass over it and passes it on as the residual's gradient.
+struct OutputGradReductions {
+  Tensor y, x, mean;     // the batch norm's output (the ReLU's mask), its input, the batch mean
+  Tensor sum_g, sum_gx;  // float32 (C,): filled by the completing op
+  bool filled = false;   // set by the op that filled them (and masked the gradient)
+};
+
+/// How many times, in this process, an op has filled an OutputGradReductions (what tests read to
+/// see that the hand-off ran), and the op's call that counts one.
+std::uint64_t output_grad_reductions_filled();
+void count_output_grad_reductions_filled();
+
+/// A node that offers OutputGradReductions for its output.
+class OffersOutputGradReductions {
+ public:
+  virtual ~OffersOutputGradReductions() = default;
+  virtual std::shared_ptr<OutputGradReductions> output_grad_reductions() const = 0;
+};
 
 /// target = beta*target + g for g of the target's shape, whatever the two formats.
 void add_into(const Tensor& g, GradTarget& target);

@@ -130,8 +130,19 @@ void batch_norm_act_backward_cuda(bool add, const Tensor& x, const Tensor& y, co
                                         save_invstd, 0.f, gx, add ? &gz : nullptr, param_beta, gweight, gbias);
 }
 
+void batch_norm_backward_from_sums_cuda(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
+                                        const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                                        Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias) {
+  DPL_CHECK(channels_last(x) && g.strides() == x.strides() && gx.strides() == x.strides(),
+            "batch_norm_backward_from_sums: needs channels-last x, g and gx of one layout, got shape ",
+            shape_str(x.shape()), " strides ", shape_str(x.strides()));
+  cuda_detail::batch_norm_nhwc_backward_from_sums(x, g, sum_g, sum_gx, weight, save_mean, save_invstd, 0.f, gx,
+                                                  param_beta, gweight, gbias);
+}
+
 }  // namespace
 
+DPL_REGISTER_KERNEL(batch_norm_backward_from_sums, kCuda, batch_norm_backward_from_sums_cuda);
 DPL_REGISTER_KERNEL(batch_norm_train, kCuda, batch_norm_train_cuda);
 DPL_REGISTER_KERNEL(batch_norm_infer, kCuda, batch_norm_infer_cuda);
 DPL_REGISTER_KERNEL(batch_norm_backward, kCuda, batch_norm_backward_cuda);

@@ -477,6 +477,17 @@ bool conv2d_forward_sums_cuda(const Tensor& x, const Tensor& w, const Conv2dPara
   return run(ConvKind::kForwardSums, x, w, p, 0.f, y, &sum, &sum_of_squares);
 }
 
+bool conv2d_backward_data_masked_sums_cuda(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y,
+                                           const Tensor& x, const Tensor& mean, Tensor& g, Tensor& sum_g,
+                                           Tensor& sum_gx) {
+#if defined(DPL_HAVE_CUTLASS_SM90)
+  return cuda_detail::conv1x1_backward_data_masked_sums(gy, w, p, y, x, mean, g, sum_g, sum_gx);
+#else
+  (void)gy, (void)w, (void)p, (void)y, (void)x, (void)mean, (void)g, (void)sum_g, (void)sum_gx;
+  return false;
+#endif
+}
+
 void conv2d_backward_data_cuda(const Tensor& gy, const Tensor& w, const Conv2dParams& p, float beta, Tensor& gx) {
   run(ConvKind::kBackwardData, gy, w, p, beta, gx);
 }
@@ -492,6 +503,7 @@ void conv2d_backward_weight_cuda(const Tensor& x, const Tensor& gy, const Conv2d
 DPL_REGISTER_KERNEL(conv2d_forward, kCuda, conv2d_forward_cuda);
 DPL_REGISTER_KERNEL(conv2d_forward_sums, kCuda, conv2d_forward_sums_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_data, kCuda, conv2d_backward_data_cuda);
+DPL_REGISTER_KERNEL(conv2d_backward_data_masked_sums, kCuda, conv2d_backward_data_masked_sums_cuda);
 DPL_REGISTER_KERNEL(conv2d_backward_weight, kCuda, conv2d_backward_weight_cuda);
 
 }  // namespace dpl::backend

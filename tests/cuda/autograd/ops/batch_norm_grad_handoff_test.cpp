@@ -1,0 +1,79 @@
+// The hand-off of a residual batch norm's backward reductions to the convolution that completes
+// its output's gradient (OutputGradReductions in src/autograd/ops/support.hpp): out =
+// relu(bn(x) + z) feeds a 1x1 convolution and a second term of the loss, whose contribution
+// arrives first; the convolution's data gradient then completes out's gradient
+// and, on sm_90 with CUTLASS, also masks it and computes the batch norm's reductions. The same
+// graph with an identity op (multiplying by one) between the batch norm and the convolution never
+// hands off: every gradient must agree with it. Both sides round the completed gradient once to
+// the dtype; they differ in the order of the float additions (the product's and the reductions'),
+// so 16-bit results agree within the dtype's tolerances of the convolution tests (rtol and atol
+// 1e-2 bfloat16, 2e-3 float16), the float32 parameter gradients of the batch norm within 1e-3.
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "autograd/ops/support.hpp"
+#include "cuda_test_util.hpp"
+#include "dpl/config.hpp"
+#include "dpl/core/settings.hpp"
+
+namespace dpl::test {
+namespace {
+
+class BatchNormGradHandoffTest : public CudaTest {};
+
+// Whether this build and GPU have the product that takes the hand-off (CUTLASS, sm_90).
+bool hands_off() {
+  int major = 0, minor = 0;
+  return DPL_WITH_CUTLASS_SM90 && settings().cutlass &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+         minor == 0;
+}
+
+TEST_F(BatchNormGradHandoffTest, GradientsMatchTheGraphWithoutTheHandoff) {
+  for (DType t : {kBFloat16, kFloat16})
+    for (const Shape& shape : {Shape{4, 64, 14, 14}, Shape{2, 256, 7, 9}}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + shape_str(shape));
+      const std::int64_t c = shape[1], o = 2 * c;
+      const Tensor x0 = on_gpu(rand(shape, -1.f, 2.f).to(t)).to_channels_last();
+      const Tensor z0 = on_gpu(rand(shape).to(t)).to_channels_last();
+      const Tensor w0 = on_gpu(rand({o, c, 1, 1}, -0.2f, 0.2f).to(t)).to_channels_last();
+      const Tensor r1 = on_gpu(rand({shape[0], o, shape[2], shape[3]}).to(t)).to_channels_last();
+      const Tensor r2 = on_gpu(rand(shape).to(t)).to_channels_last();
+      const Tensor gamma = rand({c}, 0.5f, 1.5f), beta = rand({c});
+      const Tensor ones = Tensor::ones(shape, TensorOptions(t, gpu())).to_channels_last();
+      Tensor grads[2][5];
+      for (int identity = 0; identity < 2; ++identity) {
+        Variable x(x0, true), z(z0, true), w(w0, true), gv(on_gpu(gamma), true), bv(on_gpu(beta), true);
+        Tensor rm = Tensor::zeros({c}, TensorOptions(kFloat32, gpu()));
+        Tensor rv = Tensor::ones({c}, TensorOptions(kFloat32, gpu()));
+        const Variable out = batch_norm_add_relu(x, z, gv, bv, rm, rv, true, 0.1, 1e-5);
+        const Variable into_conv = identity ? mul(out, Variable(ones)) : out;
+        const Variable y = conv2d(into_conv, w);
+        // The convolution's term first: the engine's order (the reverse of a depth-first walk of
+        // the inputs) then runs the convolution's backward after out's own term, so that its data
+        // gradient completes out's gradient, as in a residual network.
+        const Variable loss = add(sum(mul(y, Variable(r1))), sum(mul(out, Variable(r2))));
+        const std::uint64_t before = ops_detail::output_grad_reductions_filled();
+        loss.backward();
+        EXPECT_EQ(ops_detail::output_grad_reductions_filled() - before, !identity && hands_off() ? 1u : 0u)
+            << (identity ? "with the identity op between" : "batch norm straight into the convolution");
+        grads[identity][0] = x.grad().to(Device::cpu());
+        grads[identity][1] = z.grad().to(Device::cpu());
+        grads[identity][2] = w.grad().to(Device::cpu());
+        grads[identity][3] = gv.grad().to(Device::cpu());
+        grads[identity][4] = bv.grad().to(Device::cpu());
+      }
+      const float tol = t == kBFloat16 ? 1e-2f : 2e-3f;
+      const char* names[5] = {"x", "z (the residual)", "conv weight", "bn weight", "bn bias"};
+      for (int i = 0; i < 5; ++i) {
+        const float r = i >= 3 ? 1e-3f : tol;
+        expect_close(grads[0][i].to(kFloat32), grads[1][i].to(kFloat32), r, r * 10, names[i]);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace dpl::test
