@@ -390,8 +390,8 @@ DPL_DECLARE_KERNEL(conv2d_forward_sums, any(),
 /// holding the contributions gathered so far) = (y > 0) ? g + dL/dy of this convolution : 0, and
 /// per channel (float32 (C,)) the sums of g and of g · (x − mean), the batch norm's backward
 /// reductions, in one kernel. Where the device has no such kernel for the problem it writes nothing
-/// and returns false. Implemented on the GPU only (CUTLASS, 1x1 stride-1 16-bit on sm_90); callers
-/// ask has(kCuda) first.
+/// and returns false. Implemented on the GPU only (CUTLASS, 1x1 stride-1, 16-bit or float32 as TF32
+/// while allowed, on sm_90); callers ask has(kCuda) first.
 DPL_DECLARE_KERNEL(conv2d_backward_data_masked_sums, any(),
                    bool(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y, const Tensor& x,
                         const Tensor& mean, Tensor& g, Tensor& sum_g, Tensor& sum_gx));

@@ -113,6 +113,19 @@ inline void expect_close_accumulated(const Tensor& got, const Tensor& want, cons
   expect_close_with(got, want, rtol, atol, extra, what);
 }
 
+/// dpl::cuda::allow_tf32() set for a scope (float32 products take the CUTLASS paths only while it
+/// is on), and the setting before restored when the scope ends, however it ends.
+class Tf32Scope {
+ public:
+  explicit Tf32Scope(bool on) : was_(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
+  ~Tf32Scope() { cuda::set_allow_tf32(was_); }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+ private:
+  bool was_;
+};
+
 /// The unit roundoff of a 16-bit dtype: 2^-8 (bfloat16), 2^-11 (float16).
 inline double unit_roundoff(DType t) { return t == kBFloat16 ? 1.0 / 256 : 1.0 / 2048; }
 

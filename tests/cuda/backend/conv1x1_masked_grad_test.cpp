@@ -99,7 +99,15 @@ class Conv1x1MaskedGradTest : public CudaTest {
     ASSERT_TRUE(conv1x1_backward_data_masked_sums(gyg, wg, Conv2dParams{}, yg, xg, mean.to(gpu()), g, sum_g, sum_gx));
     const std::vector<double> gv = rows_by_channel(g), xv = rows_by_channel(x);
     const std::vector<float> gf(gv.begin(), gv.end());
-    expect_near_exact_sum(Tensor::from_vector(gf, {rows * k.c}).to(dtype), want, mag, true, "gradient");
+    if (dtype == kFloat32) {
+      // TF32 products: each operand rounded to 10 explicit bits (2^-10 with truncation), so each
+      // term may be off by 2^-9 of its magnitude; a missed or doubled term would be off by all of it.
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(gv[i], want[i], 0x1p-9 * mag[i] + 1e-6) << "gradient element " << i;
+      EXPECT_LT(relative_l2(gv, want), 0x1p-10) << "gradient";
+    } else {
+      expect_near_exact_sum(Tensor::from_vector(gf, {rows * k.c}).to(dtype), want, mag, true, "gradient");
+    }
     // The sums of the stored g, on the host.
     std::vector<double> s1(k.c), s2(k.c), m1(k.c), m2(k.c);
     for (std::int64_t r = 0; r < rows; ++r)
@@ -125,6 +133,26 @@ TEST_F(Conv1x1MaskedGradTest, BFloat16MatchesTheHost) {
 
 TEST_F(Conv1x1MaskedGradTest, Float16MatchesTheHost) {
   for (const Case& k : kCases) check(k, kFloat16);
+}
+
+TEST_F(Conv1x1MaskedGradTest, Float32WithTF32MatchesTheHost) {
+  const Tf32Scope tf32(true);
+  for (const Case& k : kCases) check(k, kFloat32);
+}
+
+TEST_F(Conv1x1MaskedGradTest, Float32WithoutTF32IsLeftToCuDNN) {
+  // Without TF32 the product would not multiply float32 as cuDNN does: it declines, writing nothing.
+  const Tf32Scope tf32(false);
+  const Case& k = kCases.front();
+  const TensorOptions on_gpu(kFloat32, gpu());
+  const Tensor gy = Tensor::ones({k.n, k.o, k.h, k.w}, on_gpu).to_channels_last();
+  const Tensor w = Tensor::ones({k.o, k.c, 1, 1}, on_gpu).to_channels_last();
+  const Tensor y = Tensor::ones({k.n, k.c, k.h, k.w}, on_gpu).to_channels_last();
+  Tensor g = Tensor::zeros({k.n, k.c, k.h, k.w}, on_gpu).to_channels_last();
+  Tensor sum_g = poisoned({k.c}), sum_gx = poisoned({k.c});
+  EXPECT_FALSE(conv1x1_backward_data_masked_sums(gy, w, Conv2dParams{}, y, y, Tensor::zeros({k.c}, on_gpu), g, sum_g,
+                                                 sum_gx));
+  EXPECT_EQ(g.to(Device::cpu()).to_vector<float>(), std::vector<float>(static_cast<std::size_t>(g.numel()), 0.f));
 }
 
 #else

@@ -108,7 +108,9 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
 bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y,
                                        const Tensor& x, const Tensor& mean, Tensor& g, Tensor& sum_g,
                                        Tensor& sum_gx) {
-  if (w.dtype() != y.dtype() || !packed_channels_last(w) || !fits(y, gy, w.shape(), p, /*tf32=*/false)) return false;
+  // float32 as cuDNN's data gradient runs it: multiplied as TF32 only where allowed.
+  if (w.dtype() != y.dtype() || !packed_channels_last(w) || !fits(y, gy, w.shape(), p, cuda_api::allow_tf32()))
+    return false;
   for (const Tensor* t : std::initializer_list<const Tensor*>{&x, &g})
     if (t->shape() != y.shape() || t->dtype() != y.dtype() || t->strides() != y.strides() ||
         !aligned16(t->raw_data()))
@@ -118,14 +120,18 @@ bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const 
     if (t->dtype() != kFloat32 || t->numel() != c || !t->is_contiguous()) return false;
   const int device = y.device().index;
   GemmMaskedGrad m;
-  m.element = y.dtype() == kBFloat16 ? GemmElement::kBFloat16 : GemmElement::kFloat16;
+  const DType t = y.dtype();
+  m.element = t == kBFloat16 ? GemmElement::kBFloat16 : t == kFloat16 ? GemmElement::kFloat16 : GemmElement::kFloat32;
   m.device = device;
   m.multiprocessors = sm_count(device);
   m.rows = static_cast<int>(y.size(0) * y.size(2) * y.size(3));
   m.o = static_cast<int>(gy.size(1));
   m.c = static_cast<int>(c);
   m.gy = gy.raw_data();
-  m.w = w.raw_data();
+  // TF32's operands must be K-major: float32 gets wᵀ (c × o row-major), the O × C matrix viewed as
+  // a (1, O, C, 1) image whose channels-last copy puts O innermost.
+  const Tensor w_t = t == kFloat32 ? w.reshape({1, gy.size(1), c, 1}).to_channels_last() : Tensor();
+  m.w = t == kFloat32 ? w_t.raw_data() : w.raw_data();
   m.g = g.raw_data();
   m.y = y.raw_data();
   m.x = x.raw_data();

@@ -25,7 +25,8 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
 /// gradient, holding the contributions gathered so far) = (y > 0) ? g + dL/dy of this convolution
 /// : 0, and per channel the sums of g and of g · (x − mean) (float32 (C,)): the batch norm's
 /// backward reductions. gy is the convolution's output gradient; y, x and g channels-last in one
-/// 16-bit dtype with channel counts that are multiples of 8, mean float32 (C,), on sm_90. Returns
+/// 16-bit dtype (or float32 while dpl::cuda::allow_tf32() is on, multiplied as TF32) with channel
+/// counts that are multiples of 8, mean float32 (C,), on sm_90. Returns
 /// false, having written nothing, for any other problem.
 bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const Conv2dParams& p, const Tensor& y,
                                        const Tensor& x, const Tensor& mean, Tensor& g, Tensor& sum_g,

@@ -20,17 +20,18 @@ namespace dpl::backend::cuda_detail {
 
 /// g (rows × c, row-major) = (y > 0) ? g + gy · w : 0, for gy (rows × o) and w (o × c) row-major,
 /// g holding the gradient gathered so far (read and overwritten), y and x (rows × c) the batch
-/// norm's output and input; all bfloat16 or all float16, float accumulation, the result rounded
-/// once. Per 128-row tile the epilogue writes the sums of each channel of g (as rounded) and of
+/// norm's output and input; all bfloat16, all float16 or all float32 (multiplied as TF32, whose
+/// operands must be K-major: then w holds wᵀ, c × o row-major), float accumulation, the result
+/// rounded once. Per 128-row tile the epilogue writes the sums of each channel of g (as rounded) and of
 /// g · (x − mean[channel]) into partial_g / partial_gx (gemm_column_sums_layout(rows, c)), folded
 /// through fold_g / fold_gx into the sums. o and c multiples of 8, pointers 16-byte aligned.
 struct GemmMaskedGrad {
-  GemmElement element = GemmElement::kBFloat16;  // bfloat16 or float16
+  GemmElement element = GemmElement::kBFloat16;
   int device = 0;
   int multiprocessors = 0;
   int rows = 0, o = 0, c = 0;
   const void* gy = nullptr;
-  const void* w = nullptr;
+  const void* w = nullptr;  // o × c row-major; float32: c × o row-major (wᵀ)
   void* g = nullptr;
   const void* y = nullptr;
   const void* x = nullptr;

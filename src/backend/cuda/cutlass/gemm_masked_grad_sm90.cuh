@@ -1,5 +1,5 @@
 #pragma once
-// The kernel behind gemm_masked_grad.hpp, a template over the 16-bit dtype. As the forward product
+// The kernel behind gemm_masked_grad.hpp, a template over the dtype. As the forward product
 // (gemm_column_sums_sm90.cuh) it computes the transpose, gᵀ (c × rows, column-major: the bytes of
 // the channels-last g) = wᵀ · gyᵀ, so that a channel is a row of the product and its sums are
 // CUTLASS's column reduction, which keeps them in registers. The epilogue, a visitor graph:
@@ -7,6 +7,8 @@
 //   rounded to T; its sum per channel; (s · (x − mean)) and its sum per channel; s stored.
 // y and x come in through two auxiliary TMA loads of the output's layout, mean as a per-channel
 // broadcast.
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
@@ -23,7 +25,13 @@ namespace masked_grad_sm90 {
 using namespace cute;
 namespace fusion = cutlass::epilogue::fusion;
 
-using TileShape = Shape<Int<kColumnSumsTileColumns>, Int<kColumnSumsTileRows>, _64>;
+// K steps of 128 bytes of the element type, as the forward product's.
+template <class T>
+using TileShape = Shape<Int<kColumnSumsTileColumns>, Int<kColumnSumsTileRows>, Int<128 / sizeof(T)>>;
+// wᵀ as operand A: channel-major (M-major) for the 16-bit types; TF32's tensor-core operands must
+// be K-major, so float32 reads wᵀ stored c × o row-major (GemmMaskedGrad::w).
+template <class T>
+using LayoutA = std::conditional_t<sizeof(T) == 4, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 using ClusterShape = Shape<_1, _1, _1>;
 using Schedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
@@ -75,19 +83,26 @@ struct TakeFirst {
   }
 };
 
+// The epilogue's sub-tile: CUTLASS's choice (128 × 32) for the 16-bit types; for float32 half as wide,
+// because four float32 operands staged through shared memory (C, y, x, D) at the automatic size
+// would leave the main loop a single stage.
+template <class T>
+using EpilogueTile = std::conditional_t<sizeof(T) == 4, Shape<_128, _16>, cutlass::epilogue::collective::EpilogueTileAuto>;
+
 template <class T>
 struct Gemm {
   static constexpr int kAlign = 16 / sizeof(T);
+  using Tile = TileShape<T>;
   using EpilogueDescriptor = cutlass::epilogue::collective::detail::EpilogueDescriptor<
-      TileShape, cutlass::epilogue::collective::EpilogueTileAuto, T, T, Schedule>;
+      Tile, EpilogueTile<T>, T, T, Schedule>;
   using AuxDescriptor =
       cutlass::epilogue::collective::detail::AuxLoadDescriptor<EpilogueDescriptor, cutlass::layout::ColumnMajor, T>;
   using AuxLoad = fusion::Sm90AuxLoad<AuxDescriptor::Stages, typename EpilogueDescriptor::EpilogueTile, T,
                                       typename AuxDescriptor::Stride, typename AuxDescriptor::SmemLayoutAtom,
                                       typename AuxDescriptor::CopyOpS2R>;
-  using Mean = fusion::Sm90ColBroadcast<0, TileShape, float>;
+  using Mean = fusion::Sm90ColBroadcast<0, Tile, float>;
   template <template <class> class Fn>
-  using ChannelPartials = fusion::Sm90ColReduction<Fn, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
+  using ChannelPartials = fusion::Sm90ColReduction<Fn, cutlass::plus, cutlass::plus, 0, Tile, float, float,
                                                    kRound, Stride<_1, _0, _0>, 4, false, false>;
   // Nodes: 0 acc, 1 C, 2 y, 3 x, 4 mean, 5 masked sum (rounded to T), 6 its channel sums,
   // 7 (5)·(x − mean), 8 its channel sums, 9 the stored value.
@@ -100,12 +115,11 @@ struct Gemm {
       fusion::Sm90Compute<CenteredProduct, float, float, kRound>, ChannelPartials<cutlass::plus>,
       fusion::Sm90Compute<TakeFirst, T, float, kRound>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, cutlass::layout::ColumnMajor, kAlign, T,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, ClusterShape, EpilogueTile<T>, float, float, T, cutlass::layout::ColumnMajor, kAlign, T,
       cutlass::layout::ColumnMajor, kAlign, Schedule, Callbacks>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, cutlass::layout::ColumnMajor, kAlign, T,
-      cutlass::layout::ColumnMajor, kAlign, float, TileShape, ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutA<T>, kAlign, T,
+      cutlass::layout::ColumnMajor, kAlign, float, Tile, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
@@ -120,7 +134,11 @@ typename Gemm<T>::Adapter::Arguments arguments(const GemmMaskedGrad& g) {
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   // Transposed: M = channels of g, N = rows, K = the convolution's output channels.
   args.problem_shape = {g.c, g.rows, g.o, 1};
-  const typename G::Kernel::StrideA stride_a = make_stride(_1{}, c, c * o);     // wᵀ, channel-major
+  typename G::Kernel::StrideA stride_a;
+  if constexpr (sizeof(T) == 4)
+    stride_a = make_stride(o, _1{}, c * o);  // wᵀ stored c × o: K-major
+  else
+    stride_a = make_stride(_1{}, c, c * o);  // w read as wᵀ: channel-major
   const typename G::Kernel::StrideB stride_b = make_stride(o, _1{}, rows * o);  // gyᵀ, K-major
   const typename G::Kernel::StrideD stride_d = make_stride(_1{}, c, rows * c);  // gᵀ, the bytes of g
   args.mainloop = {static_cast<const T*>(g.w), stride_a, static_cast<const T*>(g.gy), stride_b};

@@ -27,19 +27,6 @@ namespace {
 
 class ConvSumsTest : public CudaTest {};
 
-// dpl::cuda::allow_tf32() set for a scope (float32 convolutions fuse only while it is on), and the
-// setting before restored when the scope ends, however it ends.
-class Tf32Scope {
- public:
-  explicit Tf32Scope(bool on) : was_(cuda::allow_tf32()) { cuda::set_allow_tf32(on); }
-  ~Tf32Scope() { cuda::set_allow_tf32(was_); }
-  Tf32Scope(const Tf32Scope&) = delete;
-  Tf32Scope& operator=(const Tf32Scope&) = delete;
-
- private:
-  bool was_;
-};
-
 float output_rtol(DType t) { return t == kBFloat16 ? 1e-2f : t == kFloat16 ? 2e-3f : 1e-4f; }
 float sums_rtol(DType t) { return t == kBFloat16 ? 4e-3f : t == kFloat16 ? 1e-3f : 1e-5f; }
 
