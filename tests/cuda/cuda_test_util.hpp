@@ -2,6 +2,7 @@
 // Shared pieces of the GPU tests: a fixture that skips without a GPU, fresh random inputs with
 // a printed seed, NaN-poisoned outputs, and CPU-vs-CUDA comparisons with stated tolerances.
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "backend/kernels.hpp"
 #include "dpl/config.hpp"
 #include "dpl/core/cuda.hpp"
+#include "dpl/core/settings.hpp"
 #include "dpl/dpl.hpp"
 
 /// Skips a test whose reference is the CPU's convolution, batch norm or pooling: those need
@@ -111,6 +113,17 @@ inline void expect_close_accumulated(const Tensor& got, const Tensor& want, cons
   for (std::size_t i = 0; i < w.size(); ++i)
     extra[i] = 2.0 * eps * (std::fabs(static_cast<double>(p[i])) + std::fabs(static_cast<double>(w[i]) - p[i]));
   expect_close_with(got, want, rtol, atol, extra, what);
+}
+
+/// Whether this build and GPU 0 run dpl's CUTLASS products (src/backend/cuda/cutlass): built with
+/// them, DPL_CUTLASS not 0, and a device of compute capability 9.0 (sm_90a code runs there only).
+/// Where they run, the cases they take must come back fused.
+inline bool cutlass_products_run() {
+  int major = 0, minor = 0;
+  return DPL_WITH_CUTLASS_SM90 && settings().cutlass &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
+         minor == 0;
 }
 
 /// dpl::cuda::allow_tf32() set for a scope (float32 products take the CUTLASS paths only while it

@@ -7,7 +7,6 @@
 // then rounded once: each element within u|want| + 2^-14 times the sum of the terms' magnitudes
 // (expect_near_exact_sum). The sums are those of the stored g, added in float32: within 1e-5 of
 // the sums of magnitudes (as ConvSumsTest holds the forward's).
-#include <cuda_runtime.h>
 
 #include <cmath>
 #include <string>
@@ -15,7 +14,6 @@
 
 #include "cuda_test_util.hpp"
 #include "dpl/config.hpp"
-#include "dpl/core/settings.hpp"
 #if DPL_WITH_CUTLASS_SM90
 #include "backend/cuda/cutlass/conv1x1.hpp"
 #endif
@@ -62,11 +60,8 @@ class Conv1x1MaskedGradTest : public CudaTest {
   void SetUp() override {
     CudaTest::SetUp();
     if (IsSkipped()) return;
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-    if (major != 9 || minor != 0) GTEST_SKIP() << "the CUTLASS products are built for compute capability 9.0";
-    if (!settings().cutlass) GTEST_SKIP() << "DPL_CUTLASS=0 turns the CUTLASS products off";
+    if (!cutlass_products_run())
+      GTEST_SKIP() << "needs the CUTLASS products: a GPU of compute capability 9.0, DPL_CUTLASS not 0";
   }
 
   void check(const Case& k, DType dtype) {

@@ -13,26 +13,13 @@
 #include <string>
 #include <vector>
 
-#include <cuda_runtime.h>
-
 #include "autograd/ops/support.hpp"
 #include "cuda_test_util.hpp"
-#include "dpl/config.hpp"
-#include "dpl/core/settings.hpp"
 
 namespace dpl::test {
 namespace {
 
 class BatchNormGradHandoffTest : public CudaTest {};
-
-// Whether this build and GPU have the product that takes the hand-off (CUTLASS, sm_90).
-bool hands_off() {
-  int major = 0, minor = 0;
-  return DPL_WITH_CUTLASS_SM90 && settings().cutlass &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
-         minor == 0;
-}
 
 TEST_F(BatchNormGradHandoffTest, GradientsMatchTheGraphWithoutTheHandoff) {
   const Tf32Scope tf32(true);
@@ -61,7 +48,8 @@ TEST_F(BatchNormGradHandoffTest, GradientsMatchTheGraphWithoutTheHandoff) {
         const Variable loss = add(sum(mul(y, Variable(r1))), sum(mul(out, Variable(r2))));
         const std::uint64_t before = ops_detail::output_grad_reductions_filled();
         loss.backward();
-        EXPECT_EQ(ops_detail::output_grad_reductions_filled() - before, !identity && hands_off() ? 1u : 0u)
+        const std::uint64_t want = !identity && cutlass_products_run() ? 1u : 0u;
+        EXPECT_EQ(ops_detail::output_grad_reductions_filled() - before, want)
             << (identity ? "with the identity op between" : "batch norm straight into the convolution");
         grads[identity][0] = x.grad().to(Device::cpu());
         grads[identity][1] = z.grad().to(Device::cpu());

@@ -12,7 +12,6 @@
 // float16 of the sum of magnitudes; 1e-5 float32). Batch norm from sums differs from its Welford
 // pass only in how the variance is rounded (rtol 1e-4 on the float32 statistics, the dtype's
 // tolerance on 16-bit outputs).
-#include <cuda_runtime.h>
 
 #include <cmath>
 #include <iostream>
@@ -20,7 +19,6 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
-#include "dpl/core/settings.hpp"
 
 namespace dpl::test {
 namespace {
@@ -54,16 +52,6 @@ HostSums host_sums(const Tensor& y) {
         s.magnitude[ch] += std::fabs(e);
       }
   return s;
-}
-
-// Whether this build and GPU run 1x1 stride-1 16-bit convolutions (and float32 ones while TF32 is
-// allowed) with their sums on CUTLASS's sm_90a product, so that those cases must come back fused.
-bool cutlass_fuses_1x1() {
-  int major = 0, minor = 0;
-  return DPL_WITH_CUTLASS_SM90 && settings().cutlass &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess && major == 9 &&
-         minor == 0;
 }
 
 TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
@@ -102,8 +90,8 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
       const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums, stride, padding).data();
       ASSERT_EQ(got.memory_format(), MemoryFormat::kChannelsLast);
       expect_close(got.to(Device::cpu()), want.to(Device::cpu()), output_rtol(t), output_rtol(t), "output");
-      const bool must_fuse = cutlass_fuses_1x1() && t != kFloat32 && c.k == 1 && c.stride == 1 && c.x[1] % 8 == 0 &&
-                             c.out % 8 == 0;
+      const bool must_fuse = cutlass_products_run() && t != kFloat32 && c.k == 1 && c.stride == 1 &&
+                             c.x[1] % 8 == 0 && c.out % 8 == 0;
       if (must_fuse) {
         EXPECT_TRUE(sums.defined()) << "CUTLASS's 1x1 product should have taken this case";
       }
@@ -150,7 +138,7 @@ TEST_F(ConvSumsTest, Float32WithTF32FusesThe1x1Convolutions) {
     ChannelSums sums;
     const Tensor got = conv2d_with_sums(Variable(x), Variable(w), sums).data();
     expect_close(got.to(Device::cpu()), want.to(Device::cpu()), 1e-2f, 1e-2f, "output");
-    const bool must_fuse = cutlass_fuses_1x1() && c.x[1] % 8 == 0 && c.out % 8 == 0;
+    const bool must_fuse = cutlass_products_run() && c.x[1] % 8 == 0 && c.out % 8 == 0;
     EXPECT_EQ(sums.defined(), must_fuse) << "fused where CUTLASS's product takes the case, and only there";
     if (!sums.defined()) continue;
     const HostSums h = host_sums(got);
