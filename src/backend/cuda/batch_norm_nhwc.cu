@@ -358,17 +358,14 @@ __global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squar
                    running_mean, running_var, save_mean, save_invstd, scale, shift);
 }
 
-// Per channel: gweight, gbias, and the coefficients of gx = k * (g - a - (x - mean) * b) in
-// coef[0, 3c); when relu_bias is given, also the forward's scale and shift (coef[3c, 5c)) from
-// which the elementwise pass recomputes the ReLU's mask.
-__global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, ChannelParam weight,
-                                      const float* save_mean, const float* save_invstd, ChannelParam relu_bias,
-                                      ChannelGrad gweight, ChannelGrad gbias, float* coef) {
-  __shared__ float2 shared[kFinalLanes * kFinalChannels];
-  float2 s;
-  if (!combine_groups(partial, groups, c, shared, s)) return;
-  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
-  const float sg = s.x, sgx = s.y;
+// Per channel, from the sums of g and of g * (x - mean) over `count` rows: gweight, gbias, and
+// the coefficients of gx = k * (g - a - (x - mean) * b) in coef[0, 3c); when relu_bias is given,
+// also the forward's scale and shift (coef[3c, 5c)) from which the elementwise pass recomputes
+// the ReLU's mask.
+__device__ __forceinline__ void write_grad_coefficients(int ch, int c, float sg, float sgx, float count,
+                                                        ChannelParam weight, const float* save_mean,
+                                                        const float* save_invstd, ChannelParam relu_bias,
+                                                        ChannelGrad gweight, ChannelGrad gbias, float* coef) {
   const float invstd = save_invstd[ch];
   gweight.store(ch, sgx * invstd);
   gbias.store(ch, sg);
@@ -380,6 +377,28 @@ __global__ void finalize_grads_kernel(const float2* partial, int groups, int c, 
     coef[3 * c + ch] = scale;
     coef[4 * c + ch] = affine_shift(save_mean[ch], scale, relu_bias[ch]);
   }
+}
+
+// write_grad_coefficients from grad_sums_kernel's partial sums.
+__global__ void finalize_grads_kernel(const float2* partial, int groups, int c, float count, ChannelParam weight,
+                                      const float* save_mean, const float* save_invstd, ChannelParam relu_bias,
+                                      ChannelGrad gweight, ChannelGrad gbias, float* coef) {
+  __shared__ float2 shared[kFinalLanes * kFinalChannels];
+  float2 s;
+  if (!combine_groups(partial, groups, c, shared, s)) return;
+  const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
+  write_grad_coefficients(ch, c, s.x, s.y, count, weight, save_mean, save_invstd, relu_bias, gweight, gbias, coef);
+}
+
+// write_grad_coefficients from whole sums (what a convolution's epilogue computed for its output
+// gradient).
+__global__ void finalize_given_grads_kernel(const float* sum_g, const float* sum_gx, int c, float count,
+                                            ChannelParam weight, const float* save_mean, const float* save_invstd,
+                                            ChannelGrad gweight, ChannelGrad gbias, float* coef) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  write_grad_coefficients(ch, c, sum_g[ch], sum_gx[ch], count, weight, save_mean, save_invstd, ChannelParam{},
+                          gweight, gbias, coef);
 }
 
 // Elementwise passes: one thread per V-channel vector, grid-stride; `packs` = elements / V.
@@ -632,16 +651,6 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
   });
 }
 
-namespace {
-
-// partial[ch] = {sum_g[ch], sum_gx[ch]}: given sums as the one row group finalize_grads_kernel reads.
-__global__ void pair_sums_kernel(const float* sum_g, const float* sum_gx, int c, float2* partial) {
-  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch < c) partial[ch] = make_float2(sum_g[ch], sum_gx[ch]);
-}
-
-}  // namespace
-
 void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
                                         const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
                                         float beta, Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias) {
@@ -652,16 +661,12 @@ void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const 
     const T* xp = in_ptr<T>(x);
     const T* gp = in_ptr<T>(g);
     T* gxp = out_ptr<T>(gx);
-    // Scratch: the sums as float2 pairs, then gx's three coefficients.
-    Tensor holder = Tensor::empty({5 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
-    float2* partial = reinterpret_cast<float2*>(holder.data<float>());
-    float* coef = holder.data<float>() + 2 * c;
-    pair_sums_kernel<<<(c + 255) / 256, 256, 0, d.stream()>>>(sum_g.data<float>(), sum_gx.data<float>(), c, partial);
-    DPL_CUDA_CHECK(cudaGetLastError());
-    finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                            d.stream()>>>(partial, 1, c, static_cast<float>(rows), channel_param(weight),
-                                          save_mean.data<float>(), save_invstd.data<float>(), ChannelParam{},
-                                          channel_grad(gweight, param_beta), channel_grad(gbias, param_beta), coef);
+    Tensor coef_holder = Tensor::empty({3 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
+    float* coef = coef_holder.data<float>();
+    finalize_given_grads_kernel<<<(c + 255) / 256, 256, 0, d.stream()>>>(
+        sum_g.data<float>(), sum_gx.data<float>(), c, static_cast<float>(rows), channel_param(weight),
+        save_mean.data<float>(), save_invstd.data<float>(), channel_grad(gweight, param_beta),
+        channel_grad(gbias, param_beta), coef);
     DPL_CUDA_CHECK(cudaGetLastError());
     with_pack_width<T>(c, {xp, gp, gxp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
