@@ -44,7 +44,9 @@ TEST_F(BatchNormFromSumsTest, GivenSumsGiveTheSameGradients) {
       }
       const Tensor xg = on_gpu(x).to_channels_last(), gg = on_gpu(g).to_channels_last();
       const Tensor meang = on_gpu(mean), invstdg = on_gpu(invstd), wg = on_gpu(weight);
-      Tensor gx_ref = on_gpu(poisoned(shape).to(t)).to_channels_last(), gx = gx_ref.clone();
+      // clone() is contiguous: each output is poisoned and made channels-last on its own.
+      Tensor gx_ref = on_gpu(poisoned(shape).to(t)).to_channels_last();
+      Tensor gx = on_gpu(poisoned(shape).to(t)).to_channels_last();
       Tensor gw_ref = Tensor::zeros({c}, TensorOptions(kFloat32, gpu())), gb_ref = gw_ref.clone();
       Tensor gw = gw_ref.clone(), gb = gw_ref.clone();
       batch_norm_nhwc_backward(xg, nullptr, nullptr, gg, wg, meang, invstdg, 0.f, gx_ref, nullptr, 0.f, gw_ref, gb_ref);
