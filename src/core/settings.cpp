@@ -152,9 +152,11 @@ const std::vector<SettingInfo>& settings_table() {
        "the one with the smallest workspace), and for channels-last 16-bit images of 1–4 channels also dpl's "
        "direct kernels against cuDNN; 0: the first deterministic plan of cuDNN's heuristics (repeatable results)"},
       {"DPL_CUTLASS", "1",
-       "1: 1x1 stride-1 convolutions that compute their batch-norm statistics (conv2d_with_sums) run on dpl's "
-       "CUTLASS product where the build has it and the GPU is of compute capability 9.0; 0: on cuDNN, with the "
-       "statistics computed as cuDNN can or by the batch norm's own pass"},
+       "1: on a GPU of compute capability 9.0 where the build has CUTLASS, 1x1 stride-1 convolutions that "
+       "compute their batch-norm statistics (conv2d_with_sums) run on dpl's CUTLASS product, and so does the "
+       "data gradient of one that completes a residual batch norm's output gradient, masking it and "
+       "computing that batch norm's backward reductions; 0: both on cuDNN, with the statistics and the "
+       "reductions computed as cuDNN can or by the batch norm's own passes"},
       {"DPL_CUDA_DEVICE", "unset (local rank % GPUs)",
        "The GPU of every process (\"1\"), or a comma-separated list indexed by the local rank (\"0,2\")"},
       {"DPL_MPI_CUDA_AWARE", "unset (ask the MPI library)", "0/1: whether MPI may be handed device memory"},
