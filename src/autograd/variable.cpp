@@ -340,11 +340,9 @@ void Variable::backward() const {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const VariableImpl* impl = inputs[i].impl().get();
       if (impl == nullptr || !impl->creator) continue;
-      // An input listed twice gets its second contribution through scratch, added after the
-      // node ran: neither of its targets completes it.
-      const bool twice = std::count_if(inputs.begin(), inputs.end(),
-                                       [&](const Variable& v) { return v.impl().get() == impl; }) > 1;
-      if (--uses_left[impl] == 0 && !twice && targets[i].needed()) targets[i].completes = true;
+      // An input listed twice: its first listing is not the last use, and its second goes through
+      // scratch (merge) added after the node ran, so neither completes the gradient.
+      if (--uses_left[impl] == 0 && !merge[i] && targets[i].needed()) targets[i].completes = true;
     }
     node->backward(grad_out, targets);
     for (std::size_t i = 0; i < inputs.size(); ++i) {

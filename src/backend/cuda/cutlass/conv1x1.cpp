@@ -45,16 +45,8 @@ Tensor device_bytes(std::size_t bytes, const Device& device, void** start) {
   return t;
 }
 
-struct PartialPointers {
-  float* a = nullptr;
-  float* b = nullptr;
-  float* fold_a = nullptr;
-  float* fold_b = nullptr;
-};
-
-// Scratch for two sets of per-tile column partials of an m × n product, then the fold's rows of
-// each (gemm_column_sums_layout), with the four starts in p.
-Tensor partials_scratch(int m, int n, const Device& device, PartialPointers& p) {
+// Scratch for the per-tile partials of an m × n product and the fold's rows, with their starts in p.
+Tensor partials_scratch(int m, int n, const Device& device, ColumnPartials& p) {
   const GemmSumsLayout layout = gemm_column_sums_layout(m, n);
   const std::int64_t tile_floats = static_cast<std::int64_t>(layout.rows) * layout.pitch;
   const std::int64_t fold_floats = layout.splits > 1 ? static_cast<std::int64_t>(layout.splits) * layout.pitch : 0;
@@ -64,6 +56,11 @@ Tensor partials_scratch(int m, int n, const Device& device, PartialPointers& p) 
   p.fold_a = p.b + tile_floats;
   p.fold_b = p.fold_a + fold_floats;
   return scratch;
+}
+
+// The product's element type for a dtype fits() accepted.
+GemmElement gemm_element(DType t) {
+  return t == kBFloat16 ? GemmElement::kBFloat16 : t == kFloat16 ? GemmElement::kFloat16 : GemmElement::kFloat32;
 }
 
 }  // namespace
@@ -80,10 +77,9 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
     return false;
   const std::int64_t rows = x.size(0) * x.size(2) * x.size(3), c = x.size(1), o = w.size(0);
   const int device = x.device().index;
-  const DType t = x.dtype();
 
   GemmColumnSums g;
-  g.element = t == kBFloat16 ? GemmElement::kBFloat16 : t == kFloat16 ? GemmElement::kFloat16 : GemmElement::kFloat32;
+  g.element = gemm_element(x.dtype());
   g.device = device;
   g.multiprocessors = sm_count(device);
   g.m = static_cast<int>(rows);
@@ -92,9 +88,7 @@ bool conv1x1_forward_sums(const Tensor& x, const Tensor& w, const Conv2dParams& 
   g.x = x.raw_data();
   g.w = w.raw_data();  // (O, C, 1, 1): O × C row-major in either format
   g.y = y.raw_data();
-  PartialPointers pp;
-  const Tensor scratch = partials_scratch(g.m, g.n, x.device(), pp);
-  g.partial_sum = pp.a, g.partial_squares = pp.b, g.fold_sum = pp.fold_a, g.fold_squares = pp.fold_b;
+  const Tensor scratch = partials_scratch(g.m, g.n, x.device(), g.partials);
   g.workspace_bytes = gemm_column_sums_workspace(g);
   const Tensor workspace = device_bytes(g.workspace_bytes, x.device(), &g.workspace);
   DeviceGuard guard(device);
@@ -121,7 +115,7 @@ bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const 
   const int device = y.device().index;
   GemmMaskedGrad m;
   const DType t = y.dtype();
-  m.element = t == kBFloat16 ? GemmElement::kBFloat16 : t == kFloat16 ? GemmElement::kFloat16 : GemmElement::kFloat32;
+  m.element = gemm_element(t);
   m.device = device;
   m.multiprocessors = sm_count(device);
   m.rows = static_cast<int>(y.size(0) * y.size(2) * y.size(3));
@@ -136,9 +130,7 @@ bool conv1x1_backward_data_masked_sums(const Tensor& gy, const Tensor& w, const 
   m.y = y.raw_data();
   m.x = x.raw_data();
   m.mean = mean.data<float>();
-  PartialPointers pp;
-  const Tensor scratch = partials_scratch(m.rows, m.c, y.device(), pp);
-  m.partial_g = pp.a, m.partial_gx = pp.b, m.fold_g = pp.fold_a, m.fold_gx = pp.fold_b;
+  const Tensor scratch = partials_scratch(m.rows, m.c, y.device(), m.partials);
   m.workspace_bytes = gemm_masked_grad_workspace(m);
   const Tensor workspace = device_bytes(m.workspace_bytes, y.device(), &m.workspace);
   DeviceGuard guard(device);

@@ -15,12 +15,21 @@ namespace dpl::backend::cuda_detail {
 /// The element type of x, w and y.
 enum class GemmElement { kBFloat16, kFloat16, kFloat32 };
 
+/// Two sets of per-tile column partials that a product's epilogue writes (a and b, each
+/// gemm_column_sums_layout(m, n) floats: rows × pitch) and the fold's rows for each (fold_a and
+/// fold_b, splits × pitch floats, unused when splits is 1), through which they become column sums.
+struct ColumnPartials {
+  float* a = nullptr;
+  float* b = nullptr;
+  float* fold_a = nullptr;
+  float* fold_b = nullptr;
+};
+
 /// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16, all
 /// float16 or all float32 (multiplied as TF32), with float accumulation; k and n multiples of 8,
 /// pointers 16-byte aligned. Per 128-row tile of y the epilogue writes the sums of each column of
-/// y (as rounded to its dtype) and of its square into partial_sum / partial_squares, each
-/// gemm_column_sums_layout(m, n) floats (rows × pitch), which are then folded, through fold_sum /
-/// fold_squares (splits × pitch floats each, unused when splits is 1), into the column sums.
+/// y (as rounded to its dtype) and of its square into partials.a and partials.b, which are then
+/// folded into the column sums.
 struct GemmColumnSums {
   GemmElement element = GemmElement::kBFloat16;
   int device = 0;
@@ -29,10 +38,7 @@ struct GemmColumnSums {
   const void* x = nullptr;
   const void* w = nullptr;
   void* y = nullptr;
-  float* partial_sum = nullptr;
-  float* partial_squares = nullptr;
-  float* fold_sum = nullptr;
-  float* fold_squares = nullptr;
+  ColumnPartials partials;  // a: the sums, b: the squares
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };
@@ -51,14 +57,6 @@ GemmSumsLayout gemm_column_sums_layout(int m, int n);
 /// Scratch the kernel asks for beyond the partials (0 for the data-parallel tile schedule).
 std::size_t gemm_column_sums_workspace(const GemmColumnSums& g);
 
-/// Two sets of per-tile column partials (gemm_column_sums_layout(m, n)) and the fold's rows for
-/// each.
-struct ColumnPartials {
-  const float* a = nullptr;
-  const float* b = nullptr;
-  float* fold_a = nullptr;
-  float* fold_b = nullptr;
-};
 /// Adds each set of partials, in a fixed order, into its n column sums (out_a, out_b) on `stream`.
 GemmStatus fold_column_partials(const ColumnPartials& p, int m, int n, float* out_a, float* out_b,
                                 cudaStream_t stream);

@@ -87,8 +87,7 @@ GemmStatus gemm_column_sums(const GemmColumnSums& g, float* sum, float* squares,
                        : g.element == GemmElement::kFloat16 ? column_sums_sm90::run_f16(g, stream)
                                                             : column_sums_sm90::run_f32(g, stream);
   if (s != GemmStatus::kDone) return s;
-  return fold_column_partials({g.partial_sum, g.partial_squares, g.fold_sum, g.fold_squares}, g.m, g.n, sum, squares,
-                              stream);
+  return fold_column_partials(g.partials, g.m, g.n, sum, squares, stream);
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -96,7 +96,7 @@ GemmStatus run(const GemmColumnSums& g, cudaStream_t stream) {
   args.mainloop = {static_cast<const T*>(g.w), stride_a, static_cast<const T*>(g.x), stride_b};
   auto& fusion = args.epilogue.thread;
   // Children's arguments first, the node's last (Sm90TreeVisitor).
-  fusion = {{{{}, {}}, {g.partial_sum, 0.f, {}}}, {g.partial_squares, 0.f, {}}};
+  fusion = {{{{}, {}}, {g.partials.a, 0.f, {}}}, {g.partials.b, 0.f, {}}};
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = stride_d;
   args.epilogue.ptr_D = static_cast<T*>(g.y);

@@ -23,8 +23,8 @@ namespace dpl::backend::cuda_detail {
 /// norm's output and input; all bfloat16, all float16 or all float32 (multiplied as TF32, whose
 /// operands must be K-major: then w holds wᵀ, c × o row-major), float accumulation, the result
 /// rounded once. Per 128-row tile the epilogue writes the sums of each channel of g (as rounded) and of
-/// g · (x − mean[channel]) into partial_g / partial_gx (gemm_column_sums_layout(rows, c)), folded
-/// through fold_g / fold_gx into the sums. o and c multiples of 8, pointers 16-byte aligned.
+/// g · (x − mean[channel]) into partials.a and partials.b (ColumnPartials for rows × c), folded
+/// into the sums. o and c multiples of 8, pointers 16-byte aligned.
 struct GemmMaskedGrad {
   GemmElement element = GemmElement::kBFloat16;
   int device = 0;
@@ -36,10 +36,7 @@ struct GemmMaskedGrad {
   const void* y = nullptr;
   const void* x = nullptr;
   const float* mean = nullptr;
-  float* partial_g = nullptr;
-  float* partial_gx = nullptr;
-  float* fold_g = nullptr;
-  float* fold_gx = nullptr;
+  ColumnPartials partials;  // a: the sums of g, b: of g · (x − mean)
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };

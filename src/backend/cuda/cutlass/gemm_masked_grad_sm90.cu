@@ -28,7 +28,7 @@ GemmStatus gemm_masked_grad(const GemmMaskedGrad& g, float* sum_g, float* sum_gx
                        : g.element == GemmElement::kFloat16 ? masked_grad_sm90::run_f16(g, stream)
                                                              : masked_grad_sm90::run_f32(g, stream);
   if (s != GemmStatus::kDone) return s;
-  return fold_column_partials({g.partial_g, g.partial_gx, g.fold_g, g.fold_gx}, g.rows, g.c, sum_g, sum_gx, stream);
+  return fold_column_partials(g.partials, g.rows, g.c, sum_g, sum_gx, stream);
 }
 
 }  // namespace dpl::backend::cuda_detail

@@ -36,21 +36,14 @@ using ClusterShape = Shape<_1, _1, _1>;
 using Schedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
+// The epilogue's element-wise nodes (Sm90Compute), each called on fragments A of float.
 // (acc + c) where y > 0, else 0: the gradient completed and passed through the ReLU.
 template <class A>
 struct MaskedSum {
-  template <class... X>
-  CUTLASS_HOST_DEVICE A operator()(X const&...) const {
-    return A{};
-  }
-};
-template <int N>
-struct MaskedSum<cutlass::Array<float, N>> {
-  using V = cutlass::Array<float, N>;
-  CUTLASS_HOST_DEVICE V operator()(V const& acc, V const& c, V const& y) const {
-    V r;
+  CUTLASS_HOST_DEVICE A operator()(A const& acc, A const& c, A const& y) const {
+    A r;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) r[i] = y[i] > 0.f ? acc[i] + c[i] : 0.f;
+    for (int i = 0; i < A::kElements; ++i) r[i] = y[i] > 0.f ? acc[i] + c[i] : 0.f;
     return r;
   }
 };
@@ -58,18 +51,10 @@ struct MaskedSum<cutlass::Array<float, N>> {
 // g · (x − mean).
 template <class A>
 struct CenteredProduct {
-  template <class... X>
-  CUTLASS_HOST_DEVICE A operator()(X const&...) const {
-    return A{};
-  }
-};
-template <int N>
-struct CenteredProduct<cutlass::Array<float, N>> {
-  using V = cutlass::Array<float, N>;
-  CUTLASS_HOST_DEVICE V operator()(V const& g, V const& x, V const& mean) const {
-    V r;
+  CUTLASS_HOST_DEVICE A operator()(A const& g, A const& x, A const& mean) const {
+    A r;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) r[i] = g[i] * (x[i] - mean[i]);
+    for (int i = 0; i < A::kElements; ++i) r[i] = g[i] * (x[i] - mean[i]);
     return r;
   }
 };
@@ -83,11 +68,12 @@ struct TakeFirst {
   }
 };
 
-// The epilogue's sub-tile: CUTLASS's choice (128 × 32) for the 16-bit types; for float32 half as wide,
-// because four float32 operands staged through shared memory (C, y, x, D) at the automatic size
-// would leave the main loop a single stage.
+// The epilogue's sub-tile: CUTLASS's choice (128 × 32) for the 16-bit types; for float32 half as
+// wide, because four float32 operands staged through shared memory (C, y, x, D) at the automatic
+// size would leave the main loop a single stage.
 template <class T>
-using EpilogueTile = std::conditional_t<sizeof(T) == 4, Shape<_128, _16>, cutlass::epilogue::collective::EpilogueTileAuto>;
+using EpilogueTile =
+    std::conditional_t<sizeof(T) == 4, Shape<_128, _16>, cutlass::epilogue::collective::EpilogueTileAuto>;
 
 template <class T>
 struct Gemm {
@@ -115,8 +101,8 @@ struct Gemm {
       fusion::Sm90Compute<CenteredProduct, float, float, kRound>, ChannelPartials<cutlass::plus>,
       fusion::Sm90Compute<TakeFirst, T, float, kRound>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, ClusterShape, EpilogueTile<T>, float, float, T, cutlass::layout::ColumnMajor, kAlign, T,
-      cutlass::layout::ColumnMajor, kAlign, Schedule, Callbacks>::CollectiveOp;
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, ClusterShape, EpilogueTile<T>, float, float, T,
+      cutlass::layout::ColumnMajor, kAlign, T, cutlass::layout::ColumnMajor, kAlign, Schedule, Callbacks>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutA<T>, kAlign, T,
       cutlass::layout::ColumnMajor, kAlign, float, Tile, ClusterShape,
@@ -150,9 +136,9 @@ typename Gemm<T>::Adapter::Arguments arguments(const GemmMaskedGrad& g) {
                           {static_cast<const T*>(g.x), T(0), aux_stride},
                           {g.mean},
                           {},
-                          {g.partial_g, 0.f, {}},
+                          {g.partials.a, 0.f, {}},
                           {},
-                          {g.partial_gx, 0.f, {}},
+                          {g.partials.b, 0.f, {}},
                           {}};
   args.epilogue.ptr_C = static_cast<const T*>(g.g);
   args.epilogue.dC = stride_d;
