@@ -317,18 +317,39 @@ __device__ __forceinline__ bool combine_groups(const P* partial, int groups, int
 // Channel ch's batch statistics from its mean and biased variance over `count` rows: save_mean,
 // save_invstd, the running update (unbiased variance), and the affine map as scale/shift
 // (y = x * scale + shift) for the apply pass.
+// With `record` false only scale[ch] and shift[ch] are written (an elementwise pass's block that
+// computes its own coefficients; one block records).
 __device__ __forceinline__ void write_statistics(int ch, float mean, float var, float count, ChannelParam weight,
                                                  ChannelParam bias, float eps, float momentum, float* running_mean,
                                                  float* running_var, float* save_mean, float* save_invstd,
-                                                 float* scale, float* shift) {
+                                                 float* scale, float* shift, bool record = true) {
   const float invstd = rsqrtf(var + eps);
-  save_mean[ch] = mean;
-  save_invstd[ch] = invstd;
-  running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean;
-  running_var[ch] = (1.f - momentum) * running_var[ch] + momentum * (count > 1.f ? var * count / (count - 1.f) : var);
+  if (record) {
+    save_mean[ch] = mean;
+    save_invstd[ch] = invstd;
+    running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean;
+    running_var[ch] =
+        (1.f - momentum) * running_var[ch] + momentum * (count > 1.f ? var * count / (count - 1.f) : var);
+  }
   scale[ch] = affine_scale(invstd, weight[ch]);
   shift[ch] = affine_shift(mean, scale[ch], bias[ch]);
 }
+
+// The statistics of channel ch from whole sums of x and of its squares over `count` rows.
+struct StatisticsFromSums {
+  const float* sum = nullptr;
+  const float* sum_of_squares = nullptr;
+  float count = 0.f;
+  ChannelParam weight, bias;
+  float eps = 0.f, momentum = 0.f;
+  float *running_mean = nullptr, *running_var = nullptr, *save_mean = nullptr, *save_invstd = nullptr;
+
+  __device__ __forceinline__ void write(int ch, float* scale, float* shift, bool record) const {
+    const float mean = sum[ch] / count;
+    write_statistics(ch, mean, fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f), count, weight, bias, eps,
+                     momentum, running_mean, running_var, save_mean, save_invstd, scale, shift, record);
+  }
+};
 
 // The statistics from moments_kernel's partial sums of x - x_shift and of its squares. The
 // variance is the mean square less the squared mean, clamped at 0 where rounding takes it below.
@@ -347,28 +368,27 @@ __global__ void finalize_moments_kernel(const float2* partial, const float* x_sh
 
 // The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
 // `count` rows (what a convolution's epilogue computed for its output).
-__global__ void finalize_sums_kernel(const float* sum, const float* sum_of_squares, float count, int c,
-                                     ChannelParam weight, ChannelParam bias, float eps, float momentum,
-                                     float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                     float* scale, float* shift) {
+__global__ void finalize_sums_kernel(StatisticsFromSums stats, int c, float* scale, float* shift) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  const float mean = sum[ch] / count;
-  write_statistics(ch, mean, fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f), count, weight, bias, eps, momentum,
-                   running_mean, running_var, save_mean, save_invstd, scale, shift);
+  if (ch < c) stats.write(ch, scale, shift, true);
 }
 
 // Per channel, from the sums of g and of g * (x - mean) over `count` rows: gweight, gbias, and
 // the coefficients of gx = k * (g - a - (x - mean) * b) in coef[0, 3c); when relu_bias is given,
 // also the forward's scale and shift (coef[3c, 5c)) from which the elementwise pass recomputes
 // the ReLU's mask.
+// With `record` false the parameters' gradients are not written (an elementwise pass's block that
+// computes its own coefficients; one block records).
 __device__ __forceinline__ void write_grad_coefficients(int ch, int c, float sg, float sgx, float count,
                                                         ChannelParam weight, const float* save_mean,
                                                         const float* save_invstd, ChannelParam relu_bias,
-                                                        ChannelGrad gweight, ChannelGrad gbias, float* coef) {
+                                                        ChannelGrad gweight, ChannelGrad gbias, float* coef,
+                                                        bool record = true) {
   const float invstd = save_invstd[ch];
-  gweight.store(ch, sgx * invstd);
-  gbias.store(ch, sg);
+  if (record) {
+    gweight.store(ch, sgx * invstd);
+    gbias.store(ch, sg);
+  }
   coef[ch] = weight[ch] * invstd;                    // k
   coef[c + ch] = sg / count;                         // a
   coef[2 * c + ch] = invstd * invstd * sgx / count;  // b
@@ -390,21 +410,48 @@ __global__ void finalize_grads_kernel(const float2* partial, int groups, int c, 
   write_grad_coefficients(ch, c, s.x, s.y, count, weight, save_mean, save_invstd, relu_bias, gweight, gbias, coef);
 }
 
-// write_grad_coefficients from whole sums (what a convolution's epilogue computed for its output
-// gradient).
-__global__ void finalize_given_grads_kernel(const float* sum_g, const float* sum_gx, int c, float count,
-                                            ChannelParam weight, const float* save_mean, const float* save_invstd,
-                                            ChannelGrad gweight, ChannelGrad gbias, float* coef) {
+// write_grad_coefficients from whole sums of g and of g * (x - mean) over `count` rows (what a
+// convolution's epilogue computed for its output gradient).
+struct GradCoefficientsFromSums {
+  const float* sum_g = nullptr;
+  const float* sum_gx = nullptr;
+  float count = 0.f;
+  ChannelParam weight;
+  const float *save_mean = nullptr, *save_invstd = nullptr;
+  ChannelGrad gweight, gbias;
+
+  __device__ __forceinline__ void write(int ch, int c, float* coef, bool record) const {
+    write_grad_coefficients(ch, c, sum_g[ch], sum_gx[ch], count, weight, save_mean, save_invstd, ChannelParam{},
+                            gweight, gbias, coef, record);
+  }
+};
+
+__global__ void finalize_given_grads_kernel(GradCoefficientsFromSums sums, int c, float* coef) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  if (ch >= c) return;
-  write_grad_coefficients(ch, c, sum_g[ch], sum_gx[ch], count, weight, save_mean, save_invstd, ChannelParam{},
-                          gweight, gbias, coef);
+  if (ch < c) sums.write(ch, c, coef, true);
 }
 
+// Channel counts up to which an elementwise pass after whole sums computes the per-channel
+// coefficients itself, each block into shared memory (block 0 also records the statistics or the
+// parameters' gradients), instead of a finalize kernel before it: one launch and one dependency
+// fewer per batch norm. Each block then reads a few floats per channel from L2; beyond this count
+// that would add more traffic than the launch costs.
+constexpr int kCoefficientsInPassChannels = 1024;
+
 // Elementwise passes: one thread per V-channel vector, grid-stride; `packs` = elements / V.
-template <typename T, int V, typename Index>
+// With kInPass the block first computes scale and shift of every channel from `stats` into
+// shared memory (2c floats) and reads them there; scale and shift are then unused.
+template <typename T, int V, typename Index, bool kInPass = false>
 __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* scale, const float* shift, Index packs,
-                             int c, T* y) {
+                             int c, T* y, StatisticsFromSums stats) {
+  if constexpr (kInPass) {
+    extern __shared__ float4 in_pass[];
+    float* coef = reinterpret_cast<float*>(in_pass);
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) stats.write(ch, coef, coef + c, blockIdx.x == 0);
+    __syncthreads();
+    scale = coef;
+    shift = coef + c;
+  }
   for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const Index i = p * V;
@@ -431,9 +478,19 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
 
 // gx = beta*gx + k * (g - a - (x - mean) * b), g = gy masked by mask_y > 0 when mask_y is
 // given, else by the pre-activation recomputed from coef[3c, 5c) when `recompute`.
-template <typename T, int V, typename Index>
+// With kInPass the block first computes the three coefficients of every channel from `sums` into
+// shared memory (3c floats) and reads them there; coef is then unused.
+template <typename T, int V, typename Index, bool kInPass = false>
 __global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, const T* gy, const float* mean,
-                                  const float* coef, Index packs, int c, float beta, T* gx) {
+                                  const float* coef, Index packs, int c, float beta, T* gx,
+                                  GradCoefficientsFromSums sums) {
+  if constexpr (kInPass) {
+    extern __shared__ float4 in_pass[];
+    float* shared_coef = reinterpret_cast<float*>(in_pass);
+    for (int ch = threadIdx.x; ch < c; ch += blockDim.x) sums.write(ch, c, shared_coef, blockIdx.x == 0);
+    __syncthreads();
+    coef = shared_coef;
+  }
   for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const Index i = p * V;
@@ -491,22 +548,24 @@ ReduceLaunch reduce_launch(const void* kernel, std::size_t partial_bytes, int de
 
 // Blocks of kThreads for a grid-stride pass of `kernel` over `work` items: one wave of resident
 // blocks, fewer when the work needs fewer.
-unsigned elementwise_blocks(const void* kernel, int device, std::int64_t work) {
-  const std::int64_t cap = static_cast<std::int64_t>(resident_blocks(kernel, kThreads, 0, device)) * sm_count(device);
+unsigned elementwise_blocks(const void* kernel, int device, std::int64_t work, std::size_t shared_bytes) {
+  const std::int64_t cap =
+      static_cast<std::int64_t>(resident_blocks(kernel, kThreads, shared_bytes, device)) * sm_count(device);
   return static_cast<unsigned>(
       std::max<std::int64_t>(1, std::min<std::int64_t>((work + kThreads - 1) / kThreads, cap)));
 }
 
 // Runs an elementwise pass over the n / v packs of v values: kernel(index) is the pass's kernel
-// for the Index type with_index_type picks, and launch(k, blocks, packs) launches that kernel k;
-// then checks the launch.
+// for the Index type with_index_type picks, and launch(k, blocks, packs) launches that kernel k
+// (with shared_bytes of dynamic shared memory a block); then checks the launch.
 template <typename Kernel, typename Launch>
-void launch_packs(int device, std::int64_t n, int v, Kernel&& kernel, Launch&& launch) {
+void launch_packs(int device, std::int64_t n, int v, Kernel&& kernel, Launch&& launch, std::size_t shared_bytes = 0) {
   const std::int64_t packs = n / v;
   with_index_type(n, [&](auto index) {
     using Index = decltype(index);
     const auto k = kernel(index);
-    launch(k, elementwise_blocks(reinterpret_cast<const void*>(k), device, packs), static_cast<Index>(packs));
+    launch(k, elementwise_blocks(reinterpret_cast<const void*>(k), device, packs, shared_bytes),
+           static_cast<Index>(packs));
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -525,15 +584,27 @@ Partial* reduce_scratch(const Tensor& x, const ReduceLaunch& l, int c, int tail_
   return reinterpret_cast<Partial*>(work);
 }
 
-// The forward's elementwise pass: y = act(x * scale + shift [+ z]) over n elements of c channels.
+// The forward's elementwise pass: y = act(x * scale + shift [+ z]) over n elements of c channels;
+// with `stats`, scale and shift computed in the pass from them instead.
 template <typename T>
 void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const float* scale, const float* shift,
-                  std::int64_t n, int c, T* yp) {
+                  std::int64_t n, int c, T* yp, const StatisticsFromSums* stats = nullptr) {
   with_pack_width<T>(c, {xp, zp, yp}, [&](auto width) {
     constexpr int V = decltype(width)::value;
+    if (stats != nullptr) {
+      const std::size_t shared = 2 * static_cast<std::size_t>(c) * sizeof(float);
+      const auto kernel = [](auto index) { return &apply_kernel<T, V, decltype(index), true>; };
+      launch_packs(
+          d.device(), n, V, kernel,
+          [&](auto k, unsigned blocks, auto packs) {
+            k<<<blocks, kThreads, shared, d.stream()>>>(xp, zp, relu, nullptr, nullptr, packs, c, yp, *stats);
+          },
+          shared);
+      return;
+    }
     const auto kernel = [](auto index) { return &apply_kernel<T, V, decltype(index)>; };
     launch_packs(d.device(), n, V, kernel, [&](auto k, unsigned blocks, auto packs) {
-      k<<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp);
+      k<<<blocks, kThreads, 0, d.stream()>>>(xp, zp, relu, scale, shift, packs, c, yp, StatisticsFromSums{});
     });
   });
 }
@@ -558,13 +629,27 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
     Tensor holder;
     float* scale = nullptr;
     if (sums != nullptr) {
+      StatisticsFromSums stats;
+      stats.sum = sums[0].data<float>();
+      stats.sum_of_squares = sums[1].data<float>();
+      stats.count = static_cast<float>(rows);
+      stats.weight = channel_param(weight);
+      stats.bias = channel_param(bias);
+      stats.eps = eps;
+      stats.momentum = momentum;
+      stats.running_mean = running_mean.data<float>();
+      stats.running_var = running_var.data<float>();
+      stats.save_mean = save_mean.data<float>();
+      stats.save_invstd = save_invstd.data<float>();
+      if (c <= kCoefficientsInPassChannels) {
+        launch_apply(d, xp, zp, relu, nullptr, nullptr, n, c, yp, &stats);
+        return;
+      }
       holder = Tensor::empty({2 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
       scale = holder.data<float>();
       constexpr int kChannelsPerBlock = 128;
       finalize_sums_kernel<<<(c + kChannelsPerBlock - 1) / kChannelsPerBlock, kChannelsPerBlock, 0, d.stream()>>>(
-          sums[0].data<float>(), sums[1].data<float>(), static_cast<float>(rows), c, channel_param(weight),
-          channel_param(bias), eps, momentum, running_mean.data<float>(), running_var.data<float>(),
-          save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
+          stats, c, scale, scale + c);
       DPL_CUDA_CHECK(cudaGetLastError());
     } else {
       with_pack_width<T>(c, {xp}, [&](auto width) {
@@ -645,7 +730,7 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
         const bool from_gz = gzp != nullptr;
         k<<<blocks, kThreads, 0, d.stream()>>>(
             xp, from_gz ? nullptr : yp, !from_gz && mask.bias.data != nullptr, from_gz ? gzp : gyp, save_mean.data<float>(),
-            coef, packs, c, beta, gxp);
+            coef, packs, c, beta, gxp, GradCoefficientsFromSums{});
       });
     });
   });
@@ -661,20 +746,43 @@ void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const 
     const T* xp = in_ptr<T>(x);
     const T* gp = in_ptr<T>(g);
     T* gxp = out_ptr<T>(gx);
-    Tensor coef_holder = Tensor::empty({3 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
-    float* coef = coef_holder.data<float>();
-    finalize_given_grads_kernel<<<(c + 255) / 256, 256, 0, d.stream()>>>(
-        sum_g.data<float>(), sum_gx.data<float>(), c, static_cast<float>(rows), channel_param(weight),
-        save_mean.data<float>(), save_invstd.data<float>(), channel_grad(gweight, param_beta),
-        channel_grad(gbias, param_beta), coef);
-    DPL_CUDA_CHECK(cudaGetLastError());
+    GradCoefficientsFromSums sums;
+    sums.sum_g = sum_g.data<float>();
+    sums.sum_gx = sum_gx.data<float>();
+    sums.count = static_cast<float>(rows);
+    sums.weight = channel_param(weight);
+    sums.save_mean = save_mean.data<float>();
+    sums.save_invstd = save_invstd.data<float>();
+    sums.gweight = channel_grad(gweight, param_beta);
+    sums.gbias = channel_grad(gbias, param_beta);
+    const bool in_pass = c <= kCoefficientsInPassChannels;
+    Tensor coef_holder;
+    float* coef = nullptr;
+    if (!in_pass) {
+      coef_holder = Tensor::empty({3 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
+      coef = coef_holder.data<float>();
+      finalize_given_grads_kernel<<<(c + 255) / 256, 256, 0, d.stream()>>>(sums, c, coef);
+      DPL_CUDA_CHECK(cudaGetLastError());
+    }
     with_pack_width<T>(c, {xp, gp, gxp}, [&](auto width) {
       constexpr int V = decltype(width)::value;
+      // g comes masked: no mask to apply again.
+      if (in_pass) {
+        const std::size_t shared = 3 * static_cast<std::size_t>(c) * sizeof(float);
+        const auto kernel = [](auto index) { return &grad_apply_kernel<T, V, decltype(index), true>; };
+        launch_packs(
+            d.device(), n, V, kernel,
+            [&](auto k, unsigned blocks, auto packs) {
+              k<<<blocks, kThreads, shared, d.stream()>>>(xp, nullptr, false, gp, save_mean.data<float>(), nullptr,
+                                                          packs, c, beta, gxp, sums);
+            },
+            shared);
+        return;
+      }
       const auto kernel = [](auto index) { return &grad_apply_kernel<T, V, decltype(index)>; };
       launch_packs(d.device(), n, V, kernel, [&](auto k, unsigned blocks, auto packs) {
-        // g comes masked: no mask to apply again.
         k<<<blocks, kThreads, 0, d.stream()>>>(xp, nullptr, false, gp, save_mean.data<float>(), coef, packs, c, beta,
-                                               gxp);
+                                               gxp, GradCoefficientsFromSums{});
       });
     });
   });

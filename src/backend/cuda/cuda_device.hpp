@@ -77,17 +77,22 @@ class CudaDevice {
   cuda_detail::CachingAllocator& allocator() { return *allocator_; }
 
   /// Scratch of the one-launch reductions (sum_all, the loss, accuracy): per-block partial sums
-  /// and a completion counter that the last block resets. Reductions on one stream never overlap,
-  /// so one scratch per device suffices.
+  /// and a completion counter that the last block resets; and the arrival counters of the
+  /// convolutions' one-launch column-sum fold (backend/cuda/cutlass/gemm_column_sums.hpp), which
+  /// its last blocks reset. Reductions on one stream never overlap, so one scratch per device
+  /// suffices.
   struct ReduceScratch {
     double* partials = nullptr;
     unsigned* counter = nullptr;
+    unsigned* fold_counters = nullptr;  // kFoldCounters of them
   };
   /// This device's reduction scratch, for launches on the compute stream (a thread routed to a
   /// side stream may not use it: its reductions would race with the compute stream's).
   const ReduceScratch& scratch() const;
   /// Most blocks a one-launch reduction may use (size of ReduceScratch::partials).
   static constexpr int kMaxReduceBlocks = 1024;
+  /// Number of ReduceScratch::fold_counters: folds of up to 32 times as many columns.
+  static constexpr int kFoldCounters = 4096;
 
  private:
   explicit CudaDevice(int device);

@@ -188,9 +188,11 @@ CudaDevice::CudaDevice(int device)
   // with our work.
   DPL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DPL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  DPL_CUDA_CHECK(cudaMalloc(&scratch_.partials, sizeof(double) * kMaxReduceBlocks + sizeof(unsigned)));
+  constexpr std::size_t counters = 1 + kFoldCounters;
+  DPL_CUDA_CHECK(cudaMalloc(&scratch_.partials, sizeof(double) * kMaxReduceBlocks + sizeof(unsigned) * counters));
   scratch_.counter = reinterpret_cast<unsigned*>(scratch_.partials + kMaxReduceBlocks);
-  DPL_CUDA_CHECK(cudaMemset(scratch_.counter, 0, sizeof(unsigned)));
+  scratch_.fold_counters = scratch_.counter + 1;
+  DPL_CUDA_CHECK(cudaMemset(scratch_.counter, 0, sizeof(unsigned) * counters));
   DPL_CUDA_CHECK(cudaDeviceSynchronize());  // the memset above ran on the legacy stream
 }
 

@@ -16,6 +16,7 @@
 #include "dpl/config.hpp"
 #if DPL_WITH_CUTLASS_SM90
 #include "backend/cuda/cutlass/conv1x1.hpp"
+#include "backend/side_lane.hpp"
 #endif
 
 namespace dpl::test {
@@ -36,6 +37,8 @@ const std::vector<Case> kCases = {
     {"256 <- 64, rows not a multiple of 128", 3, 256, 9, 11, 64},
     {"40 <- 136 channels", 2, 40, 7, 7, 136},
     {"last stage 2048 <- 512, 7x7", 4, 2048, 7, 7, 512},
+    // 25600 rows: 200 row tiles, whose partials are folded in two stages.
+    {"64 <- 64, 80x80, the fold in two stages", 4, 64, 80, 80, 64},
 };
 
 std::vector<double> values(const Tensor& t) {
@@ -133,6 +136,46 @@ TEST_F(Conv1x1MaskedGradTest, Float16MatchesTheHost) {
 TEST_F(Conv1x1MaskedGradTest, Float32WithTF32MatchesTheHost) {
   const Tf32Scope tf32(true);
   for (const Case& k : kCases) check(k, kFloat32);
+}
+
+// The per-tile partials are folded in one launch on the compute stream (the last blocks to finish
+// add the fold's rows, then zero their counters for the next fold) and in two launches on a side
+// stream, where those counters may not be used. Same additions in the same order: the gradient and
+// the sums must agree to the bit between runs and between the two folds.
+TEST_F(Conv1x1MaskedGradTest, TheSumsAreTheSameInEveryRunAndEitherFold) {
+  const Case& k = kCases.back();  // 200 row tiles: the fold in two stages
+  const Tensor gy = rand({k.n, k.o, k.h, k.w}).to(kBFloat16).to(gpu()).to_channels_last();
+  const Tensor w = rand({k.o, k.c, 1, 1}, -0.2f, 0.2f).to(kBFloat16).to(gpu()).to_channels_last();
+  const Tensor y = rand({k.n, k.c, k.h, k.w}).to(kBFloat16).to(gpu()).to_channels_last();
+  const Tensor x = rand({k.n, k.c, k.h, k.w}, -1.f, 3.f).to(kBFloat16).to(gpu()).to_channels_last();
+  const Tensor g0 = rand({k.n, k.c, k.h, k.w}).to(kBFloat16), mean = rand({k.c}).to(gpu());
+  // g, then the two sums, as floats.
+  const auto run = [&] {
+    Tensor g = g0.to(gpu()).to_channels_last();
+    Tensor sum_g = poisoned({k.c}), sum_gx = poisoned({k.c});
+    EXPECT_TRUE(conv1x1_backward_data_masked_sums(gy, w, Conv2dParams{}, y, x, mean, g, sum_g, sum_gx));
+    std::vector<float> out = g.to(Device::cpu()).to(kFloat32).to_vector<float>();
+    for (const Tensor* s : {&sum_g, &sum_gx}) {
+      const std::vector<float> v = s->to(Device::cpu()).to_vector<float>();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  };
+  const std::vector<float> first = run(), second = run();
+  EXPECT_EQ(first, second) << "two runs on the compute stream";
+  backend::SideLane lane(0);
+  lane.prepare(1);
+  lane.mark_ready(0);
+  std::vector<float> routed;
+  {
+    backend::SideLane::Scope scope(lane);
+    lane.begin_item(0);
+    routed = run();
+    lane.end_item(0);
+    lane.mark_backward_end();
+    lane.join();
+  }
+  EXPECT_EQ(first, routed) << "the fold in one launch against the fold in two (a side stream)";
 }
 
 TEST_F(Conv1x1MaskedGradTest, Float32WithoutTF32IsLeftToCuDNN) {

@@ -45,7 +45,8 @@ Tensor device_bytes(std::size_t bytes, const Device& device, void** start) {
   return t;
 }
 
-// Scratch for the per-tile partials of an m × n product and the fold's rows, with their starts in p.
+// Scratch for the per-tile partials of an m × n product and the fold's rows, with their starts in p,
+// and how the fold may run.
 Tensor partials_scratch(int m, int n, const Device& device, ColumnPartials& p) {
   const GemmSumsLayout layout = gemm_column_sums_layout(m, n);
   const std::int64_t tile_floats = static_cast<std::int64_t>(layout.rows) * layout.pitch;
@@ -55,6 +56,9 @@ Tensor partials_scratch(int m, int n, const Device& device, ColumnPartials& p) {
   p.b = p.a + tile_floats;
   p.fold_a = p.b + tile_floats;
   p.fold_b = p.fold_a + fold_floats;
+  // The fold's counters are the compute stream's: a thread routed to a side stream folds in two.
+  const CudaDevice& d = CudaDevice::get(device.index);
+  if (!d.routed_here() && (n + 31) / 32 <= CudaDevice::kFoldCounters) p.arrivals = d.scratch().fold_counters;
   return scratch;
 }
 

@@ -23,6 +23,10 @@ struct ColumnPartials {
   float* b = nullptr;
   float* fold_a = nullptr;
   float* fold_b = nullptr;
+  /// Zeroed counters, one per 32 columns ((n + 31) / 32), that let the fold run in one launch (its
+  /// last block per column block adds the fold's rows, then zeroes its counter again); null: two
+  /// launches. Folds that share counters must not overlap (the device's one compute stream).
+  unsigned* arrivals = nullptr;
 };
 
 /// y (m × n, row-major) = x (m × k, row-major) · wᵀ (w: n × k, row-major), all bfloat16, all

@@ -68,6 +68,8 @@ TEST_F(ConvSumsTest, ConvolutionWithSumsIsTheConvolutionAndTheSumsOfItsOutput) {
                                        {{4, 64, 14, 14}, 256, 1, 1}, {{3, 72, 9, 11}, 40, 1, 1},
                                        {{8, 256, 16, 16}, 64, 1, 1}, {{2, 16, 7, 7}, 136, 1, 1},
                                        {{1, 8, 3, 5}, 8, 1, 1},      {{16, 512, 7, 7}, 2048, 1, 1},
+                                       // 200 row tiles: their partials folded in two stages.
+                                       {{4, 64, 80, 80}, 64, 1, 1},
                                        // and those of a ResNet-50 on 64x64 images, batch 8.
                                        {{8, 64, 16, 16}, 64, 1, 1},  {{8, 256, 16, 16}, 128, 1, 1},
                                        {{8, 128, 8, 8}, 512, 1, 1},  {{8, 1024, 4, 4}, 256, 1, 1},
@@ -153,45 +155,48 @@ TEST_F(ConvSumsTest, Float32WithTF32FusesThe1x1Convolutions) {
 
 // batch_norm, batch_norm_relu and batch_norm_add_relu given x's sums (computed here on the host)
 // against the same calls without them: outputs, running statistics and every gradient.
+// Up to 1024 channels the elementwise pass computes the statistics itself (block 0 records them);
+// 1032 takes the finalize kernel before it.
 TEST_F(ConvSumsTest, BatchNormFromSumsIsBatchNorm) {
-  const Shape shape{8, 64, 12, 12};
-  const std::int64_t c = shape[1];
-  for (DType t : {kBFloat16, kFloat16, kFloat32})
-    for (int kind = 0; kind < 3; ++kind) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + (kind == 0 ? " batch_norm" : kind == 1 ? " +relu" : " +add+relu"));
-      const Tensor x0 = on_gpu(rand(shape, -1.f, 3.f).to(t)).to_channels_last();
-      const Tensor z0 = on_gpu(rand(shape).to(t)).to_channels_last();
-      const Tensor gy = on_gpu(rand(shape).to(t)).to_channels_last();
-      const Tensor w = rand({c}, 0.5f, 1.5f), b = rand({c}), rm = rand({c}), rv = rand({c}, 0.5f, 2.f);
-      const HostSums h = host_sums(x0);
-      const std::vector<float> sum_v(h.sum.begin(), h.sum.end()), squares_v(h.squares.begin(), h.squares.end());
-      const ChannelSums sums{on_gpu(Tensor::from_vector(sum_v, {c})), on_gpu(Tensor::from_vector(squares_v, {c}))};
-      Tensor out[2], grads[2][4], running[2][2];
-      for (int given = 0; given < 2; ++given) {
-        Variable x(x0, true), z(z0, true), wv(on_gpu(w), true), bv(on_gpu(b), true);
-        Tensor m = on_gpu(rm), v = on_gpu(rv);
-        const ChannelSums* s = given ? &sums : nullptr;
-        const Variable y = kind == 0   ? batch_norm(x, wv, bv, m, v, true, 0.1, 1e-5, s)
-                           : kind == 1 ? batch_norm_relu(x, wv, bv, m, v, true, 0.1, 1e-5, s)
-                                       : batch_norm_add_relu(x, z, wv, bv, m, v, true, 0.1, 1e-5, s);
-        sum(mul(y, Variable(gy))).backward();
-        out[given] = y.data().to(Device::cpu());
-        grads[given][0] = x.grad().to(Device::cpu());
-        grads[given][1] = wv.grad().to(Device::cpu());
-        grads[given][2] = bv.grad().to(Device::cpu());
-        grads[given][3] = kind == 2 ? z.grad().to(Device::cpu()) : Tensor::zeros({1});
-        running[given][0] = m.to(Device::cpu());
-        running[given][1] = v.to(Device::cpu());
+  for (const Shape& shape : {Shape{8, 64, 12, 12}, Shape{2, 1032, 5, 3}})
+    for (DType t : {kBFloat16, kFloat16, kFloat32})
+      for (int kind = 0; kind < 3; ++kind) {
+        const std::int64_t c = shape[1];
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + shape_str(shape) +
+                     (kind == 0 ? " batch_norm" : kind == 1 ? " +relu" : " +add+relu"));
+        const Tensor x0 = on_gpu(rand(shape, -1.f, 3.f).to(t)).to_channels_last();
+        const Tensor z0 = on_gpu(rand(shape).to(t)).to_channels_last();
+        const Tensor gy = on_gpu(rand(shape).to(t)).to_channels_last();
+        const Tensor w = rand({c}, 0.5f, 1.5f), b = rand({c}), rm = rand({c}), rv = rand({c}, 0.5f, 2.f);
+        const HostSums h = host_sums(x0);
+        const std::vector<float> sum_v(h.sum.begin(), h.sum.end()), squares_v(h.squares.begin(), h.squares.end());
+        const ChannelSums sums{on_gpu(Tensor::from_vector(sum_v, {c})), on_gpu(Tensor::from_vector(squares_v, {c}))};
+        Tensor out[2], grads[2][4], running[2][2];
+        for (int given = 0; given < 2; ++given) {
+          Variable x(x0, true), z(z0, true), wv(on_gpu(w), true), bv(on_gpu(b), true);
+          Tensor m = on_gpu(rm), v = on_gpu(rv);
+          const ChannelSums* s = given ? &sums : nullptr;
+          const Variable y = kind == 0   ? batch_norm(x, wv, bv, m, v, true, 0.1, 1e-5, s)
+                             : kind == 1 ? batch_norm_relu(x, wv, bv, m, v, true, 0.1, 1e-5, s)
+                                         : batch_norm_add_relu(x, z, wv, bv, m, v, true, 0.1, 1e-5, s);
+          sum(mul(y, Variable(gy))).backward();
+          out[given] = y.data().to(Device::cpu());
+          grads[given][0] = x.grad().to(Device::cpu());
+          grads[given][1] = wv.grad().to(Device::cpu());
+          grads[given][2] = bv.grad().to(Device::cpu());
+          grads[given][3] = kind == 2 ? z.grad().to(Device::cpu()) : Tensor::zeros({1});
+          running[given][0] = m.to(Device::cpu());
+          running[given][1] = v.to(Device::cpu());
+        }
+        const float r = output_rtol(t);
+        expect_close(out[1], out[0], r, r, "output");
+        expect_close(running[1][0], running[0][0], 1e-4f, 1e-5f, "running_mean");
+        expect_close(running[1][1], running[0][1], 1e-4f, 1e-5f, "running_var");
+        expect_close(grads[1][0], grads[0][0], 5 * r, 5 * r, "input gradient");
+        expect_close(grads[1][1], grads[0][1], 1e-2f, 5 * r, "weight gradient");
+        expect_close(grads[1][2], grads[0][2], 1e-2f, 5 * r, "bias gradient");
+        expect_close(grads[1][3], grads[0][3], r, r, "residual gradient");
       }
-      const float r = output_rtol(t);
-      expect_close(out[1], out[0], r, r, "output");
-      expect_close(running[1][0], running[0][0], 1e-4f, 1e-5f, "running_mean");
-      expect_close(running[1][1], running[0][1], 1e-4f, 1e-5f, "running_var");
-      expect_close(grads[1][0], grads[0][0], 5 * r, 5 * r, "input gradient");
-      expect_close(grads[1][1], grads[0][1], 1e-2f, 5 * r, "weight gradient");
-      expect_close(grads[1][2], grads[0][2], 1e-2f, 5 * r, "bias gradient");
-      expect_close(grads[1][3], grads[0][3], r, r, "residual gradient");
-    }
 }
 
 TEST_F(ConvSumsTest, SumsOfTheWrongShapeAreRefused) {
