@@ -113,6 +113,13 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.cuda_caching = !flag(lookup, "DPL_CUDA_NO_CACHING").value_or(false);
   s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
   s.cudnn_benchmark = flag(lookup, "DPL_CUDNN_BENCHMARK").value_or(true);
+  s.cudnn_candidates = positive(lookup, "DPL_CUDNN_CANDIDATES").value_or(s.cudnn_candidates);
+  if (const char* v = value_of(lookup, "DPL_CUDNN_WORKSPACE_SLACK")) {
+    const auto percent = whole_number(v, 0, 100);
+    if (!percent || std::string(v).find_first_of("+-") != std::string::npos)
+      bad_value("DPL_CUDNN_WORKSPACE_SLACK", v, "a whole number of percent from 0 (always the fastest plan) to 100");
+    s.cudnn_workspace_slack = static_cast<int>(*percent);
+  }
   s.cutlass = flag(lookup, "DPL_CUTLASS").value_or(true);
   s.cuda_devices = number_list(lookup, "DPL_CUDA_DEVICE", 0,
                                "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
@@ -148,9 +155,14 @@ const std::vector<SettingInfo>& settings_table() {
       {"DPL_CUDA_NO_CACHING", "0", "1: every device allocation and free goes to the driver (for compute-sanitizer)"},
       {"DPL_CUDA_TF32", "0", "1: matrix products may use TF32 tensor cores from the start"},
       {"DPL_CUDNN_BENCHMARK", "1",
-       "1: convolutions time cuDNN's candidate plans once per shape and keep the fastest (or, within 3% of it, "
-       "the one with the smallest workspace), and for channels-last 16-bit images of 1–4 channels also dpl's "
-       "direct kernels against cuDNN; 0: the first deterministic plan of cuDNN's heuristics (repeatable results)"},
+       "1: convolutions time cuDNN's candidate plans once per shape and keep the fastest (or, within "
+       "DPL_CUDNN_WORKSPACE_SLACK of it, the one with the smallest workspace), and for channels-last 16-bit "
+       "images of 1–4 channels also dpl's direct kernels against cuDNN; 0: the first deterministic plan of "
+       "cuDNN's heuristics (repeatable results)"},
+      {"DPL_CUDNN_CANDIDATES", "12", "How many of cuDNN's heuristic plans DPL_CUDNN_BENCHMARK=1 times per shape"},
+      {"DPL_CUDNN_WORKSPACE_SLACK", "3",
+       "Percent slower than the fastest timed plan that a plan with a smaller workspace may be and still be "
+       "chosen (0: always the fastest; 0 to 100)"},
       {"DPL_CUTLASS", "1",
        "1: on a GPU of compute capability 9.0 where the build has CUTLASS, 1x1 stride-1 convolutions that "
        "compute their batch-norm statistics (conv2d_with_sums) run on dpl's CUTLASS product, and so does the "

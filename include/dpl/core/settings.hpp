@@ -45,6 +45,11 @@ struct Settings {
   /// DPL_CUDNN_BENCHMARK=0/1: cuDNN convolutions time the candidate algorithms once per shape
   /// and keep the fastest (1), or take the first deterministic one of cuDNN's heuristics (0).
   bool cudnn_benchmark = true;
+  /// DPL_CUDNN_CANDIDATES: how many of cuDNN's heuristic plans that search times per shape.
+  int cudnn_candidates = 12;
+  /// DPL_CUDNN_WORKSPACE_SLACK: percent slower than the fastest timed plan that a plan with a
+  /// smaller workspace may be and still be chosen (0: always the fastest).
+  int cudnn_workspace_slack = 3;
   /// DPL_CUTLASS=0/1: 1x1 convolutions with batch-norm statistics run on dpl's CUTLASS product
   /// where the build and the GPU have it (1), or on cuDNN (0).
   bool cutlass = true;

@@ -40,6 +40,8 @@ TEST(Settings, DefaultsWhenUnsetOrEmpty) {
     EXPECT_TRUE(s.cuda_caching);
     EXPECT_FALSE(s.cuda_tf32);
     EXPECT_TRUE(s.cudnn_benchmark);
+    EXPECT_EQ(s.cudnn_candidates, 12);
+    EXPECT_EQ(s.cudnn_workspace_slack, 3);
     EXPECT_TRUE(s.cutlass);
     EXPECT_TRUE(s.cuda_devices.empty());
     EXPECT_FALSE(s.mpi_cuda_aware.has_value());
@@ -59,6 +61,8 @@ TEST(Settings, ParsesEveryVariable) {
                             {"DPL_CUDA_NO_CACHING", "1"},
                             {"DPL_CUDA_TF32", "1"},
                             {"DPL_CUDNN_BENCHMARK", "0"},
+                            {"DPL_CUDNN_CANDIDATES", "30"},
+                            {"DPL_CUDNN_WORKSPACE_SLACK", "0"},
                             {"DPL_CUTLASS", "0"},
                             {"DPL_CUDA_DEVICE", "0,2,10"},
                             {"DPL_MPI_CUDA_AWARE", "0"},
@@ -75,6 +79,8 @@ TEST(Settings, ParsesEveryVariable) {
   EXPECT_FALSE(s.cuda_caching);
   EXPECT_TRUE(s.cuda_tf32);
   EXPECT_FALSE(s.cudnn_benchmark);
+  EXPECT_EQ(s.cudnn_candidates, 30);
+  EXPECT_EQ(s.cudnn_workspace_slack, 0);
   EXPECT_FALSE(s.cutlass);
   EXPECT_THAT(s.cuda_devices, ElementsAre(0, 2, 10));
   EXPECT_EQ(s.mpi_cuda_aware, false);
@@ -124,6 +130,8 @@ TEST(Settings, RejectsMalformedValuesNamingVariableValueAndWhatIsAccepted) {
       {"DPL_NUM_THREADS", "1025", "from 1 to 1024"},
       {"DPL_CUDA_TF32", "yes", "0 or 1"},          {"DPL_CUDA_NO_CACHING", "2", "0 or 1"},
       {"DPL_CUDNN_BENCHMARK", "on", "0 or 1"},
+      {"DPL_CUDNN_CANDIDATES", "0", "from 1"},     {"DPL_CUDNN_WORKSPACE_SLACK", "101", "from 0"},
+      {"DPL_CUDNN_WORKSPACE_SLACK", "2.5", "percent"},
       {"DPL_CPU_NO_CACHING", "true", "0 or 1"},    {"DPL_MPI_CUDA_AWARE", " 1", "0 or 1"},
       {"DPL_CUDA_DEVICE", "0,,1", "comma-separated"}, {"DPL_CUDA_DEVICE", "-1", "device number"},
       {"DPL_CUDA_DEVICE", "gpu0", "device number"},   {"DPL_OUTPUT", "fancy", "plain or terminal"},

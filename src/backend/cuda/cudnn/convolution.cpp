@@ -11,8 +11,8 @@
 // One execution plan per problem (device, kind, dtype, extents, strides, pointer alignment,
 // geometry, beta, math, search mode), built on the problem's first call and kept. With
 // DPL_CUDNN_BENCHMARK=1 (the default) that first call times the candidate plans on scratch
-// buffers (a one-time host wait) and keeps the fastest, or one within 3% of it with a smaller
-// workspace; with 0 it takes the first deterministic
+// buffers (a one-time host wait) and keeps the fastest, or one within DPL_CUDNN_WORKSPACE_SLACK
+// (3%) of it with a smaller workspace; with 0 it takes the first deterministic
 // plan of cuDNN's heuristics, so results repeat bit for bit. float32 data uses TF32 tensor cores
 // only when dpl::cuda::allow_tf32() is on; every dtype accumulates in float32. Workspaces come
 // from the device's caching allocator and every call is queued on the compute stream: after the
@@ -259,9 +259,10 @@ float time_runs(cudaStream_t stream, const TimingEvents& events, Run&& run) {
 }
 
 // The plan to use among the candidates, each timed on scratch buffers (so an output that is
-// accumulated into is never touched by the search): of those within kNearlyFastest of the fastest,
-// the one with the smallest workspace, because a workspace lives beside the step's activations
-// and a few percent of one convolution's time is not worth hundreds of megabytes of peak memory.
+// accumulated into is never touched by the search): of those within DPL_CUDNN_WORKSPACE_SLACK
+// percent of the fastest (3 by default), the one with the smallest workspace, because a workspace
+// lives beside the step's activations and a few percent of one convolution's time may not be worth
+// hundreds of megabytes of peak memory.
 // Candidates that need more than 1 GiB of workspace or fail to run are left out.
 std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<Plan>& plans, const void* a,
                      const void* b, std::size_t out_bytes) {
@@ -277,7 +278,7 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
   void* squares = sums ? static_cast<float*>(stats.data()) + pr.y.shape[1] : nullptr;
   cudaStream_t stream = CudaDevice::get(pr.device).stream();
   const TimingEvents events;
-  constexpr float kNearlyFastest = 1.03f;
+  static const float nearly_fastest = 1.f + static_cast<float>(settings().cudnn_workspace_slack) / 100.f;
   std::vector<float> times(plans.size(), -1.f);  // < 0: not a candidate
   for (std::size_t i = 0; i < plans.size(); ++i) {
     if (plans[i].workspace > kMaxWorkspace) continue;
@@ -294,7 +295,7 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
     if (ms >= 0.f && (fastest_ms < 0.f || ms < fastest_ms)) fastest_ms = ms;
   std::size_t best = plans.size();
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    if (times[i] < 0.f || times[i] > fastest_ms * kNearlyFastest) continue;
+    if (times[i] < 0.f || times[i] > fastest_ms * nearly_fastest) continue;
     if (best == plans.size() || plans[i].workspace < plans[best].workspace ||
         (plans[i].workspace == plans[best].workspace && times[i] < times[best]))
       best = i;
@@ -306,14 +307,14 @@ std::size_t fastest(const Problem& pr, cudnnHandle_t handle, const std::vector<P
 }
 
 // Builds the plan of a problem: the first acceptable one of cuDNN's heuristics, or with the search
-// on, the fastest of up to kCandidates acceptable ones.
+// on, the fastest of up to DPL_CUDNN_CANDIDATES (12) acceptable ones.
 Plan build_plan(const Problem& pr, cudnnHandle_t handle, const void* a, const void* b, std::size_t out_bytes) {
-  constexpr std::size_t kCandidates = 12;
+  static const std::size_t candidates = static_cast<std::size_t>(settings().cudnn_candidates);
   Graph graph = build_graph(pr, handle);
   std::vector<Plan> plans;
   for (const cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     for (Descriptor& config : engine_configs(graph.graph, mode)) {
-      if (plans.size() >= (pr.benchmark ? kCandidates : 1)) break;
+      if (plans.size() >= (pr.benchmark ? candidates : 1)) break;
       if (!acceptable(config, pr.dtype, pr.tf32, pr.benchmark)) continue;
       std::int64_t workspace = 0;
       std::unique_ptr<Descriptor> plan = finalize_plan(config, handle, &workspace);
