@@ -62,6 +62,34 @@ void finish_channel_grad(const Tensor& g, std::vector<GradTarget>& t, std::size_
   accumulate_channel(g, t[k]);
 }
 
+// Where a fused batch norm kernel writes its gradients: gx into its target where the kernel may
+// overwrite it (its first contribution, in x's layout: the usual case), else into scratch that
+// finish() adds in; the parameters' gradients (targets `params` and `params` + 1) in place, the
+// kernel accumulating with their beta, when both take them with one beta (the usual case), else
+// both through channel_grad_buffer.
+struct FusedGrads {
+  std::size_t params = 0;
+  bool gx_direct = false;
+  float param_beta = 0.f;
+  Tensor gx, gw, gb;
+
+  FusedGrads(std::vector<GradTarget>& t, std::size_t params_at, const Tensor& x, const Tensor& weight)
+      : params(params_at) {
+    gx_direct = t[0].needed() && t[0].beta == 0.f && t[0].tensor->strides() == x.strides();
+    gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
+    const bool params_direct = takes_channel_grad(t, params, weight) && takes_channel_grad(t, params + 1, weight) &&
+                               t[params].beta == t[params + 1].beta;
+    param_beta = params_direct ? t[params].beta : 0.f;
+    gw = params_direct ? *t[params].tensor : channel_grad_buffer(t, params, weight);
+    gb = params_direct ? *t[params + 1].tensor : channel_grad_buffer(t, params + 1, weight);
+  }
+  void finish(std::vector<GradTarget>& t) const {
+    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+    finish_channel_grad(gw, t, params);
+    finish_channel_grad(gb, t, params + 1);
+  }
+};
+
 // The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
 // scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused. In
 // training on a device whose kernels read 16-bit parameters in place (batch_norm_act_available),
@@ -166,9 +194,8 @@ class BatchNormEvalNode final : public Node {
   void release() override { x = weight = running_mean = running_var = Tensor(); }
 };
 
-// Backward of the fused relu(batch_norm(x) [+ z]): the kernel writes gx and gz into their targets
-// where it may overwrite them, else into scratch added in after; it adds the parameters'
-// gradients into their buffers itself.
+// Backward of the fused relu(batch_norm(x) [+ z]), its gradients placed as FusedGrads says (and
+// gz as gx).
 class BatchNormActNode final : public Node, public OffersOutputGradReductions {
  public:
   bool add = false;
@@ -183,28 +210,15 @@ class BatchNormActNode final : public Node, public OffersOutputGradReductions {
       backward_from_reductions(gy, t);
       return;
     }
-    // The kernel overwrites gx and gz: a target it may overwrite in x's layout (the usual case,
-    // its first contribution) takes them directly; anything else goes through scratch.
-    auto writable = [&](const GradTarget& g) {
-      return g.needed() && g.beta == 0.f && g.tensor->strides() == x.strides();
-    };
-    const bool gx_direct = writable(t[0]), gz_direct = add && writable(t[1]);
-    Tensor gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
-    Tensor gz = !add ? gx : gz_direct ? *t[1].tensor : empty_in_format_of(x.shape(), x);
-    const std::size_t params = add ? 2 : 1;
-    // The kernel accumulates into the parameters' gradients with one beta for both: they take it
-    // in place when both can (the usual case), else both go through scratch.
-    const bool params_direct = takes_channel_grad(t, params, weight) && takes_channel_grad(t, params + 1, weight) &&
-                               t[params].beta == t[params + 1].beta;
-    const float param_beta = params_direct ? t[params].beta : 0.f;
-    Tensor gw = params_direct ? *t[params].tensor : channel_grad_buffer(t, params, weight);
-    Tensor gb = params_direct ? *t[params + 1].tensor : channel_grad_buffer(t, params + 1, weight);
-    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, gx, gz,
-                                     param_beta, gw, gb);
-    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+    // The kernel overwrites gz as it does gx: a residual's target it may overwrite takes it
+    // directly, anything else goes through scratch.
+    FusedGrads grads(t, add ? 2 : 1, x, weight);
+    const bool gz_direct = add && t[1].needed() && t[1].beta == 0.f && t[1].tensor->strides() == x.strides();
+    Tensor gz = !add ? grads.gx : gz_direct ? *t[1].tensor : empty_in_format_of(x.shape(), x);
+    backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, grads.gx, gz,
+                                     grads.param_beta, grads.gw, grads.gb);
     if (add && t[1].needed() && !gz_direct) add_into(gz, t[1]);
-    finish_channel_grad(gw, t, params);
-    finish_channel_grad(gb, t, params + 1);
+    grads.finish(t);
   }
   void release() override {
     x = y = reserve = weight = bias = save_mean = save_invstd = Tensor();
@@ -216,19 +230,11 @@ class BatchNormActNode final : public Node, public OffersOutputGradReductions {
   // pass; gy itself is the residual's gradient, handed on without a copy where the target allows.
   void backward_from_reductions(const Tensor& gy, std::vector<GradTarget>& t) {
     const Tensor g = in_format(gy, x.memory_format());
-    const bool gx_direct = t[0].needed() && t[0].beta == 0.f && t[0].tensor->strides() == x.strides();
-    Tensor gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
-    const bool params_direct =
-        takes_channel_grad(t, 2, weight) && takes_channel_grad(t, 3, weight) && t[2].beta == t[3].beta;
-    const float param_beta = params_direct ? t[2].beta : 0.f;
-    Tensor gw = params_direct ? *t[2].tensor : channel_grad_buffer(t, 2, weight);
-    Tensor gb = params_direct ? *t[3].tensor : channel_grad_buffer(t, 3, weight);
+    FusedGrads grads(t, 2, x, weight);
     backend::batch_norm_backward_from_sums(x, g, reductions->sum_g, reductions->sum_gx, weight, save_mean, save_invstd,
-                                           gx, param_beta, gw, gb);
-    if (t[0].needed() && !gx_direct) add_into(gx, t[0]);
+                                           grads.gx, grads.param_beta, grads.gw, grads.gb);
     if (t[1].needed()) pass_into(g, t[1]);
-    finish_channel_grad(gw, t, 2);
-    finish_channel_grad(gb, t, 3);
+    grads.finish(t);
   }
 };
 

@@ -291,18 +291,9 @@ class Pool2dNode final : public Node {
 Variable pool2d(const char* op, backend::PoolKind kind, const Variable& x, Size2d kernel, Size2d stride,
                 Size2d padding, bool global = false) {
   const Tensor tx = image_input(op, x);
-  if (stride.h == 0 && stride.w == 0) stride = kernel;
-  DPL_CHECK(kernel.h >= 1 && kernel.w >= 1, op, ": expected a kernel of at least 1x1, got ", kernel.h, "x", kernel.w);
-  DPL_CHECK(stride.h >= 1 && stride.w >= 1, op, ": expected strides >= 1, got ", stride.h, "x", stride.w);
-  DPL_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op,
-            ": expected padding between 0 and half the kernel (", kernel.h / 2, "x", kernel.w / 2, "), got ",
-            padding.h, "x", padding.w);
-  const std::int64_t ph = tx.size(2) + 2 * padding.h, pw = tx.size(3) + 2 * padding.w;
-  DPL_CHECK(kernel.h <= ph && kernel.w <= pw, op, ": kernel ", kernel.h, "x", kernel.w,
-            " is larger than the padded input ", ph, "x", pw, " (input shape ", shape_str(tx.shape()), ", padding ",
-            padding.h, "x", padding.w, ")");
-  const backend::Pool2dParams p{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
-  const Shape out_shape{tx.size(0), tx.size(1), (ph - kernel.h) / stride.h + 1, (pw - kernel.w) / stride.w + 1};
+  const PoolWindow window = pool_window(op, tx, kernel, stride, padding);
+  const backend::Pool2dParams& p = window.params;
+  const Shape& out_shape = window.out_shape;
   Tensor y = empty_in_format_of(out_shape, tx);
   Tensor saved = tx.numel() > 0 ? backend::pool2d(kind, p, tx, y) : y;
   // (N, C, 1, 1) has one element per (n, c) in both memory formats, at n*C + c.

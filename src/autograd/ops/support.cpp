@@ -63,6 +63,22 @@ Tensor image_input(const char* op, const Variable& x) {
   return out;
 }
 
+PoolWindow pool_window(const char* op, const Tensor& tx, Size2d kernel, Size2d stride, Size2d padding) {
+  if (stride.h == 0 && stride.w == 0) stride = kernel;
+  DPL_CHECK(kernel.h >= 1 && kernel.w >= 1, op, ": expected a kernel of at least 1x1, got ", kernel.h, "x", kernel.w);
+  DPL_CHECK(stride.h >= 1 && stride.w >= 1, op, ": expected strides >= 1, got ", stride.h, "x", stride.w);
+  DPL_CHECK(padding.h >= 0 && padding.w >= 0 && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w, op,
+            ": expected padding between 0 and half the kernel (", kernel.h / 2, "x", kernel.w / 2, "), got ",
+            padding.h, "x", padding.w);
+  const std::int64_t ph = tx.size(2) + 2 * padding.h, pw = tx.size(3) + 2 * padding.w;
+  DPL_CHECK(kernel.h <= ph && kernel.w <= pw, op, ": kernel ", kernel.h, "x", kernel.w,
+            " is larger than the padded input ", ph, "x", pw, " (input shape ", shape_str(tx.shape()), ", padding ",
+            padding.h, "x", padding.w, ")");
+  const backend::Pool2dParams p{kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w};
+  const Shape out_shape{tx.size(0), tx.size(1), (ph - kernel.h) / stride.h + 1, (pw - kernel.w) / stride.w + 1};
+  return {p, out_shape};
+}
+
 bool has_format(const Tensor& t, MemoryFormat f) {
   return f == MemoryFormat::kChannelsLast ? t.is_channels_last() : t.is_contiguous();
 }

@@ -44,6 +44,13 @@ inline Tensor dense(const Tensor& t) { return t.contiguous(); }
 Tensor float_input(const char* op, const Variable& x);
 /// x checked as a float (N, C, H, W) image, dense in its own memory format (kernels take both).
 Tensor image_input(const char* op, const Variable& x);
+/// The window of a 2-D pooling of image tx, checked (a stride of 0 in both dimensions: the
+/// kernel's extent), and the output shape it gives: floor((H + 2 pad - kernel) / stride) + 1.
+struct PoolWindow {
+  backend::Pool2dParams params;
+  Shape out_shape;
+};
+PoolWindow pool_window(const char* op, const Tensor& tx, Size2d kernel, Size2d stride, Size2d padding);
 
 // --- memory formats ---------------------------------------------------------------------------
 // A dense tensor is stored contiguous (row-major, NCHW for images) or channels-last (NHWC), as

@@ -157,6 +157,13 @@ __device__ __forceinline__ float affine_shift(float mean, float scale, float bia
   return __fmaf_rn(-mean, scale, bias);
 }
 __device__ __forceinline__ float affine(float x, float scale, float shift) { return __fmaf_rn(x, scale, shift); }
+// Whether the ReLU passed the value at pre-activation x * scale + shift, rounded to T as y was: a
+// positive pre-activation too small for a 16-bit type made y zero.
+template <typename T>
+__device__ __forceinline__ bool relu_passes(float x, float scale, float shift) {
+  return to_float(from_float<T>(affine(x, scale, shift))) > 0.f;
+}
+__device__ __forceinline__ float rectified(float v) { return v > 0.f ? v : (v == v ? 0.f : v); }  // NaN stays NaN
 
 // How backward masks gy for a fused ReLU: not at all (no ReLU), by y > 0 (y given: needed when a
 // residual was added before the ReLU), or by recomputing the pre-activation x * scale + shift
@@ -198,10 +205,9 @@ __device__ __forceinline__ void load_grad_and_input(const T* x, const T* y, bool
     for (int j = 0; j < V; ++j)
       if (!(yv[j] > 0.f)) g[j] = 0.f;
   } else if (recompute) {
-    // Rounded to T as y was: a positive pre-activation too small for a 16-bit type made y zero.
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      if (!(to_float(from_float<T>(affine(xv[j], scale[j], shift[j]))) > 0.f)) g[j] = 0.f;
+      if (!relu_passes<T>(xv[j], scale[j], shift[j])) g[j] = 0.f;
   }
 }
 
@@ -470,11 +476,44 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
     }
     if (relu) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = v[j] > 0.f ? v[j] : (v[j] == v[j] ? 0.f : v[j]);  // NaN stays NaN
+      for (int j = 0; j < V; ++j) v[j] = rectified(v[j]);
     }
     store_vec<V>(y + i, v);
   }
 }
+
+// The input gradient's per-channel coefficients of channels ch0..ch0+V-1, from coef (k, a and b
+// at [0, 3c), the recomputed mask's scale and shift at [3c, 5c) when `recompute`) and the mean,
+// and the input gradient gx[i..i+V) = beta*gx + k * (g - a - (x - mean) * b) they give.
+template <int V>
+struct InputGradCoefficients {
+  float k[V], a[V], b[V], mu[V], scale[V], shift[V];
+
+  __device__ __forceinline__ InputGradCoefficients(const float* coef, const float* mean, int c, int ch0,
+                                                   bool recompute) {
+    load_channels<V>(coef + ch0, k);
+    load_channels<V>(coef + c + ch0, a);
+    load_channels<V>(coef + 2 * c + ch0, b);
+    load_channels<V>(mean + ch0, mu);
+    if (recompute) {
+      load_channels<V>(coef + 3 * c + ch0, scale);
+      load_channels<V>(coef + 4 * c + ch0, shift);
+    }
+  }
+  template <typename T, typename Index>
+  __device__ __forceinline__ void store(const float (&g)[V], const float (&xv)[V], float beta, T* gx, Index i) const {
+    float out[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = k[j] * (g[j] - a[j] - (xv[j] - mu[j]) * b[j]);
+    if (beta != 0.f) {
+      float prev[V];
+      load_vec<V>(gx + i, prev);
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[j] += beta * prev[j];
+    }
+    store_vec<V>(gx + i, out);
+  }
+};
 
 // gx = beta*gx + k * (g - a - (x - mean) * b), g = gy masked by mask_y > 0 when mask_y is
 // given, else by the pre-activation recomputed from coef[3c, 5c) when `recompute`.
@@ -494,28 +533,10 @@ __global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, c
   for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<Index>(gridDim.x) * blockDim.x) {
     const Index i = p * V;
-    const int ch0 = static_cast<int>(i % static_cast<Index>(c));
-    float k[V], a[V], b[V], mu[V], scale[V], shift[V];
-    load_channels<V>(coef + ch0, k);
-    load_channels<V>(coef + c + ch0, a);
-    load_channels<V>(coef + 2 * c + ch0, b);
-    load_channels<V>(mean + ch0, mu);
-    if (recompute) {
-      load_channels<V>(coef + 3 * c + ch0, scale);
-      load_channels<V>(coef + 4 * c + ch0, shift);
-    }
+    const InputGradCoefficients<V> co(coef, mean, c, static_cast<int>(i % static_cast<Index>(c)), recompute);
     float g[V], xv[V];
-    load_grad_and_input<V>(x, mask_y, recompute, gy, i, scale, shift, g, xv);
-    float out[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = k[j] * (g[j] - a[j] - (xv[j] - mu[j]) * b[j]);
-    if (beta != 0.f) {
-      float prev[V];
-      load_vec<V>(gx + i, prev);
-#pragma unroll
-      for (int j = 0; j < V; ++j) out[j] += beta * prev[j];
-    }
-    store_vec<V>(gx + i, out);
+    load_grad_and_input<V>(x, mask_y, recompute, gy, i, co.scale, co.shift, g, xv);
+    co.store(g, xv, beta, gx, i);
   }
 }
 
@@ -613,6 +634,68 @@ void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const floa
 
 namespace {
 
+// The statistics of channels-last x from sums[0] and sums[1] (its per-channel sums and sums of
+// squares), with what write_statistics records and updates.
+StatisticsFromSums statistics_from_sums(const Tensor* sums, std::int64_t rows, const Tensor& weight,
+                                        const Tensor& bias, float eps, float momentum, Tensor& running_mean,
+                                        Tensor& running_var, Tensor& save_mean, Tensor& save_invstd) {
+  StatisticsFromSums stats;
+  stats.sum = sums[0].data<float>();
+  stats.sum_of_squares = sums[1].data<float>();
+  stats.count = static_cast<float>(rows);
+  stats.weight = channel_param(weight);
+  stats.bias = channel_param(bias);
+  stats.eps = eps;
+  stats.momentum = momentum;
+  stats.running_mean = running_mean.data<float>();
+  stats.running_var = running_var.data<float>();
+  stats.save_mean = save_mean.data<float>();
+  stats.save_invstd = save_invstd.data<float>();
+  return stats;
+}
+
+// The batch statistics of x (T elements, channels-last), from sums[0] and sums[1] when sums is
+// given, else from a moments pass over x, recorded in save_mean and save_invstd and the running
+// statistics; returns the affine map's scale, c floats of scratch that holder owns, with its
+// shift in the c floats after.
+template <typename T>
+float* statistics_and_affine(CudaDevice& d, const Tensor& x, const Tensor* sums, const Tensor& weight,
+                             const Tensor& bias, float eps, float momentum, Tensor& running_mean, Tensor& running_var,
+                             Tensor& save_mean, Tensor& save_invstd, Tensor& holder) {
+  const int c = static_cast<int>(x.size(1));
+  const std::int64_t rows = x.numel() / c;
+  float* scale = nullptr;
+  if (sums != nullptr) {
+    const StatisticsFromSums stats = statistics_from_sums(sums, rows, weight, bias, eps, momentum, running_mean,
+                                                          running_var, save_mean, save_invstd);
+    holder = Tensor::empty({2 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
+    scale = holder.data<float>();
+    constexpr int kChannelsPerBlock = 128;
+    finalize_sums_kernel<<<(c + kChannelsPerBlock - 1) / kChannelsPerBlock, kChannelsPerBlock, 0, d.stream()>>>(
+        stats, c, scale, scale + c);
+    DPL_CUDA_CHECK(cudaGetLastError());
+    return scale;
+  }
+  const T* xp = in_ptr<T>(x);
+  with_pack_width<T>(c, {xp}, [&](auto width) {
+    constexpr int V = decltype(width)::value;
+    const ReduceLaunch l = reduce_launch(reinterpret_cast<const void*>(&moments_kernel<T, V>), sizeof(float2),
+                                         d.device(), rows, c, V);
+    // Scratch: the partial sums, then scale, shift and the sums' shift of x.
+    float2* partial = reduce_scratch<float2>(x, l, c, 3, holder, &scale);
+    float* x_shift = scale + 2 * c;
+    moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes, d.stream()>>>(xp, rows, c, partial, x_shift);
+    DPL_CUDA_CHECK(cudaGetLastError());
+    finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                              d.stream()>>>(partial, x_shift, l.groups, c, static_cast<float>(rows),
+                                            channel_param(weight), channel_param(bias), eps, momentum,
+                                            running_mean.data<float>(), running_var.data<float>(),
+                                            save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
+    DPL_CUDA_CHECK(cudaGetLastError());
+  });
+  return scale;
+}
+
 // batch_norm_nhwc_train, with the statistics from sums[0] and sums[1] when sums is given
 // (batch_norm_nhwc_train_from_sums), else from a moments pass over x.
 void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, const Tensor& weight, const Tensor& bias,
@@ -621,54 +704,19 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
   on_device_typed(x, "batch_norm (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const int c = static_cast<int>(x.size(1));
-    const std::int64_t n = x.numel(), rows = n / c;
+    const std::int64_t n = x.numel();
     const T* xp = in_ptr<T>(x);
     const T* zp = z != nullptr ? in_ptr<T>(*z) : nullptr;
     T* yp = out_ptr<T>(y);
-    // Scratch: scale and shift (and, without sums, the moments pass's partials and shift).
-    Tensor holder;
-    float* scale = nullptr;
-    if (sums != nullptr) {
-      StatisticsFromSums stats;
-      stats.sum = sums[0].data<float>();
-      stats.sum_of_squares = sums[1].data<float>();
-      stats.count = static_cast<float>(rows);
-      stats.weight = channel_param(weight);
-      stats.bias = channel_param(bias);
-      stats.eps = eps;
-      stats.momentum = momentum;
-      stats.running_mean = running_mean.data<float>();
-      stats.running_var = running_var.data<float>();
-      stats.save_mean = save_mean.data<float>();
-      stats.save_invstd = save_invstd.data<float>();
-      if (c <= kCoefficientsInPassChannels) {
-        launch_apply(d, xp, zp, relu, nullptr, nullptr, n, c, yp, &stats);
-        return;
-      }
-      holder = Tensor::empty({2 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
-      scale = holder.data<float>();
-      constexpr int kChannelsPerBlock = 128;
-      finalize_sums_kernel<<<(c + kChannelsPerBlock - 1) / kChannelsPerBlock, kChannelsPerBlock, 0, d.stream()>>>(
-          stats, c, scale, scale + c);
-      DPL_CUDA_CHECK(cudaGetLastError());
-    } else {
-      with_pack_width<T>(c, {xp}, [&](auto width) {
-        constexpr int V = decltype(width)::value;
-        const ReduceLaunch l = reduce_launch(reinterpret_cast<const void*>(&moments_kernel<T, V>), sizeof(float2),
-                                             d.device(), rows, c, V);
-        // Scratch: the partial sums, then scale, shift and the sums' shift of x.
-        float2* partial = reduce_scratch<float2>(x, l, c, 3, holder, &scale);
-        float* x_shift = scale + 2 * c;
-        moments_kernel<T, V><<<l.grid, l.block, l.shared_bytes, d.stream()>>>(xp, rows, c, partial, x_shift);
-        DPL_CUDA_CHECK(cudaGetLastError());
-        finalize_moments_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
-                                  d.stream()>>>(partial, x_shift, l.groups, c, static_cast<float>(rows),
-                                                channel_param(weight), channel_param(bias), eps, momentum,
-                                                running_mean.data<float>(), running_var.data<float>(),
-                                                save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
-        DPL_CUDA_CHECK(cudaGetLastError());
-      });
+    if (sums != nullptr && c <= kCoefficientsInPassChannels) {
+      const StatisticsFromSums stats = statistics_from_sums(sums, n / c, weight, bias, eps, momentum, running_mean,
+                                                            running_var, save_mean, save_invstd);
+      launch_apply(d, xp, zp, relu, nullptr, nullptr, n, c, yp, &stats);
+      return;
     }
+    Tensor holder;
+    const float* scale = statistics_and_affine<T>(d, x, sums, weight, bias, eps, momentum, running_mean, running_var,
+                                                  save_mean, save_invstd, holder);
     launch_apply(d, xp, zp, relu, scale, scale + c, n, c, yp);
   });
 }
