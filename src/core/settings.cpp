@@ -48,6 +48,16 @@ std::optional<bool> flag(const char* (*lookup)(const char*), const char* name) {
   bad_value(name, v, "0 or 1");
 }
 
+// A whole number in [lo, hi] without a sign; nullopt when unset.
+std::optional<int> unsigned_in(const char* (*lookup)(const char*), const char* name, long lo, long hi,
+                               const char* accepted) {
+  const char* v = value_of(lookup, name);
+  if (v == nullptr) return std::nullopt;
+  const auto n = whole_number(v, lo, hi);
+  if (!n || std::string(v).find_first_of("+-") != std::string::npos) bad_value(name, v, accepted);
+  return static_cast<int>(*n);
+}
+
 // A comma-separated list of whole numbers, each at least `lo` and without a sign; empty when unset.
 std::vector<int> number_list(const char* (*lookup)(const char*), const char* name, long lo, const char* accepted) {
   const char* v = value_of(lookup, name);
@@ -114,12 +124,10 @@ Settings parse_settings(const char* (*lookup)(const char* name)) {
   s.cuda_tf32 = flag(lookup, "DPL_CUDA_TF32").value_or(false);
   s.cudnn_benchmark = flag(lookup, "DPL_CUDNN_BENCHMARK").value_or(true);
   s.cudnn_candidates = positive(lookup, "DPL_CUDNN_CANDIDATES").value_or(s.cudnn_candidates);
-  if (const char* v = value_of(lookup, "DPL_CUDNN_WORKSPACE_SLACK")) {
-    const auto percent = whole_number(v, 0, 100);
-    if (!percent || std::string(v).find_first_of("+-") != std::string::npos)
-      bad_value("DPL_CUDNN_WORKSPACE_SLACK", v, "a whole number of percent from 0 (always the fastest plan) to 100");
-    s.cudnn_workspace_slack = static_cast<int>(*percent);
-  }
+  s.cudnn_workspace_slack =
+      unsigned_in(lookup, "DPL_CUDNN_WORKSPACE_SLACK", 0, 100,
+                  "a whole number of percent from 0 (always the fastest plan) to 100")
+          .value_or(s.cudnn_workspace_slack);
   s.cutlass = flag(lookup, "DPL_CUTLASS").value_or(true);
   s.cuda_devices = number_list(lookup, "DPL_CUDA_DEVICE", 0,
                                "a device number or a comma-separated list of them (\"0\" or \"0,2\")");
