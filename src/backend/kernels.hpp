@@ -478,6 +478,26 @@ DPL_DECLARE_KERNEL(batch_norm_backward_from_sums, any(),
                    void(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
                         const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd, Tensor& gx,
                         float param_beta, Tensor& gweight, Tensor& gbias));
+/// True when batch_norm_relu_max_pool_train runs x pooled with p on x's device: the GPU's
+/// channels-last kernels, where max pooling of x with p runs on them too. GPU only (callers ask
+/// has(kCuda) first; elsewhere the ops compose).
+DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_available, any(), bool(const Tensor& x, const Pool2dParams& p));
+/// Training-mode y = max_pool(relu(batch_norm(x)), p) (a network's stem) with the statistics and
+/// running updates of batch_norm_train, from sum and sum_of_squares (as batch_norm_train_from_sums
+/// takes them), or from x when they have no elements (stand-ins on x's device); the normalised
+/// image is never stored. y
+/// channels-last, of pool2d's output shape; returns the winners' indices (kUInt8, y's shape and
+/// strides) for batch_norm_relu_max_pool_backward. Requires batch_norm_relu_max_pool_available.
+DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_train, any(),
+                   Tensor(const Pool2dParams& p, const Tensor& x, const Tensor& sum, const Tensor& sum_of_squares,
+                          const Tensor& weight, const Tensor& bias, float eps, float momentum, Tensor& running_mean,
+                          Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd));
+/// Gradients of batch_norm_relu_max_pool_train from its x, y and winners and y's gradient gy: gx
+/// written in x's format; gweight and gbias as batch_norm_act_backward's (param_beta).
+DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_backward, any(),
+                   void(const Pool2dParams& p, const Tensor& x, const Tensor& y, const Tensor& argmax,
+                        const Tensor& gy, const Tensor& weight, const Tensor& bias, const Tensor& save_mean,
+                        const Tensor& save_invstd, Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias));
 /// y (N, C, Ho, Wo) = pooling of x over windows p, with Ho = (H + 2 pad_h - kernel_h) / stride_h + 1
 /// (floor) and Wo likewise; the caller checks that every window overlaps the unpadded input.
 /// Returns what pool2d_backward needs as `saved` (a backend-specific tensor on x's device: the

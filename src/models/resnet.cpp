@@ -166,7 +166,7 @@ ResNet::ResNet(int depth, const ResNetOptions& options, Generator& gen)
 Variable ResNet::forward(const Variable& x) {
   ChannelSums sums;
   const Variable z = conv_output(*conv1_, x, fused_statistics_ && is_training(), sums);
-  Variable h = maxpool_->forward(bn1_->forward_relu(z, &sums));
+  Variable h = bn1_->forward_relu_max_pool(z, maxpool_->options(), &sums);
   for (const auto* stage : {&layer1_, &layer2_, &layer3_, &layer4_}) h = (*stage)->forward(h);
   return fc_->forward(avgpool_->forward(h));
 }

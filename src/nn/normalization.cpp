@@ -59,6 +59,16 @@ Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residu
   return y;
 }
 
+Variable BatchNorm2d::forward_relu_max_pool(const Variable& x, const MaxPool2dOptions& pool, const ChannelSums* sums) {
+  if (is_training() && synchronizes_statistics())
+    return max_pool2d(relu(normalize_synchronized(x)), pool.kernel_size(), pool.stride(), pool.padding());
+  Variable y = batch_norm_relu_max_pool2d(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
+                                          pool.kernel_size(), pool.stride(), pool.padding(), options_.momentum(),
+                                          options_.eps(), sums);
+  count_batch();
+  return y;
+}
+
 BatchNorm1d::BatchNorm1d(const BatchNorm1dOptions& options) : BatchNormBase("BatchNorm1d", options) {}
 
 BatchNorm1d::BatchNorm1d(std::int64_t num_features, double eps, double momentum, bool affine)

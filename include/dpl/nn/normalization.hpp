@@ -17,6 +17,7 @@
 
 #include "dpl/nn/module.hpp"
 #include "dpl/nn/options.hpp"
+#include "dpl/nn/pooling.hpp"
 
 namespace dpl::nn {
 
@@ -124,6 +125,10 @@ class BatchNorm2d : public BatchNormBase {
   /// one pass where the device's library fuses it. Requires residual of x's shape and dtype;
   /// otherwise as forward(); `sums` as there.
   Variable forward_add_relu(const Variable& x, const Variable& residual, const ChannelSums* sums = nullptr);
+  /// max_pool2d(relu(forward(x))) over pool's windows through dpl::batch_norm_relu_max_pool2d (a
+  /// network's stem), one pass where the device fuses it. Requires what forward() and max_pool2d
+  /// require; `sums` as there.
+  Variable forward_relu_max_pool(const Variable& x, const MaxPool2dOptions& pool, const ChannelSums* sums = nullptr);
 };
 
 /// Batch normalisation (PyTorch's nn.BatchNorm1d) of (N, C) features or (N, C, L) sequences per

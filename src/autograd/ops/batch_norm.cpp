@@ -1,4 +1,5 @@
-// Batch normalisation of (N, C, H, W) images, and its fusions with relu and a residual add.
+// Batch normalisation of (N, C, H, W) images, and its fusions with relu, a residual add and a
+// network stem's max pooling.
 #include "autograd/ops/support.hpp"
 
 namespace dpl {
@@ -238,6 +239,21 @@ class BatchNormActNode final : public Node, public OffersOutputGradReductions {
   }
 };
 
+// Backward of batch_norm_relu_max_pool2d's fused pass, its gradients placed as FusedGrads says.
+class BatchNormReluMaxPoolNode final : public Node {
+ public:
+  backend::Pool2dParams p{};
+  Tensor x, y, argmax, weight, bias, save_mean, save_invstd;
+  const char* name() const override { return "batch_norm_relu_max_pool2d"; }
+  void backward(const Tensor& gy, std::vector<GradTarget>& t) override {
+    FusedGrads grads(t, 1, x, weight);
+    backend::batch_norm_relu_max_pool_backward(p, x, y, argmax, gy, weight, bias, save_mean, save_invstd, grads.gx,
+                                               grads.param_beta, grads.gw, grads.gb);
+    grads.finish(t);
+  }
+  void release() override { x = y = argmax = weight = bias = save_mean = save_invstd = Tensor(); }
+};
+
 // relu(batch_norm(x) [+ z]) through the device's fused kernel when it has one for x (training
 // mode only: evaluation is one cheap pass anyway), else composed from the plain ops.
 Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, const Variable& weight,
@@ -350,6 +366,44 @@ Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variabl
                              double eps, const ChannelSums* sums) {
   return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
                         eps, sums);
+}
+
+Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, const Variable& bias,
+                                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                                    Size2d kernel, Size2d stride, Size2d padding, double momentum, double eps,
+                                    const ChannelSums* sums) {
+  const char* op = "batch_norm_relu_max_pool2d";
+  const Tensor tx = image_input(op, x);
+  const PoolWindow window = pool_window(op, tx, kernel, stride, padding);
+  const bool fused = training && tx.numel() > 0 && !tx.device().is_cpu() &&
+                     backend::batch_norm_relu_max_pool_train.has(backend::kCuda) &&
+                     backend::batch_norm_relu_max_pool_available(tx, window.params);
+  if (!fused)
+    return max_pool2d(batch_norm_relu(x, weight, bias, running_mean, running_var, training, momentum, eps, sums),
+                      kernel, stride, padding);
+  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  const std::int64_t c = tx.size(1);
+  const TensorOptions stats(kFloat32, tx.device());
+  Tensor y = empty_in_format_of(window.out_shape, tx);
+  Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
+  // Without sums, zero-element stand-ins (the kernel's arguments are all defined tensors).
+  const bool with_sums = takes_sums(op, sums, tx, training);
+  const Tensor none = Tensor::empty({0}, stats);
+  const Tensor argmax = backend::batch_norm_relu_max_pool_train(
+      window.params, tx, with_sums ? sums->sum : none, with_sums ? sums->sum_of_squares : none, args.w, args.b,
+      static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean, save_invstd);
+  if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
+  auto node = std::make_shared<BatchNormReluMaxPoolNode>();
+  node->p = window.params;
+  node->x = tx;
+  node->y = y;
+  node->argmax = argmax;
+  node->weight = args.w;
+  node->bias = args.b;
+  node->save_mean = save_mean;
+  node->save_invstd = save_invstd;
+  node->set_inputs(defined_inputs({&x, &weight, &bias}));
+  return Variable::make_result(y, node);
 }
 
 }  // namespace dpl

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/max_pool_window.cuh"
 
 namespace dpl::backend::cuda_detail {
 
@@ -232,6 +233,32 @@ __device__ __forceinline__ void load_channels(const float* p, float (&out)[V]) {
   }
 }
 
+// One backward-reduction thread's sums, per channel of ch0..ch0+V-1, of g and of g * (x - mean),
+// and their block's partial (reduce_lanes_and_store). Zero for a thread past the channels.
+template <int V>
+struct GradSums {
+  float2 acc[V];
+  float mu[V];
+
+  __device__ __forceinline__ GradSums(const float* mean, int c, int ch0) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      acc[j] = {0.f, 0.f};
+      mu[j] = ch0 < c ? mean[ch0 + j] : 0.f;
+    }
+  }
+  __device__ __forceinline__ void add(const float (&g)[V], const float (&xv)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      acc[j].x += g[j];
+      acc[j].y += g[j] * (xv[j] - mu[j]);
+    }
+  }
+  __device__ __forceinline__ void store(unsigned char* smem, int c, int ch0, float2* partial) {
+    reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
+  }
+};
+
 // Backward reduction: per channel the sums of g and of g * (x - mean), g = gy masked by `m`.
 // When g_out is given, g is also stored there (the residual's gradient): the elementwise pass
 // then reads g back instead of gy and y.
@@ -241,23 +268,11 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
                                                                    float2* partial, T* g_out) {
   extern __shared__ unsigned char smem[];
   const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-  float2 acc[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = {0.f, 0.f};
+  GradSums<V> sums(mean, c, ch0);
   if (ch0 < c) {
-    float mu[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) mu[j] = mean[ch0 + j];
     float scale[V], shift[V];
     mask_affine<V>(m, mean, ch0, scale, shift);
     const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
-    auto add = [&](const float (&g)[V], const float (&xv)[V]) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        acc[j].x += g[j];
-        acc[j].y += g[j] * (xv[j] - mu[j]);
-      }
-    };
     std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
     // As in moments_kernel: the loads of kRowsInFlight rows first, the sums after, in row order.
     for (; r + (kRowsInFlight - 1) * step < rows; r += kRowsInFlight * step) {
@@ -268,7 +283,7 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u) {
         if (g_out != nullptr) store_vec<V>(g_out + (r + u * step) * c + ch0, g[u]);
-        add(g[u], xv[u]);
+        sums.add(g[u], xv[u]);
       }
     }
     for (; r < rows; r += step) {
@@ -276,10 +291,10 @@ __global__ void __launch_bounds__(kReduceThreads) grad_sums_kernel(const T* x, R
       float g[V], xv[V];
       load_grad_and_input<V>(x, m.y, m.bias.data != nullptr, gy, i, scale, shift, g, xv);
       if (g_out != nullptr) store_vec<V>(g_out + i, g);
-      add(g, xv);
+      sums.add(g, xv);
     }
   }
-  reduce_lanes_and_store<V>(acc, reinterpret_cast<float2*>(smem), c, ch0, partial);
+  sums.store(smem, c, ch0, partial);
 }
 
 // The finalize kernels: a block of 8 channels x 128 lanes; each lane combines every 128th group's
@@ -320,22 +335,31 @@ __device__ __forceinline__ bool combine_groups(const P* partial, int groups, int
   return true;
 }
 
+// The variance from the mean square and the mean, clamped at 0 where rounding takes it below.
+__device__ __forceinline__ float variance_of(float mean_square, float mean) {
+  return fmaxf(__fsub_rn(mean_square, __fmul_rn(mean, mean)), 0.f);
+}
+
 // Channel ch's batch statistics from its mean and biased variance over `count` rows: save_mean,
 // save_invstd, the running update (unbiased variance), and the affine map as scale/shift
 // (y = x * scale + shift) for the apply pass.
 // With `record` false only scale[ch] and shift[ch] are written (an elementwise pass's block that
 // computes its own coefficients; one block records).
+// Every step of the statistics is an explicitly rounded intrinsic, which the compiler never
+// contracts into a fused multiply-add: the kernels that inline this (a finalize kernel, an
+// elementwise pass computing its own coefficients) then give the same bits for the same sums.
 __device__ __forceinline__ void write_statistics(int ch, float mean, float var, float count, ChannelParam weight,
                                                  ChannelParam bias, float eps, float momentum, float* running_mean,
                                                  float* running_var, float* save_mean, float* save_invstd,
                                                  float* scale, float* shift, bool record = true) {
-  const float invstd = rsqrtf(var + eps);
+  const float invstd = rsqrtf(__fadd_rn(var, eps));
   if (record) {
     save_mean[ch] = mean;
     save_invstd[ch] = invstd;
-    running_mean[ch] = (1.f - momentum) * running_mean[ch] + momentum * mean;
-    running_var[ch] =
-        (1.f - momentum) * running_var[ch] + momentum * (count > 1.f ? var * count / (count - 1.f) : var);
+    const float keep = 1.f - momentum;
+    const float unbiased = count > 1.f ? __fdiv_rn(__fmul_rn(var, count), count - 1.f) : var;
+    running_mean[ch] = __fadd_rn(__fmul_rn(keep, running_mean[ch]), __fmul_rn(momentum, mean));
+    running_var[ch] = __fadd_rn(__fmul_rn(keep, running_var[ch]), __fmul_rn(momentum, unbiased));
   }
   scale[ch] = affine_scale(invstd, weight[ch]);
   shift[ch] = affine_shift(mean, scale[ch], bias[ch]);
@@ -351,8 +375,8 @@ struct StatisticsFromSums {
   float *running_mean = nullptr, *running_var = nullptr, *save_mean = nullptr, *save_invstd = nullptr;
 
   __device__ __forceinline__ void write(int ch, float* scale, float* shift, bool record) const {
-    const float mean = sum[ch] / count;
-    write_statistics(ch, mean, fmaxf(sum_of_squares[ch] / count - mean * mean, 0.f), count, weight, bias, eps,
+    const float mean = __fdiv_rn(sum[ch], count);
+    write_statistics(ch, mean, variance_of(__fdiv_rn(sum_of_squares[ch], count), mean), count, weight, bias, eps,
                      momentum, running_mean, running_var, save_mean, save_invstd, scale, shift, record);
   }
 };
@@ -367,9 +391,9 @@ __global__ void finalize_moments_kernel(const float2* partial, const float* x_sh
   float2 m;
   if (!combine_groups(partial, groups, c, shared, m)) return;
   const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
-  const float d = m.x / count;
-  write_statistics(ch, x_shift[ch] + d, fmaxf(m.y / count - d * d, 0.f), count, weight, bias, eps, momentum,
-                   running_mean, running_var, save_mean, save_invstd, scale, shift);
+  const float d = __fdiv_rn(m.x, count);
+  write_statistics(ch, __fadd_rn(x_shift[ch], d), variance_of(__fdiv_rn(m.y, count), d), count, weight, bias, eps,
+                   momentum, running_mean, running_var, save_mean, save_invstd, scale, shift);
 }
 
 // The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
@@ -537,6 +561,105 @@ __global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, c
     float g[V], xv[V];
     load_grad_and_input<V>(x, mask_y, recompute, gy, i, co.scale, co.shift, g, xv);
     co.store(g, xv, beta, gx, i);
+  }
+}
+
+// The stem's forward after the statistics: y = max_pool(relu(x * scale + shift)) over each window
+// of g, with each normalised value rounded to T, as batch_norm_relu's output is, before the window
+// compares them: the maxima and winners are the composition's, and the normalised image, four
+// times the pooled one in ResNet's stem, is never written or read back.
+template <typename T, int V, typename Index>
+__global__ void apply_relu_max_pool_kernel(const T* x, const float* scale, const float* shift, PoolGeometry g,
+                                           Index packs, T* y, std::uint8_t* argmax) {
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Pixel<Index> o = pixel_of<V>(p, g.c, g.oh, g.ow);
+    float sc[V], sh[V];
+    load_channels<V>(scale + o.cv * V, sc);
+    load_channels<V>(shift + o.cv * V, sh);
+    const auto normalise = [&](float (&v)[V]) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = to_float(from_float<T>(rectified(affine(v[j], sc[j], sh[j]))));
+    };
+    float best[V];
+    ArgmaxBytes<V> win;
+    window_max<T, V>(x, g, o, normalise, best, win);
+    store_vec<V>(y + p * V, best);
+    store_argmax<V>(argmax + p * V, win);
+  }
+}
+
+// The stem's backward reduction: per channel the sums of g and of g * (x - mean), where g, the
+// gradient at relu(batch_norm(x)), is each pooled output's gradient at its window's winner, passed
+// by the ReLU where the output (the winner's value) is positive. Summed over the pooled outputs
+// (a quarter of the image's pixels in ResNet's stem), reading x only at the winners.
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceThreads) pool_grad_sums_kernel(const T* x, const T* y,
+                                                                        const std::uint8_t* argmax, const T* gy,
+                                                                        const float* mean, PoolGeometry g,
+                                                                        std::int64_t rows, float2* partial) {
+  extern __shared__ unsigned char smem[];
+  const int c = g.c;
+  const int ch0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  GradSums<V> sums(mean, c, ch0);
+  if (ch0 < c) {
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
+    for (std::int64_t r = static_cast<std::int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < rows; r += step) {
+      const Pixel<std::int64_t> o = pixel_of<V>(r * (c / V) + ch0 / V, c, g.oh, g.ow);
+      const std::int64_t i = r * c + ch0;
+      float gv[V], yv[V];
+      load_vec<V>(gy + i, gv);
+      load_vec<V>(y + i, yv);
+      const ArgmaxBytes<V> win = load_argmax<V>(argmax + i);
+      bool live = false;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (!(yv[j] > 0.f) || win.b[j] == kNoWinner) gv[j] = 0.f;
+        live |= gv[j] != 0.f;
+      }
+      if (!live) continue;  // nothing passes the ReLU here: x is not read
+      float xw[V];  // x at each channel's winner
+#pragma unroll
+      for (int j = 0; j < V; ++j) xw[j] = 0.f;
+      for (int k = 0; k < g.kh * g.kw; ++k) {
+        bool any = false;
+#pragma unroll
+        for (int j = 0; j < V; ++j) any |= win.b[j] == k && gv[j] != 0.f;
+        if (!any) continue;
+        float xv[V];
+        load_vec<V>(x + input_offset<V>(g, o.n, o.y * g.sh - g.ph + k / g.kw, o.x * g.sw - g.pw + k % g.kw, o.cv), xv);
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          if (win.b[j] == k) xw[j] = xv[j];
+      }
+      sums.add(gv, xw);  // a channel the ReLU stopped adds zero
+    }
+  }
+  sums.store(smem, c, ch0, partial);
+}
+
+// The stem's input gradient: gx = beta*gx + k * (g - a - (x - mean) * b) with g the pooled
+// gradient gathered at this pixel (gather_window_grads) and rounded to T, as the plain pooling's
+// backward stores it, then masked by the pre-activation recomputed from x (coef[3c, 5c)), as
+// grad_apply_kernel masks it.
+template <typename T, int V, typename Index, int W>
+__global__ void pool_grad_apply_kernel(const T* x, const std::uint8_t* argmax, const T* gy, PoolGeometry g,
+                                       const float* mean, const float* coef, Index packs, float beta, T* gx) {
+  const int c = g.c;
+  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
+       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const Pixel<Index> in = pixel_of<V>(p, c, g.h, g.w);
+    const InputGradCoefficients<V> co(coef, mean, c, in.cv * V, true);
+    float gv[V], xv[V];
+    gather_window_grads<T, V, Index, W>(argmax, gy, g, in.n, in.y, in.x, in.cv, gv);
+    const Index i = p * V;
+    load_vec<V>(x + i, xv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      gv[j] = to_float(from_float<T>(gv[j]));
+      if (!relu_passes<T>(xv[j], co.scale[j], co.shift[j])) gv[j] = 0.f;
+    }
+    co.store(gv, xv, beta, gx, i);
   }
 }
 
@@ -832,6 +955,83 @@ void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const 
         k<<<blocks, kThreads, 0, d.stream()>>>(xp, nullptr, false, gp, save_mean.data<float>(), coef, packs, c, beta,
                                                gxp, GradCoefficientsFromSums{});
       });
+    });
+  });
+}
+
+void batch_norm_relu_max_pool_nhwc_train(const Pool2dParams& p, const Tensor& x, const Tensor* sums,
+                                         const Tensor& weight, const Tensor& bias, float eps, float momentum,
+                                         Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& argmax,
+                                         Tensor& save_mean, Tensor& save_invstd) {
+  on_device_typed(x, "batch_norm_relu_max_pool (channels-last)", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const PoolGeometry g = pool_geometry(p, x.shape(), y.shape());
+    Tensor holder;
+    const float* scale = statistics_and_affine<T>(d, x, sums, weight, bias, eps, momentum, running_mean, running_var,
+                                                  save_mean, save_invstd, holder);
+    const T* xp = in_ptr<T>(x);
+    T* yp = out_ptr<T>(y);
+    auto* ap = static_cast<std::uint8_t*>(argmax.raw_data());
+    with_pack_width<T>(g.c, {xp, yp, ap}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const std::int64_t packs = y.numel() / V;  // the pooled output's; offsets reach into x too
+      with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
+        using Index = decltype(index);
+        const auto k = &apply_relu_max_pool_kernel<T, V, Index>;
+        k<<<elementwise_blocks(reinterpret_cast<const void*>(k), d.device(), packs, 0), kThreads, 0, d.stream()>>>(
+            xp, scale, scale + g.c, g, static_cast<Index>(packs), yp, ap);
+      });
+      DPL_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void batch_norm_relu_max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& x, const Tensor& y,
+                                            const Tensor& argmax, const Tensor& gy, const Tensor& weight,
+                                            const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                                            float beta, Tensor& gx, float param_beta, Tensor& gweight,
+                                            Tensor& gbias) {
+  on_device_typed(x, "batch_norm_relu_max_pool backward (channels-last)", [&](auto tag, CudaDevice& d) {
+    using T = typename decltype(tag)::type;
+    const PoolGeometry g = pool_geometry(p, x.shape(), y.shape());
+    const int c = g.c;
+    const std::int64_t pooled_rows = y.numel() / c;
+    const T* xp = in_ptr<T>(x);
+    const T* yp = in_ptr<T>(y);
+    const T* gyp = in_ptr<T>(gy);
+    const auto* ap = static_cast<const std::uint8_t*>(argmax.raw_data());
+    T* gxp = out_ptr<T>(gx);
+    with_pack_width<T>(c, {xp, yp, gyp, gxp, ap}, [&](auto width) {
+      constexpr int V = decltype(width)::value;
+      const ReduceLaunch l = reduce_launch(reinterpret_cast<const void*>(&pool_grad_sums_kernel<T, V>),
+                                           sizeof(float2), d.device(), pooled_rows, c, V);
+      // Scratch: the partial sums, then gx's three coefficients and the mask's scale and shift.
+      Tensor holder;
+      float* coef = nullptr;
+      float2* partial = reduce_scratch<float2>(x, l, c, 5, holder, &coef);
+      pool_grad_sums_kernel<T, V><<<l.grid, l.block, l.shared_bytes, d.stream()>>>(
+          xp, yp, ap, gyp, save_mean.data<float>(), g, pooled_rows, partial);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      // The batch norm's count is the image's rows, not the pooled ones.
+      finalize_grads_kernel<<<(c + kFinalChannels - 1) / kFinalChannels, dim3(kFinalChannels, kFinalLanes), 0,
+                              d.stream()>>>(partial, l.groups, c, static_cast<float>(x.numel() / c),
+                                            channel_param(weight), save_mean.data<float>(),
+                                            save_invstd.data<float>(), channel_param(bias),
+                                            channel_grad(gweight, param_beta), channel_grad(gbias, param_beta), coef);
+      DPL_CUDA_CHECK(cudaGetLastError());
+      const std::int64_t packs = x.numel() / V;
+      with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
+        using Index = decltype(index);
+        const auto launch = [&](auto k) {
+          k<<<elementwise_blocks(reinterpret_cast<const void*>(k), d.device(), packs, 0), kThreads, 0,
+              d.stream()>>>(xp, ap, gyp, g, save_mean.data<float>(), coef, static_cast<Index>(packs), beta, gxp);
+        };
+        if (at_most_two_windows_a_pixel(g))
+          launch(&pool_grad_apply_kernel<T, V, Index, 2>);
+        else
+          launch(&pool_grad_apply_kernel<T, V, Index, 0>);
+      });
+      DPL_CUDA_CHECK(cudaGetLastError());
     });
   });
 }

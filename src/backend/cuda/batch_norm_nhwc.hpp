@@ -12,6 +12,7 @@
 // Internal to the CUDA backend; src/backend/cuda/cudnn/batch_norm.cpp routes channels-last
 // inputs here.
 
+#include "backend/kernels.hpp"
 #include "dpl/tensor/tensor.hpp"
 
 namespace dpl::backend::cuda_detail {
@@ -51,5 +52,27 @@ void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* re
 void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const Tensor& sum_g, const Tensor& sum_gx,
                                         const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
                                         float beta, Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias);
+
+/// y = max_pool(relu(batch_norm(x)), p), a network's stem, in training mode: the statistics as
+/// batch_norm_nhwc_train computes them (from sums[0] and sums[1], x's per-channel sums and sums of
+/// squares, when sums is given), then one pass that normalises each window's values, applies the
+/// ReLU and pools them, so that the normalised image is never stored. argmax (kUInt8, y's shape
+/// and strides) and y as max_pool_nhwc writes them for that image: the same values and winners,
+/// bit for bit. Requires max_pool_nhwc_fits(x, p), y channels-last.
+void batch_norm_relu_max_pool_nhwc_train(const Pool2dParams& p, const Tensor& x, const Tensor* sums,
+                                         const Tensor& weight, const Tensor& bias, float eps, float momentum,
+                                         Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& argmax,
+                                         Tensor& save_mean, Tensor& save_invstd);
+
+/// Gradients of batch_norm_relu_max_pool_nhwc_train from its y, argmax and statistics, and gy, y's
+/// gradient: one reduction over the pooled outputs (reading x only at the winners) and one pass
+/// over x that gathers each pixel's pooled gradient, masks it by the ReLU and writes gx = beta*gx
+/// + dL/dx; no gradient of the normalised image is stored. gweight and gbias as
+/// batch_norm_nhwc_backward's.
+void batch_norm_relu_max_pool_nhwc_backward(const Pool2dParams& p, const Tensor& x, const Tensor& y,
+                                            const Tensor& argmax, const Tensor& gy, const Tensor& weight,
+                                            const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                                            float beta, Tensor& gx, float param_beta, Tensor& gweight,
+                                            Tensor& gbias);
 
 }  // namespace dpl::backend::cuda_detail

@@ -1,9 +1,9 @@
 #pragma once
 // The windows of channels-last max pooling, as device code for the kernels that pool
-// (backend/cuda/max_pool_nhwc.cu): scanning one output's window for its maximum and winner, with a
-// map applied to the values first (a kernel that pools what it computes), and gathering the
-// gradients of the outputs whose windows chose one input. One definition, so that every kernel
-// that pools picks the same winners and routes the same gradients.
+// (backend/cuda/max_pool_nhwc.cu, and the batch norm + ReLU + max-pool stem of
+// backend/cuda/batch_norm_nhwc.cu): scanning one output's window for its maximum and winner, and
+// gathering the gradients of the outputs whose windows chose one input. One definition, so that
+// the fused stem picks the same winners and routes the same gradients as the plain pooling.
 
 #include <cstdint>
 #include <type_traits>

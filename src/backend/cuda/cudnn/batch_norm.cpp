@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_device.hpp"
 #include "backend/cuda/cudnn/norm_pool_descriptors.hpp"
+#include "backend/cuda/max_pool_nhwc.hpp"
 #include "backend/kernels.hpp"
 #include "dpl/core/error.hpp"
 
@@ -140,6 +141,38 @@ void batch_norm_backward_from_sums_cuda(const Tensor& x, const Tensor& g, const 
                                                   param_beta, gweight, gbias);
 }
 
+bool batch_norm_relu_max_pool_available_cuda(const Tensor& x, const Pool2dParams& p) {
+  return channels_last(x) && cuda_detail::max_pool_nhwc_fits(x, p);
+}
+
+Tensor batch_norm_relu_max_pool_train_cuda(const Pool2dParams& p, const Tensor& x, const Tensor& sum,
+                                           const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias,
+                                           float eps, float momentum, Tensor& running_mean, Tensor& running_var,
+                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+  DPL_CHECK(batch_norm_relu_max_pool_available_cuda(x, p) && cuda_detail::max_pool_nhwc_fits(y, p),
+            "batch_norm_relu_max_pool_train: needs channels-last x and y, got shapes ", shape_str(x.shape()), " and ",
+            shape_str(y.shape()), ", strides ", shape_str(x.strides()), " and ", shape_str(y.strides()));
+  Tensor argmax(Storage::allocate(static_cast<std::size_t>(y.numel()), y.device()), 0, y.shape(), y.strides(),
+                kUInt8);
+  const Tensor sums[2] = {sum, sum_of_squares};
+  cuda_detail::batch_norm_relu_max_pool_nhwc_train(p, x, sum.numel() > 0 && sum_of_squares.numel() > 0 ? sums : nullptr,
+                                                   weight, bias, eps, momentum, running_mean, running_var, y, argmax,
+                                                   save_mean, save_invstd);
+  return argmax;
+}
+
+void batch_norm_relu_max_pool_backward_cuda(const Pool2dParams& p, const Tensor& x, const Tensor& y,
+                                            const Tensor& argmax, const Tensor& gy, const Tensor& weight,
+                                            const Tensor& bias, const Tensor& save_mean, const Tensor& save_invstd,
+                                            Tensor& gx, float param_beta, Tensor& gweight, Tensor& gbias) {
+  DPL_CHECK(gx.strides() == x.strides() && argmax.strides() == y.strides() && argmax.dtype() == kUInt8,
+            "batch_norm_relu_max_pool_backward: needs gx in x's strides and the forward's winners, got gx strides ",
+            shape_str(gx.strides()), " for x strides ", shape_str(x.strides()));
+  const Tensor g = cuda_detail::with_strides_of(gy, y);
+  cuda_detail::batch_norm_relu_max_pool_nhwc_backward(p, x, y, argmax, g, weight, bias, save_mean, save_invstd, 0.f,
+                                                      gx, param_beta, gweight, gbias);
+}
+
 }  // namespace
 
 DPL_REGISTER_KERNEL(batch_norm_backward_from_sums, kCuda, batch_norm_backward_from_sums_cuda);
@@ -150,5 +183,8 @@ DPL_REGISTER_KERNEL(batch_norm_act_available, kCuda, batch_norm_act_available_cu
 DPL_REGISTER_KERNEL(batch_norm_act_train, kCuda, batch_norm_act_train_cuda);
 DPL_REGISTER_KERNEL(batch_norm_act_backward, kCuda, batch_norm_act_backward_cuda);
 DPL_REGISTER_KERNEL(batch_norm_train_from_sums, kCuda, batch_norm_train_from_sums_cuda);
+DPL_REGISTER_KERNEL(batch_norm_relu_max_pool_available, kCuda, batch_norm_relu_max_pool_available_cuda);
+DPL_REGISTER_KERNEL(batch_norm_relu_max_pool_train, kCuda, batch_norm_relu_max_pool_train_cuda);
+DPL_REGISTER_KERNEL(batch_norm_relu_max_pool_backward, kCuda, batch_norm_relu_max_pool_backward_cuda);
 
 }  // namespace dpl::backend

@@ -222,6 +222,53 @@ TEST(BatchNorm, FusedVariantsComposeOnTheCpu) {
   }
 }
 
+// The stem's batch norm + ReLU + max pooling composes the two ops on the CPU: the same output and
+// gradients as max_pool2d(batch_norm_relu(...)), and the pooling's own checks, named for the op.
+TEST(BatchNorm, ReluMaxPoolComposesOnTheCpu) {
+  Generator gen(17);
+  const Tensor x = randn({2, 3, 7, 6}, gen), w = randn({3}, gen), b = randn({3}, gen), up = randn({2, 3, 4, 3}, gen);
+  Tensor grads[2][3], outs[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    Variable xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true);
+    const Variable y = fused == 1 ? batch_norm_relu_max_pool2d(xv, wv, bv, Tensor(), Tensor(), true, 3, 2, 1)
+                                  : max_pool2d(batch_norm_relu(xv, wv, bv, Tensor(), Tensor(), true), 3, 2, 1);
+    outs[fused] = y.data();
+    sum(mul(y, Variable(up))).backward();
+    grads[fused][0] = xv.grad();
+    grads[fused][1] = wv.grad();
+    grads[fused][2] = bv.grad();
+  }
+  ASSERT_EQ(outs[1].shape(), (Shape{2, 3, 4, 3}));
+  EXPECT_EQ(outs[1].to_vector<float>(), outs[0].to_vector<float>());
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(grads[1][k].to_vector<float>(), grads[0][k].to_vector<float>()) << k;
+  EXPECT_THAT(test::error_message([&] {
+                batch_norm_relu_max_pool2d(Variable(x), Variable(w), Variable(b), Tensor(), Tensor(), true, 3, 2, 2);
+              }),
+              HasSubstr("batch_norm_relu_max_pool2d: expected padding between 0 and half the kernel (1x1), got 2x2"));
+  EXPECT_THAT(test::error_message([&] {
+                batch_norm_relu_max_pool2d(Variable(randn({2, 3, 4}, gen)), Variable(w), Variable(b), Tensor(),
+                                           Tensor(), true, 3);
+              }),
+              HasSubstr("batch_norm_relu_max_pool2d"));
+}
+
+// The module's stem forward is forward, the ReLU and the pooling, and counts a training batch as
+// forward does (two training calls here: the stem forward and the composition's).
+TEST(BatchNorm, ModuleReluMaxPoolMatchesTheComposition) {
+  Generator gen(19);
+  const Variable x(randn({2, 3, 8, 8}, gen));
+  nn::BatchNorm2d bn(3);
+  const nn::MaxPool2dOptions pool = nn::MaxPool2dOptions(3).stride(2).padding(1);
+  for (bool training : {true, false}) {
+    bn.train(training);
+    const auto fused = bn.forward_relu_max_pool(x, pool).data().to_vector<float>();
+    const auto composed = max_pool2d(bn.forward_relu(x), 3, 2, 1).data().to_vector<float>();
+    EXPECT_EQ(fused.size(), std::size_t{2 * 3 * 4 * 4});
+    EXPECT_EQ(fused, composed) << (training ? "training" : "evaluation");
+  }
+  EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{2}));
+}
+
 // The module's fused forwards are its forward followed by the ReLU (and the residual), and count
 // the batch like forward does, in training and in evaluation mode.
 TEST(BatchNorm, ModuleFusedForwardsMatchForwardAndCountBatches) {
