@@ -55,6 +55,10 @@ run_step() {
   echo "== $name: $*"
   local rc=0
   "$@" >"$OUT/$name.log" 2>&1 || rc=$?
+  # Each run's rate as soon as it ends: a round cut short by a time limit still shows its figures.
+  local rate
+  rate="$(grep -o -E '(img_per_s|iters_per_s)=[^ ]*' "$OUT/$name.log" 2>/dev/null | head -n 1 || true)"
+  [ -n "$rate" ] && echo "   $rate"
   if [ "$rc" -eq 0 ]; then RESULT[$name]="ok"; else
     RESULT[$name]="FAILED (exit $rc)"
     FAILED+=("$name")
