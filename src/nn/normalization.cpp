@@ -60,8 +60,9 @@ Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residu
 }
 
 Variable BatchNorm2d::forward_relu_max_pool(const Variable& x, const MaxPool2dOptions& pool, const ChannelSums* sums) {
+  // Synchronized statistics have no fused stem: forward_relu's synchronized path, then the pooling.
   if (is_training() && synchronizes_statistics())
-    return max_pool2d(relu(normalize_synchronized(x)), pool.kernel_size(), pool.stride(), pool.padding());
+    return max_pool2d(forward_relu(x, sums), pool.kernel_size(), pool.stride(), pool.padding());
   Variable y = batch_norm_relu_max_pool2d(x, weight_, bias_, running_mean_.data(), running_var_.data(), is_training(),
                                           pool.kernel_size(), pool.stride(), pool.padding(), options_.momentum(),
                                           options_.eps(), sums);

@@ -74,9 +74,14 @@ struct FusedGrads {
   float param_beta = 0.f;
   Tensor gx, gw, gb;
 
+  // Whether a kernel that overwrites a gradient in x's layout may write it into target g directly.
+  static bool overwritable(const GradTarget& g, const Tensor& x) {
+    return g.needed() && g.beta == 0.f && g.tensor->strides() == x.strides();
+  }
+
   FusedGrads(std::vector<GradTarget>& t, std::size_t params_at, const Tensor& x, const Tensor& weight)
       : params(params_at) {
-    gx_direct = t[0].needed() && t[0].beta == 0.f && t[0].tensor->strides() == x.strides();
+    gx_direct = overwritable(t[0], x);
     gx = gx_direct ? *t[0].tensor : empty_in_format_of(x.shape(), x);
     const bool params_direct = takes_channel_grad(t, params, weight) && takes_channel_grad(t, params + 1, weight) &&
                                t[params].beta == t[params + 1].beta;
@@ -214,7 +219,7 @@ class BatchNormActNode final : public Node, public OffersOutputGradReductions {
     // The kernel overwrites gz as it does gx: a residual's target it may overwrite takes it
     // directly, anything else goes through scratch.
     FusedGrads grads(t, add ? 2 : 1, x, weight);
-    const bool gz_direct = add && t[1].needed() && t[1].beta == 0.f && t[1].tensor->strides() == x.strides();
+    const bool gz_direct = add && FusedGrads::overwritable(t[1], x);
     Tensor gz = !add ? grads.gx : gz_direct ? *t[1].tensor : empty_in_format_of(x.shape(), x);
     backend::batch_norm_act_backward(add, x, y, gy, reserve, weight, bias, save_mean, save_invstd, eps, grads.gx, gz,
                                      grads.param_beta, grads.gw, grads.gb);
@@ -388,7 +393,7 @@ Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, c
   Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
   // Without sums, zero-element stand-ins (the kernel's arguments are all defined tensors).
   const bool with_sums = takes_sums(op, sums, tx, training);
-  const Tensor none = Tensor::empty({0}, stats);
+  const Tensor none = with_sums ? Tensor() : Tensor::empty({0}, stats);
   const Tensor argmax = backend::batch_norm_relu_max_pool_train(
       window.params, tx, with_sums ? sums->sum : none, with_sums ? sums->sum_of_squares : none, args.w, args.b,
       static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean, save_invstd);
