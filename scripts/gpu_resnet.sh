@@ -29,6 +29,11 @@
 #                ratio to this tree without them
 #   PEER_SCRIPT  the PyTorch peer (torch_peer.py) when it is not in shared/bench beside or inside
 #                the repository
+#   CONVERGE     a folder of the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist): after the
+#                timed steps, the convergence recipe of docs/performance.md ("ResNet-18 on
+#                Fashion-MNIST JPEGs"): the images as 64-pixel JPEGs, train_imagenet with resnet18 in
+#                bfloat16, channels-last, recorded steps, 10 epochs (CONVERGE_EPOCHS); the table gives
+#                each epoch's validation accuracy
 #   PROFILE      1: after the timed steps, every kernel of one step of this tree's ResNet in the
 #                first precision under Nsight Compute (scripts/gpu_kernel_profile.sh), the TOP
 #                (default 25) largest in the table and the whole list in OUT/kernels
@@ -46,6 +51,10 @@ PRECISIONS="${PRECISIONS:-bf16 fp32}"
 ARCH="${ARCH:-resnet50}"
 BATCH="${BATCH:-128}"
 JOBS="$(nproc 2>/dev/null || echo 8)"
+# MPI (the convergence run) runs as root on the GPU machine.
+if [ "$(id -u)" = "0" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 
 declare -a FAILED=()
 declare -A RESULT=()
@@ -97,7 +106,11 @@ if [ -n "${BASELINE:-}" ]; then
   configure_and_build -baseline "$BASELINE" "$BASE_BUILD" bench_mlp_step bench_resnet &
   base_pid=$!
 fi
-configure_and_build "" "$ROOT" "$BUILD" dpl_cuda_tests bench_mlp_step bench_resnet
+# Only what the round runs: the GPU tests take longest to build.
+declare -a TARGETS=(bench_mlp_step bench_resnet)
+[ "${TESTS:-}" != "none" ] && TARGETS+=(dpl_cuda_tests)
+[ -n "${CONVERGE:-}" ] && TARGETS+=(idx_to_jpeg train_imagenet)
+configure_and_build "" "$ROOT" "$BUILD" "${TARGETS[@]}"
 if [ -n "${BASELINE:-}" ]; then
   wait "$base_pid" || true
   # The subshell's records are lost with it: read the outcome from its logs' presence instead.
@@ -200,6 +213,24 @@ if [ "${PROFILE:-0}" = 1 ] && [ -n "$first_prec" ] && [ -x "$BUILD/benchmarks/be
   KERNELS="$(grep -m1 'launches' "$OUT/kernels/kernels.txt" 2>/dev/null || echo "${RESULT[kernel-profile]}"), table in $OUT/kernels/kernels.txt"
 fi
 
+CONVERGENCE="not run"
+if [ -n "${CONVERGE:-}" ] && [ -x "$BUILD/examples/imagenet/train_imagenet" ]; then
+  images="$BUILD/fashion-mnist-64"  # kept beside the build, not among the results
+  [ -f "$images/val.txt" ] || run_step converge-images "$BUILD/tools/idx_to_jpeg" --data "$CONVERGE" -o "$images" --size 64
+  rm -rf "$OUT/converge"
+  run_step converge mpiexec -n 1 --bind-to none "$BUILD/examples/imagenet/train_imagenet" "$images/train.txt" \
+    "$images/val.txt" --root "$images" -a resnet18 -g -B 128 -E "${CONVERGE_EPOCHS:-10}" --crop-size 64 -j 14 \
+    --dtype bf16 --layout nhwc --crop-scale 0.6 --schedule cosine --graph -o "$OUT/converge"
+  # The log holds one entry per epoch: the validation accuracy of each, and the run's time.
+  CONVERGENCE="$(python3 -c '
+import json, sys
+log = json.load(open(sys.argv[1]))
+acc = [e.get("validation/main/accuracy") for e in log]
+print("validation accuracy by epoch: " + " ".join("%.4f" % a for a in acc if a is not None)
+      + ", %.1f s" % log[-1].get("elapsed_time", float("nan")))
+' "$OUT/converge/log" 2>/dev/null || echo "${RESULT[converge]:-failed}")"
+fi
+
 echo
 echo "============================ dpl ResNet / graph round ============================"
 printf '%-26s %s\n' "build" "${RESULT[build]:-not run}${BASELINE:+, baseline ${RESULT[build-baseline]:-not run}}"
@@ -245,6 +276,7 @@ for prec in $PRECISIONS; do
   fi
 done
 printf '%-26s %s\n' "kernel profile" "$KERNELS"
+[ -n "${CONVERGE:-}" ] && printf '%-26s %s\n' "resnet18 Fashion-MNIST" "$CONVERGENCE"
 printf '%-26s %s\n' "failed steps" "${FAILED[*]:-none}"
 echo "=================================================================================="
 [ "${#FAILED[@]}" -eq 0 ]
