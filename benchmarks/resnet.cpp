@@ -37,6 +37,8 @@
 // --fused-statistics on|off (on by default, as models::ResNetOptions) says whether each
 // convolution computes its BatchNorm's statistics in its own kernel where the GPU build can, or the
 // BatchNorm makes its own pass; the record ends with fused_statistics=1|0.
+// --checkpoint-blocks runs each residual block under activation checkpointing
+// (models::ResNetOptions::checkpoint_blocks); the record then ends with checkpoint_blocks=1.
 //
 // --profile-steps N runs N more steps at the end with a profiler's capture on
 // (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 0;
   bool graph = false, memory_breakdown = false;
   std::string fused_statistics = "on";
+  bool checkpoint_blocks = false;
   std::string reduce = "none", communicator = "pure_nccl", wire_arg = "float32", buffer_sync_arg = "before-use";
   bool multi_node = false;
   int zero = 0;
@@ -93,6 +96,8 @@ int main(int argc, char** argv) {
                  "on: each convolution computes its BatchNorm's statistics in its own kernel where the GPU "
                  "build can (CUTLASS, cuDNN); off: the BatchNorm's own pass")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_flag("--checkpoint-blocks", checkpoint_blocks,
+               "keep only each residual block's input for backward and compute the block again there");
   app.add_flag("--memory-breakdown", memory_breakdown,
                "after the timed steps, one ordinary step with the allocator read after each phase (cuda only)");
   CLI::Option* reduce_flag =
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
     models::ResNetOptions options;
     options.num_classes = classes;
     options.fused_statistics = fused_statistics == "on";
+    options.checkpoint_blocks = checkpoint_blocks;
     const auto model = models::resnet(arch, options, gen);
     model->to(device);
     if (nhwc) nn::to_channels_last(*model);
@@ -310,7 +316,8 @@ int main(int argc, char** argv) {
                   multi->zero_stage(), buffer_sync_arg.c_str(), static_cast<long long>(multi->optimizer_state_bytes()),
                   buffers_seconds * 1e3, phase_ms.empty() ? "-" : phase_ms.c_str());
     }
-    std::printf(" fused_statistics=%d\n", fused_statistics == "on" ? 1 : 0);
+    std::printf(" fused_statistics=%d%s\n", fused_statistics == "on" ? 1 : 0,
+                checkpoint_blocks ? " checkpoint_blocks=1" : "");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_resnet: %s\n", e.what());

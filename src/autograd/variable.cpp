@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -274,9 +275,22 @@ void Variable::backward() const {
   DPL_CHECK(impl_, "backward: the variable is undefined");
   DPL_CHECK(impl_->data.numel() == 1, "backward: expected a variable with one element (a scalar loss), got shape ",
             shape_str(impl_->data.shape()));
+  backward(Tensor::ones(impl_->data.shape(), TensorOptions(impl_->data.dtype(), impl_->data.device())));
+}
+
+void Variable::backward(const Tensor& gradient) const {
+  DPL_CHECK(impl_, "backward: the variable is undefined");
   DPL_CHECK(!impl_->graph_freed, "backward: the graph of this variable was freed by an earlier backward(); "
                                  "run the forward pass again");
-  const Tensor seed = Tensor::ones(impl_->data.shape(), TensorOptions(impl_->data.dtype(), impl_->data.device()));
+  const Tensor& value = impl_->data;
+  DPL_CHECK(gradient.defined() && gradient.shape() == value.shape() && gradient.dtype() == value.dtype() &&
+                gradient.device() == value.device(),
+            "backward: expected a gradient of the variable's shape ", shape_str(value.shape()), ", dtype ",
+            value.dtype(), " and device ", value.device(), ", got ",
+            gradient.defined() ? "shape " + shape_str(gradient.shape()) : std::string("an undefined tensor"),
+            gradient.defined() ? std::string(", dtype ") + dtype_name(gradient.dtype()) : std::string(),
+            gradient.defined() ? ", device " + gradient.device().str() : std::string());
+  const Tensor& seed = gradient;
   if (!impl_->creator) {
     DPL_CHECK(impl_->requires_grad, "backward: the variable neither requires a gradient nor was computed from one "
                                     "that does");
@@ -370,6 +384,8 @@ void Variable::backward() const {
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
 
 bool any_requires_grad(std::initializer_list<const Variable*> vars) {

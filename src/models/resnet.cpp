@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "dpl/autograd/ops/checkpoint.hpp"
 #include "dpl/core/error.hpp"
 
 namespace dpl::models {
@@ -125,7 +126,10 @@ Bottleneck::Bottleneck(std::int64_t in_channels, std::int64_t planes, std::int64
 }
 
 ResNet::ResNet(int depth, const ResNetOptions& options, Generator& gen)
-    : depth_(depth), num_classes_(options.num_classes), fused_statistics_(options.fused_statistics) {
+    : depth_(depth),
+      num_classes_(options.num_classes),
+      fused_statistics_(options.fused_statistics),
+      checkpoint_blocks_(options.checkpoint_blocks) {
   const Spec& spec = spec_for(depth);
   DPL_CHECK(options.num_classes >= 1, "ResNet: expected num_classes >= 1, got ", options.num_classes);
   DPL_CHECK(options.in_channels >= 1, "ResNet: expected in_channels >= 1, got ", options.in_channels);
@@ -167,7 +171,15 @@ Variable ResNet::forward(const Variable& x) {
   ChannelSums sums;
   const Variable z = conv_output(*conv1_, x, fused_statistics_ && is_training(), sums);
   Variable h = bn1_->forward_relu_max_pool(z, maxpool_->options(), &sums);
-  for (const auto* stage : {&layer1_, &layer2_, &layer3_, &layer4_}) h = (*stage)->forward(h);
+  const bool checkpointed = checkpoint_blocks_ && is_training() && grad_enabled();
+  for (const auto* stage : {&layer1_, &layer2_, &layer3_, &layer4_}) {
+    if (!checkpointed) {
+      h = (*stage)->forward(h);
+      continue;
+    }
+    for (const auto& [name, block] : (*stage)->children())
+      h = checkpoint([block = block](const Variable& in) { return block->forward(in); }, h);
+  }
   return fc_->forward(avgpool_->forward(h));
 }
 

@@ -78,6 +78,8 @@ Variable BatchNormBase::normalize_synchronized(const Variable& x) {
     y = add(mul(y, reshape(cast(weight_, kFloat32), per_channel)), reshape(cast(bias_, kFloat32), per_channel));
 
   // The running statistics, outside the graph: PyTorch's momentum rule with the unbiased variance.
+  // Not again while a checkpoint recomputes this layer: the first run updated them.
+  if (recomputing()) return cast(y, x.dtype());
   const auto momentum = static_cast<float>(options_.momentum());
   const Tensor mean = shifted_mean.data() + k;
   Tensor running_mean = running_mean_.data(), running_var = running_var_.data();

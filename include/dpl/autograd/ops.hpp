@@ -10,6 +10,7 @@
 
 #include "dpl/autograd/ops/attention.hpp"
 #include "dpl/autograd/ops/batch_norm.hpp"
+#include "dpl/autograd/ops/checkpoint.hpp"
 #include "dpl/autograd/ops/conv_pool.hpp"
 #include "dpl/autograd/ops/elementwise.hpp"
 #include "dpl/autograd/ops/indexing.hpp"

@@ -75,6 +75,12 @@ class Variable {
   /// (the creators of every variable on it are dropped), so a second backward() through the same
   /// graph throws. Throws dpl::Error when this variable has more than one element.
   void backward() const;
+  /// Back-propagates from this variable of any shape with `gradient` as the gradient of the
+  /// quantity being differentiated with respect to it (PyTorch's tensor.backward(gradient)): the
+  /// leaves get that gradient's vector-Jacobian product added to their grad(), and the graph is
+  /// freed as by backward(). Throws dpl::Error unless gradient has this variable's shape, dtype and
+  /// device.
+  void backward(const Tensor& gradient) const;
 
   /// Opaque identity, for graph bookkeeping and tests.
   const VariableImpl* id() const { return impl_.get(); }
@@ -103,7 +109,20 @@ class NoGradGuard {
   bool previous_;
 };
 
-/// True unless a NoGradGuard is alive on this thread.
+/// While alive, ops record the graph again, also inside a NoGradGuard (PyTorch's enable_grad).
+/// Nests; restores the previous mode on exit.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// True unless a NoGradGuard is the innermost of the guards alive on this thread.
 bool grad_enabled();
 
 }  // namespace dpl

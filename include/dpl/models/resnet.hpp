@@ -34,6 +34,11 @@ struct ResNetOptions {
   /// sums about a value of the data) and of the convolution's kernel. On by default: on an H100 it
   /// made the ResNet-50 step 1.02-1.03x faster in each dtype (docs/performance.md).
   bool fused_statistics = true;
+  /// In training, each residual block runs under dpl::checkpoint (activation checkpointing): of
+  /// a block, backward keeps only its input and computes the rest again when it gets there, one
+  /// more forward pass of the blocks for less memory (docs/models.md, "Checkpointed blocks"). Off by
+  /// default.
+  bool checkpoint_blocks = false;
 };
 
 /// What the blocks of every ResNet share: convolutions conv1..convK, each followed by its
@@ -129,6 +134,7 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::Linear> fc_;
   std::vector<const nn::BatchNorm2d*> residual_bns_;
   bool fused_statistics_;
+  bool checkpoint_blocks_;
 };
 
 /// The architecture names resnet() accepts: "resnet18", "resnet34", "resnet50", "resnet101",

@@ -91,8 +91,12 @@ class BatchNormBase : public Module {
   /// dpl::batch_norm of a 4-D x with this layer's state (and x's sums, when given), counting a
   /// training batch.
   Variable normalize(const Variable& x, const ChannelSums* sums = nullptr);
-  /// Counts a training batch in num_batches_tracked (every forward variant does).
+  /// Counts a training batch in num_batches_tracked (every forward variant does), except while a
+  /// checkpoint recomputes the layer (recomputing()): the first run counted it.
   void count_batch();
+  /// The running statistic a forward variant passes to its op: none while a checkpoint recomputes
+  /// the layer in training, so that the batch's statistics normalise without updating it again.
+  Tensor running(const Variable& statistic) const;
 
   /// The synchronised training forward of a 4-D x (see synchronize_statistics), counting the batch.
   Variable normalize_synchronized(const Variable& x);

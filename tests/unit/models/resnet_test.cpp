@@ -284,6 +284,24 @@ TEST(ResNet, SummaryListsTheStagesAndTheTotal) {
 // On the CPU no convolution computes its output's sums, so the fused-statistics option changes
 // nothing: one training step gives the same loss, gradients and running
 // statistics to the bit with it off, channels-last and NCHW alike.
+// One training step's values: the loss, every parameter's gradient, then every buffer (running
+// statistics and batch counts), in order.
+std::vector<float> step_values(models::ResNet& model, const Tensor& images, const Tensor& labels) {
+  model.zero_grad();
+  const Variable loss = softmax_cross_entropy(model(Variable(images)), labels);
+  loss.backward();
+  std::vector<float> out{loss.data().item()};
+  for (const auto& [name, v] : model.named_parameters())
+    for (float e : v.grad().contiguous().to_vector<float>()) out.push_back(e);
+  for (const auto& [name, b] : model.named_buffers()) {
+    if (b.data().dtype() == kInt64)
+      for (std::int64_t e : b.data().to_vector<std::int64_t>()) out.push_back(static_cast<float>(e));
+    else
+      for (float e : b.data().to_vector<float>()) out.push_back(e);
+  }
+  return out;
+}
+
 TEST(ResNet, FusedStatisticsOptionChangesNothingWhereNoConvolutionComputesSums) {
   for (bool nhwc : {false, true}) {
     std::vector<float> results[2];
@@ -295,18 +313,30 @@ TEST(ResNet, FusedStatisticsOptionChangesNothingWhereNoConvolutionComputesSums) 
       if (nhwc) nn::to_channels_last(model);
       Tensor images = Tensor::uniform({4, 3, 32, 32}, -1.f, 1.f, gen);
       if (nhwc) images = images.to_channels_last();
-      const Tensor labels = Tensor::from_vector(std::vector<std::int32_t>{1, 2, 0, 2}, {4});
-      model.zero_grad();
-      const Variable loss = softmax_cross_entropy(model(Variable(images)), labels);
-      loss.backward();
-      results[fused].push_back(loss.data().item());
-      for (const auto& [name, v] : model.named_parameters())
-        for (float e : v.grad().contiguous().to_vector<float>()) results[fused].push_back(e);
-      for (const auto& [name, b] : model.named_buffers())
-        if (b.data().dtype() == kFloat32)
-          for (float e : b.data().to_vector<float>()) results[fused].push_back(e);
+      results[fused] = step_values(model, images, Tensor::from_vector(std::vector<std::int32_t>{1, 2, 0, 2}, {4}));
     }
     EXPECT_EQ(results[1], results[0]) << (nhwc ? "channels-last" : "NCHW");
+  }
+}
+
+// Checkpointed blocks recompute each block in backward: the same loss, gradients, running
+// statistics and batch counts, bit for bit, in both memory formats and for both block kinds.
+TEST(ResNet, CheckpointedBlocksGiveTheStepWithoutThem) {
+  for (int depth : {18, 50}) {
+    for (bool nhwc : {false, true}) {
+      std::vector<float> results[2];
+      for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+        Generator gen(5);
+        models::ResNetOptions options = classes(3);
+        options.checkpoint_blocks = checkpointed == 1;
+        models::ResNet model(depth, options, gen);
+        if (nhwc) nn::to_channels_last(model);
+        Tensor images = Tensor::uniform({2, 3, 32, 32}, -1.f, 1.f, gen);
+        if (nhwc) images = images.to_channels_last();
+        results[checkpointed] = step_values(model, images, Tensor::from_vector(std::vector<std::int32_t>{1, 2}, {2}));
+      }
+      EXPECT_EQ(results[1], results[0]) << "resnet" << depth << (nhwc ? " channels-last" : " NCHW");
+    }
   }
 }
 
