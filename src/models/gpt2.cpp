@@ -176,7 +176,10 @@ Variable GPT2::hidden(const Variable& ids) {
   const GPT2Transformer& body = *transformer_;
   // wpe[0..T) is the first T rows of its weight: a view, whose gradient lands in those rows.
   Variable x = body.wte_->forward(ids) + narrow(body.wpe_->weight(), 0, 0, T);
-  for (const auto& block : *body.h_) x = block->forward(x);
+  const bool checkpointed = checkpoint_blocks_ && is_training() && grad_enabled();
+  for (const auto& block : *body.h_)
+    x = checkpointed ? checkpoint([block = block](const Variable& in) { return block->forward(in); }, x)
+                     : block->forward(x);
   return body.ln_f_->forward(x);
 }
 

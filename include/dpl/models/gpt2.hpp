@@ -154,6 +154,12 @@ class GPT2 : public nn::Module {
   Variable loss(const Variable& ids, const Tensor& targets, std::int64_t chunk_rows = 0);
   const GPT2Config& config() const { return config_; }
   const GPT2Transformer& transformer() const { return *transformer_; }
+  /// In training, run each transformer block under dpl::checkpoint (activation checkpointing, as
+  /// HuggingFace's gradient_checkpointing_enable): backward keeps only each block's input and
+  /// computes the block again there, one more forward pass of the blocks for the memory of
+  /// their saved activations. The loss and gradients are those without it. Off by default.
+  void set_checkpoint_blocks(bool on) { checkpoint_blocks_ = on; }
+  bool checkpoint_blocks() const { return checkpoint_blocks_; }
 
  private:
   /// ln_f of the last block's output (B, T, n_embd): what the head multiplies by wte^T.
@@ -161,6 +167,7 @@ class GPT2 : public nn::Module {
 
   GPT2Config config_;
   std::shared_ptr<GPT2Transformer> transformer_;
+  bool checkpoint_blocks_ = false;
 };
 
 /// Builds a GPT2 of config (see GPT2).

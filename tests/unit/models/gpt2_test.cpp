@@ -11,12 +11,14 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
 #include "support/golden.hpp"
+#include "support/graph_nodes.hpp"
 
 namespace dpl {
 namespace {
@@ -354,6 +356,32 @@ TEST(GPT2, RejectsBadInputsAndConfigs) {
   models::GPT2Config odd = tiny();
   odd.n_head = 5;
   DPL_EXPECT_ERROR(models::GPT2(odd, gen), AllOf(HasSubstr("divisible by n_head (5)"), HasSubstr("got 32")));
+}
+
+// Checkpointed blocks: the same loss and gradients bit for bit, the blocks run again in backward.
+TEST(GPT2, CheckpointedBlocksGiveTheStepWithoutThem) {
+  std::vector<float> results[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    Generator gen(4);
+    models::GPT2 model(tiny(), gen);
+    model.set_checkpoint_blocks(checkpointed == 1);
+    EXPECT_EQ(model.checkpoint_blocks(), checkpointed == 1);
+    std::vector<std::int64_t> ids;
+    std::vector<std::int32_t> targets;
+    for (std::int64_t i = 0; i < 2 * 12; ++i) {
+      ids.push_back((i * 7 + 3) % 64);
+      targets.push_back(static_cast<std::int32_t>((i * 5 + 1) % 64));
+    }
+    const Variable loss =
+        model.loss(Variable(Tensor::from_vector(ids, {2, 12})), Tensor::from_vector(targets, {2, 12}));
+    // One checkpoint node a block when on, none when off: the blocks' own ops are not recorded.
+    EXPECT_EQ(test::nodes_named(loss, "checkpoint"), checkpointed == 1 ? tiny().n_layer : 0);
+    loss.backward();
+    results[checkpointed].push_back(loss.item());
+    for (const auto& [name, v] : model.named_parameters())
+      for (float e : v.grad().contiguous().to_vector<float>()) results[checkpointed].push_back(e);
+  }
+  EXPECT_EQ(results[1], results[0]);
 }
 
 TEST(GPT2, AdamWLearnsARepeatingSequence) {

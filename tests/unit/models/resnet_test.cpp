@@ -12,6 +12,7 @@
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
+#include "support/graph_nodes.hpp"
 
 namespace dpl {
 namespace {
@@ -286,9 +287,12 @@ TEST(ResNet, SummaryListsTheStagesAndTheTotal) {
 // statistics to the bit with it off, channels-last and NCHW alike.
 // One training step's values: the loss, every parameter's gradient, then every buffer (running
 // statistics and batch counts), in order.
-std::vector<float> step_values(models::ResNet& model, const Tensor& images, const Tensor& labels) {
+// `checkpoints`: how many checkpoint nodes the forward pass must have recorded.
+std::vector<float> step_values(models::ResNet& model, const Tensor& images, const Tensor& labels,
+                               std::int64_t checkpoints = 0) {
   model.zero_grad();
   const Variable loss = softmax_cross_entropy(model(Variable(images)), labels);
+  EXPECT_EQ(test::nodes_named(loss, "checkpoint"), checkpoints);
   loss.backward();
   std::vector<float> out{loss.data().item()};
   for (const auto& [name, v] : model.named_parameters())
@@ -333,7 +337,9 @@ TEST(ResNet, CheckpointedBlocksGiveTheStepWithoutThem) {
         if (nhwc) nn::to_channels_last(model);
         Tensor images = Tensor::uniform({2, 3, 32, 32}, -1.f, 1.f, gen);
         if (nhwc) images = images.to_channels_last();
-        results[checkpointed] = step_values(model, images, Tensor::from_vector(std::vector<std::int32_t>{1, 2}, {2}));
+        const std::int64_t blocks = depth == 18 ? 8 : 16;
+        results[checkpointed] = step_values(model, images, Tensor::from_vector(std::vector<std::int32_t>{1, 2}, {2}),
+                                            checkpointed == 1 ? blocks : 0);
       }
       EXPECT_EQ(results[1], results[0]) << "resnet" << depth << (nhwc ? " channels-last" : " NCHW");
     }
