@@ -88,6 +88,7 @@ struct Options {
   bool sync_timing = false;
   bool skip_bad_images = false;  // an image that does not decode is skipped and reported, not fatal
   bool sync_bn = false;          // BatchNorm statistics over every rank's batch (parallel::convert_sync_batchnorm)
+  bool checkpoint_blocks = false;  // each residual block recomputed in backward (ResNetOptions::checkpoint_blocks)
   parallel::OverlapOptions overlap;
   int zero = 0;  // ZeRO stage: 1 and 2 keep the momentum (and bf16/fp16 masters) of 1/p of the parameters per rank
   std::uint64_t seed = 0;
@@ -430,6 +431,7 @@ int run(Options o) {
   Generator init(o.seed);
   models::ResNetOptions ro;
   ro.num_classes = classes;
+  ro.checkpoint_blocks = o.checkpoint_blocks;
   auto net = models::resnet(o.arch, ro, init);
   if (o.nhwc) nn::to_channels_last(*net);
   if (o.sync_bn) parallel::convert_sync_batchnorm(*net, comm);
@@ -554,6 +556,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sync-bn", o.sync_bn,
                "Synchronised BatchNorm: training statistics over every process's batch together");
   app.add_flag("--graph", o.graph, "Record the training step as a CUDA graph and replay it (-g, one process)");
+  app.add_flag("--checkpoint-blocks", o.checkpoint_blocks,
+               "Keep only each residual block's input for backward and compute the block again there (less memory)");
   app.add_flag("--overlap", o.overlap.enabled, "Average each bucket of gradients while backward still runs");
   app.add_option("--zero", zero,
                  "ZeRO stage: 0 off; 1 keeps the momentum (and bf16/fp16 master weights) of 1/p of the parameters on "

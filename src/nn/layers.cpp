@@ -41,6 +41,26 @@ Variable Sequential::forward(const Variable& x) {
   return h;
 }
 
+Variable Sequential::forward_checkpointed(std::int64_t segments, const Variable& x) {
+  const auto n = static_cast<std::int64_t>(modules_.size());
+  DPL_CHECK(segments >= 1 && segments <= n, "Sequential::forward_checkpointed: expected 1 <= segments <= ", n,
+            " (the number of modules), got ", segments);
+  Variable h = x;
+  std::int64_t begin = 0;
+  for (std::int64_t s = 0; s < segments; ++s) {
+    const std::int64_t end = begin + n / segments + (s < n % segments ? 1 : 0);
+    const auto run = [this, begin, end](const Variable& in) {
+      Variable y = in;
+      for (std::int64_t i = begin; i < end; ++i) y = modules_[static_cast<std::size_t>(i)].forward(y);
+      return y;
+    };
+    // The last run's activations are what backward needs first: kept, not recomputed.
+    h = s + 1 < segments ? checkpoint(run, h) : run(h);
+    begin = end;
+  }
+  return h;
+}
+
 const AnyModule& Sequential::operator[](std::size_t i) const {
   DPL_CHECK(i < modules_.size(), "Sequential: index ", i, " is out of range for ", modules_.size(), " modules");
   return modules_[i];

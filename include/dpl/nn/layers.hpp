@@ -115,6 +115,12 @@ class Sequential : public Module {
   }
   /// Runs the chain: x through every module in order. Requires what each module requires.
   Variable forward(const Variable& x) override;
+  /// forward(x) with the chain cut into `segments` runs of consecutive modules (the first
+  /// size() % segments runs one module longer) and every run but the last under dpl::checkpoint,
+  /// as PyTorch's checkpoint_sequential: until backward only each run's input is kept, and each
+  /// run is computed again when backward reaches it. Requires 1 <= segments <= size() (dpl::Error
+  /// otherwise); segments == 1 is forward(x).
+  Variable forward_checkpointed(std::int64_t segments, const Variable& x);
   /// The number of modules.
   std::size_t size() const { return modules_.size(); }
   /// The i-th module; requires i < size().

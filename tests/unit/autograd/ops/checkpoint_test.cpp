@@ -10,6 +10,7 @@
 
 #include "dpl/dpl.hpp"
 #include "support/expect_error.hpp"
+#include "support/graph_nodes.hpp"
 
 namespace dpl {
 namespace {
@@ -95,6 +96,31 @@ TEST(ActivationCheckpoint, SynchronisedBatchNormCountsTheBatchOnce) {
   ASSERT_EQ(results[1][0].size(), results[0][0].size());
   for (std::size_t k = 0; k < results[0][0].size(); ++k) EXPECT_NEAR(results[1][0][k], results[0][0][k], 1e-5f) << k;
   EXPECT_EQ(results[1][3], std::vector<float>{1.f});
+}
+
+// A Sequential cut into runs: the gradients of the plain chain, one checkpoint node a run but the
+// last, and the run lengths PyTorch's checkpoint_sequential would not refuse.
+TEST(ActivationCheckpoint, SequentialInRunsGivesTheChainsGradients) {
+  for (std::int64_t segments : {1, 2, 3, 5}) {
+    std::vector<std::vector<float>> results[2];
+    for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+      Generator gen(9);
+      nn::Sequential seq(nn::Linear(3, 5, true, gen), nn::ReLU(), nn::Linear(5, 5, true, gen), nn::ReLU(),
+                         nn::Linear(5, 2, true, gen));
+      Variable x(Tensor::uniform({4, 3}, -1.f, 1.f, gen), true);
+      const Variable y = checkpointed == 1 ? seq.forward_checkpointed(segments, x) : seq.forward(x);
+      EXPECT_EQ(test::nodes_named(y, "checkpoint"), checkpointed == 1 ? segments - 1 : 0) << segments;
+      sum(mul(y, y)).backward();
+      results[checkpointed].push_back(values_of(x.grad()));
+      for (const Variable& p : seq.parameters()) results[checkpointed].push_back(values_of(p.grad()));
+    }
+    EXPECT_EQ(results[1], results[0]) << segments << " segments";
+  }
+  nn::Sequential seq{nn::ReLU{}, nn::ReLU{}};
+  const Variable x(Tensor::ones({2}), true);
+  DPL_EXPECT_ERROR(seq.forward_checkpointed(0, x),
+                   HasSubstr("expected 1 <= segments <= 2 (the number of modules), got 0"));
+  DPL_EXPECT_ERROR(seq.forward_checkpointed(3, x), HasSubstr("got 3"));
 }
 
 TEST(ActivationCheckpoint, KeepsOnlyItsInputsAndRecomputesInBackward) {
