@@ -14,23 +14,11 @@ namespace {
 
 thread_local int t_recomputing = 0;
 
-// Gradient recording on and recomputing() true for one recomputation, whatever the caller's
-// modes; both restored after, also when the function throws.
-class RecomputeScope {
- public:
-  RecomputeScope() { ++t_recomputing; }
-  ~RecomputeScope() { --t_recomputing; }
-  RecomputeScope(const RecomputeScope&) = delete;
-  RecomputeScope& operator=(const RecomputeScope&) = delete;
-
- private:
-  EnableGradGuard recording_;
-};
-
 // The generators as fn first saw them, set back for the recomputation and returned afterwards
 // to where training has taken them since.
 class ReplayedGenerators {
  public:
+  ReplayedGenerators() = default;
   explicit ReplayedGenerators(const std::vector<Generator*>& gens) {
     for (Generator* g : gens)
       if (g != nullptr) saved_.emplace_back(g, *g);
@@ -44,6 +32,26 @@ class ReplayedGenerators {
   std::vector<std::pair<Generator*, Generator>> saved_;
 };
 
+// For one recomputation: the generators replayed, gradient recording on and recomputing() true,
+// whatever the caller's modes; all restored after, also when the function throws.
+class RecomputeScope {
+ public:
+  explicit RecomputeScope(ReplayedGenerators& generators) : generators_(generators) {
+    generators_.swap();
+    ++t_recomputing;
+  }
+  ~RecomputeScope() {
+    --t_recomputing;
+    generators_.swap();
+  }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  ReplayedGenerators& generators_;
+  EnableGradGuard recording_;
+};
+
 class CheckpointNode final : public Node {
  public:
   CheckpointFunction fn;
@@ -51,7 +59,7 @@ class CheckpointNode final : public Node {
   std::vector<bool> needs_grad;  // whether each input required a gradient
   Shape out_shape;
   TensorOptions out_options;
-  std::unique_ptr<ReplayedGenerators> generators;
+  ReplayedGenerators generators;
 
   const char* name() const override { return "checkpoint"; }
 
@@ -60,15 +68,10 @@ class CheckpointNode final : public Node {
     leaves.reserve(values.size());
     for (std::size_t i = 0; i < values.size(); ++i) leaves.emplace_back(values[i], needs_grad[i]);
     Variable y;
-    generators->swap();
-    try {
-      RecomputeScope scope;
+    {
+      RecomputeScope scope(generators);
       y = fn(leaves);
-    } catch (...) {
-      generators->swap();
-      throw;
     }
-    generators->swap();
     DPL_CHECK(y.defined() && y.shape() == out_shape && y.dtype() == out_options.dtype &&
                   y.device() == out_options.device,
               "checkpoint: the function computed again in backward gave ",
@@ -88,7 +91,7 @@ class CheckpointNode final : public Node {
   void release() override {
     fn = nullptr;
     values.clear();
-    generators.reset();
+    generators = ReplayedGenerators();
   }
 };
 
@@ -103,7 +106,7 @@ Variable checkpoint(const CheckpointFunction& fn, const std::vector<Variable>& i
     DPL_CHECK(inputs[i].defined(), "checkpoint: expected defined inputs, got an undefined one at position ", i);
   if (!grad_enabled()) return fn(inputs);
   // The generators' states before fn draws anything, for the recomputation.
-  auto generators = std::make_unique<ReplayedGenerators>(replay);
+  ReplayedGenerators generators(replay);
   // fn runs recording, so that the result knows whether anything it read requires a gradient;
   // the recording is dropped with y below, before the rest of the forward pass.
   std::vector<Variable> leaves;
