@@ -468,7 +468,37 @@ __global__ void finalize_given_grads_kernel(GradCoefficientsFromSums sums, int c
 // that would add more traffic than the launch costs.
 constexpr int kCoefficientsInPassChannels = 1024;
 
-// Elementwise passes: one thread per V-channel vector, grid-stride; `packs` = elements / V.
+// Runs body(p, values) over this thread's packs of a grid-stride pass (one thread per V-channel
+// vector; `packs` = elements / V), where values = load(ch0) are the per-channel values of the
+// pack's first channel ch0. When the grid's stride is a whole number of pixels (c divides
+// blocks x threads x V: every c that is a power of two up to threads x V, every c of ResNet), a
+// thread meets the same channels on every pack, so their values load once instead of once a
+// pack: the loop then streams the tensors only, which is what these memory-bound passes need.
+template <int V, typename Index, typename Load, typename Body>
+__device__ __forceinline__ void for_each_pack(Index packs, int c, Load&& load, Body&& body) {
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+  const auto first_channel = [&](Index q) { return static_cast<int>((q * V) % static_cast<Index>(c)); };
+  if ((static_cast<std::int64_t>(stride) * V) % c == 0) {
+    if (p >= packs) return;
+    const auto values = load(first_channel(p));
+    for (; p < packs; p += stride) body(p, values);
+  } else {
+    for (; p < packs; p += stride) body(p, load(first_channel(p)));
+  }
+}
+
+// The forward's per-channel scale and shift of channels ch0..ch0+V-1.
+template <int V>
+struct ScaleShift {
+  float scale[V], shift[V];
+  __device__ __forceinline__ ScaleShift(const float* scale_of, const float* shift_of, int ch0) {
+    load_channels<V>(scale_of + ch0, scale);
+    load_channels<V>(shift_of + ch0, shift);
+  }
+};
+
+// Elementwise passes: one thread per V-channel vector, grid-stride (for_each_pack).
 // With kInPass the block first computes scale and shift of every channel from `stats` into
 // shared memory (2c floats) and reads them there; scale and shift are then unused.
 template <typename T, int V, typename Index, bool kInPass = false>
@@ -482,16 +512,13 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
     scale = coef;
     shift = coef + c;
   }
-  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
-       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+  const auto load = [&](int ch0) { return ScaleShift<V>(scale, shift, ch0); };
+  for_each_pack<V>(packs, c, load, [&](Index p, const ScaleShift<V>& co) {
     const Index i = p * V;
-    const int ch0 = static_cast<int>(i % static_cast<Index>(c));
-    float v[V], sc[V], sh[V];
+    float v[V];
     load_vec<V>(x + i, v);
-    load_channels<V>(scale + ch0, sc);
-    load_channels<V>(shift + ch0, sh);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = affine(v[j], sc[j], sh[j]);
+    for (int j = 0; j < V; ++j) v[j] = affine(v[j], co.scale[j], co.shift[j]);
     if (z != nullptr) {
       float zv[V];
       load_vec<V>(z + i, zv);
@@ -503,7 +530,7 @@ __global__ void apply_kernel(const T* x, const T* z, bool relu, const float* sca
       for (int j = 0; j < V; ++j) v[j] = rectified(v[j]);
     }
     store_vec<V>(y + i, v);
-  }
+  });
 }
 
 // The input gradient's per-channel coefficients of channels ch0..ch0+V-1, from coef (k, a and b
@@ -522,6 +549,9 @@ struct InputGradCoefficients {
     if (recompute) {
       load_channels<V>(coef + 3 * c + ch0, scale);
       load_channels<V>(coef + 4 * c + ch0, shift);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) scale[j] = shift[j] = 0.f;  // unread; defined for the copy
     }
   }
   template <typename T, typename Index>
@@ -554,14 +584,13 @@ __global__ void grad_apply_kernel(const T* x, const T* mask_y, bool recompute, c
     __syncthreads();
     coef = shared_coef;
   }
-  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
-       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+  const auto load = [&](int ch0) { return InputGradCoefficients<V>(coef, mean, c, ch0, recompute); };
+  for_each_pack<V>(packs, c, load, [&](Index p, const InputGradCoefficients<V>& co) {
     const Index i = p * V;
-    const InputGradCoefficients<V> co(coef, mean, c, static_cast<int>(i % static_cast<Index>(c)), recompute);
     float g[V], xv[V];
     load_grad_and_input<V>(x, mask_y, recompute, gy, i, co.scale, co.shift, g, xv);
     co.store(g, xv, beta, gx, i);
-  }
+  });
 }
 
 // The stem's forward after the statistics: y = max_pool(relu(x * scale + shift)) over each window
@@ -646,10 +675,9 @@ template <typename T, int V, typename Index, int W>
 __global__ void pool_grad_apply_kernel(const T* x, const std::uint8_t* argmax, const T* gy, PoolGeometry g,
                                        const float* mean, const float* coef, Index packs, float beta, T* gx) {
   const int c = g.c;
-  for (Index p = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x; p < packs;
-       p += static_cast<Index>(gridDim.x) * blockDim.x) {
+  const auto load = [&](int ch0) { return InputGradCoefficients<V>(coef, mean, c, ch0, true); };
+  for_each_pack<V>(packs, c, load, [&](Index p, const InputGradCoefficients<V>& co) {
     const Pixel<Index> in = pixel_of<V>(p, c, g.h, g.w);
-    const InputGradCoefficients<V> co(coef, mean, c, in.cv * V, true);
     float gv[V], xv[V];
     gather_window_grads<T, V, Index, W>(argmax, gy, g, in.n, in.y, in.x, in.cv, gv);
     const Index i = p * V;
@@ -660,7 +688,7 @@ __global__ void pool_grad_apply_kernel(const T* x, const std::uint8_t* argmax, c
       if (!relu_passes<T>(xv[j], co.scale[j], co.shift[j])) gv[j] = 0.f;
     }
     co.store(gv, xv, beta, gx, i);
-  }
+  });
 }
 
 // The reduction launch of `kernel` for rows x c with V channels per thread: threads across the
