@@ -15,6 +15,8 @@
 // --graph records the step as a CUDA graph after three ordinary steps and replays it, clipping
 // included (its norm stays on the device). --profile-steps N runs N more steps at the end with a
 // profiler's capture on (cuda::profiler_start/stop), for scripts/gpu_kernel_profile.sh.
+// --checkpoint-blocks runs each transformer block under activation checkpointing
+// (GPT2::set_checkpoint_blocks); the record then ends with checkpoint_blocks=1.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
   std::int64_t chunk_rows = 0;
   int iters = 0, warmup = -1;
   double clip = 1.0;
-  bool graph = false;
+  bool graph = false, checkpoint_blocks = false;
   int profile_steps = 0;
   std::uint64_t seed = 0;
   flags.add_to(app);
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
   app.add_flag("--graph", graph, "record the step as a CUDA graph after 3 ordinary steps and replay it (cuda only)");
   app.add_option("--profile-steps", profile_steps, "steps run at the end with a profiler's capture on")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--checkpoint-blocks", checkpoint_blocks,
+               "keep only each block's input for backward and compute the block again there");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -98,6 +102,7 @@ int main(int argc, char** argv) {
     Generator gen(seed);
     const auto model = models::gpt2(config, gen);
     model->to(device);
+    model->set_checkpoint_blocks(checkpoint_blocks);
     const Tensor ids = random_ids({batch, seq}, config.vocab_size, kInt64, gen, device);
     // Cross-entropy takes int32 labels, one per position.
     const Tensor targets = random_ids({batch * seq}, config.vocab_size, kInt32, gen, device);
@@ -138,12 +143,12 @@ int main(int argc, char** argv) {
     const double step_s = seconds / iters;
     std::printf("what=gpt2 layers=%lld embd=%lld heads=%lld params=%lld bs=%lld seq=%lld dtype=%s graph=%d clip=%g "
                 "tokens_per_s=%.0f step_ms=%.3f peak_mem_bytes=%zu held_mem_bytes=%zu device=%s iters=%d loss=%.4f "
-                "head=%s\n",
+                "head=%s%s\n",
                 static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),
                 static_cast<long long>(config.n_head), static_cast<long long>(model->num_parameters()),
                 static_cast<long long>(batch), static_cast<long long>(seq), dtype_name(dtype), graph ? 1 : 0,
                 clip, static_cast<double>(batch * seq) / step_s, step_s * 1e3, peak, held,
-                cuda ? "cuda" : "cpu", iters, loss, head.c_str());
+                cuda ? "cuda" : "cpu", iters, loss, head.c_str(), checkpoint_blocks ? " checkpoint_blocks=1" : "");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gpt2: %s\n", e.what());

@@ -10,7 +10,9 @@
 #               CUDA_ARCH (default 90), REPS (default 1), BS (sequences per step, default 16),
 #               SEQ (default 1024), PEER_SCRIPT (torch_peer.py when it is not in shared/bench
 #               beside or inside the repository), PEER_MODES (default "eager compile graphs"),
-#               TESTS (a --gtest_filter; default the GPT-2 and attention tests; "none" skips them).
+#               TESTS (a --gtest_filter; default the GPT-2 and attention tests; "none" skips them),
+#               DPL_FLAGS (extra bench_gpt2 flags, e.g. --checkpoint-blocks: a second variant of the
+#               dpl runs with them, alternated with the plain ones, rows "dpl flags-plain/-graph").
 # cuDNN's frontend headers (.deps/cudnn_frontend, scripts/fetch_cudnn_frontend.sh) must be in the
 # tree for attention to run on cuDNN's fused kernels.
 set -uo pipefail
@@ -59,10 +61,13 @@ peer_flags() {
   esac
 }
 MODES="${PEER_MODES:-eager compile graphs}"
+VARIANTS="plain graph"
+[ -n "${DPL_FLAGS:-}" ] && VARIANTS="$VARIANTS flags-plain flags-graph"
 for r in $(seq 1 "$REPS"); do
-  for mode in plain graph; do
+  for mode in $VARIANTS; do
     flags=""
-    [ "$mode" = graph ] && flags="--graph"
+    case "$mode" in *graph) flags="--graph" ;; esac
+    case "$mode" in flags-*) flags="$flags $DPL_FLAGS" ;; esac
     step "dpl-$mode-$r" "$BUILD/benchmarks/bench_gpt2" --device cuda --bs "$BS" --seq "$SEQ" $flags
     add "dpl-$mode" "$(kv "$OUT/dpl-$mode-$r.log" tokens_per_s)"
     add "dpl-$mode-mem" "$(kv "$OUT/dpl-$mode-$r.log" peak_mem_bytes)"
@@ -90,7 +95,7 @@ echo
 echo "GPT-2 124M training step, batch $BS x $SEQ, bfloat16 (medians of $REPS; tokens/s, peak memory):"
 echo "| run | tokens/s | peak memory | ratio to the fastest peer setting ($best_mode) |"
 echo "|-----|---------:|------------:|------:|"
-for mode in plain graph; do
+for mode in $VARIANTS; do
   v="$(med "dpl-$mode")"
   m="$(med "dpl-$mode-mem")"
   ratio="$(awk -v a="$v" -v b="$best" 'BEGIN{if (a != "" && b > 0) printf "%.3f", a / b}')"
