@@ -382,10 +382,8 @@ void Variable::backward(const Tensor& gradient) const {
   }
 }
 
-NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
-EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
-EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(t_grad_enabled) { t_grad_enabled = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_enabled = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
 
 bool any_requires_grad(std::initializer_list<const Variable*> vars) {

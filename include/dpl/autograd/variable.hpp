@@ -97,32 +97,32 @@ class Variable {
   std::shared_ptr<VariableImpl> impl_;
 };
 
-/// While alive, ops record no graph (evaluation). Nests; restores the previous mode on exit.
-class NoGradGuard {
+/// While alive, ops record the graph when `enabled`, and record none otherwise (PyTorch's
+/// set_grad_enabled). Nests; restores the previous mode on exit.
+class GradModeGuard {
  public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
 
  private:
   bool previous_;
+};
+
+/// While alive, ops record no graph (evaluation).
+class NoGradGuard : public GradModeGuard {
+ public:
+  NoGradGuard() : GradModeGuard(false) {}
 };
 
 /// While alive, ops record the graph again, also inside a NoGradGuard (PyTorch's enable_grad).
-/// Nests; restores the previous mode on exit.
-class EnableGradGuard {
+class EnableGradGuard : public GradModeGuard {
  public:
-  EnableGradGuard();
-  ~EnableGradGuard();
-  EnableGradGuard(const EnableGradGuard&) = delete;
-  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
-
- private:
-  bool previous_;
+  EnableGradGuard() : GradModeGuard(true) {}
 };
 
-/// True unless a NoGradGuard is the innermost of the guards alive on this thread.
+/// True unless the innermost guard alive on this thread turned recording off (NoGradGuard).
 bool grad_enabled();
 
 }  // namespace dpl
