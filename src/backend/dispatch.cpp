@@ -52,6 +52,11 @@ void check_dtypes(const char* kernel, const char* signature, DTypeRule rule, con
                 " of dtype int32, got ", t.dtype());
       continue;
     }
+    if (rule.int64_tensors & (std::uint32_t{1} << i)) {
+      DPL_CHECK(t.dtype() == kInt64, kernel, ": expected ", arg_name(signature, ts[i].position),
+                " of dtype int64, got ", t.dtype());
+      continue;
+    }
     if (rule.float32_tensors & (std::uint32_t{1} << i)) {
       DPL_CHECK(t.dtype() == kFloat32, kernel, ": expected ", arg_name(signature, ts[i].position),
                 " of dtype float32, got ", t.dtype());
@@ -101,7 +106,9 @@ Device check_call(const char* kernel, const char* signature, DTypeRule rule, con
     DPL_CHECK(ds[i] == device, kernel, ": expected the tensors on the device the call names, ", ds[i], ", got ",
               device);
   }
-  if (rule.kind != DTypeRule::Kind::kAny || rule.int32_tensors != 0 || rule.float32_tensors != 0) check_dtypes(kernel, signature, rule, ts, nt);
+  if (rule.kind != DTypeRule::Kind::kAny || rule.int32_tensors != 0 || rule.float32_tensors != 0 ||
+      rule.int64_tensors != 0)
+    check_dtypes(kernel, signature, rule, ts, nt);
   return device;
 }
 

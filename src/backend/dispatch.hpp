@@ -42,6 +42,8 @@ struct DTypeRule {
   /// Bit i set: tensor i follows `kind` but may be float32 instead (a float32 result or
   /// accumulator beside 16-bit operands, which then is not rounded to 16 bits).
   std::uint32_t widened_tensors = 0;
+  /// Bit i set: tensor i is exempt from `kind` and must be int64 instead (a counter).
+  std::uint32_t int64_tensors = 0;
 
   static constexpr DTypeRule any() { return {Kind::kAny}; }
   static constexpr DTypeRule same() { return {Kind::kSame}; }
@@ -50,15 +52,19 @@ struct DTypeRule {
   static constexpr DTypeRule float32() { return {Kind::kFloat32}; }
   /// This rule with tensor `index` required to be int32.
   constexpr DTypeRule int32_at(int index) const {
-    return {kind, int32_tensors | (std::uint32_t{1} << index), float32_tensors, widened_tensors};
+    return {kind, int32_tensors | (std::uint32_t{1} << index), float32_tensors, widened_tensors, int64_tensors};
   }
   /// This rule with tensor `index` required to be float32.
   constexpr DTypeRule float32_at(int index) const {
-    return {kind, int32_tensors, float32_tensors | (std::uint32_t{1} << index), widened_tensors};
+    return {kind, int32_tensors, float32_tensors | (std::uint32_t{1} << index), widened_tensors, int64_tensors};
   }
   /// This rule with tensor `index` allowed to be float32 as well as what `kind` asks.
   constexpr DTypeRule or_float32_at(int index) const {
-    return {kind, int32_tensors, float32_tensors, widened_tensors | (std::uint32_t{1} << index)};
+    return {kind, int32_tensors, float32_tensors, widened_tensors | (std::uint32_t{1} << index), int64_tensors};
+  }
+  /// This rule with tensor `index` required to be int64.
+  constexpr DTypeRule int64_at(int index) const {
+    return {kind, int32_tensors, float32_tensors, widened_tensors, int64_tensors | (std::uint32_t{1} << index)};
   }
 };
 

@@ -420,9 +420,13 @@ enum class PoolKind { kMax, kAvgIncludePad, kAvgExcludePad };
 /// running_var likewise with the unbiased variance (PyTorch's convention). Requires N*H*W >= 2.
 /// weight and bias are float32, or of any float dtype where batch_norm_act_available(x) (the GPU's
 /// channels-last kernels read 16-bit parameters in place).
-DPL_DECLARE_KERNEL(batch_norm_train, floating_each(),
+/// `batches` is BatchNorm's num_batches_tracked (one int64 element on x's device), incremented by
+/// one with the running statistics' update: in the kernel that writes them where the device's
+/// kernels can (the GPU's channels-last ones), else by increment_count. Zero elements: nothing is
+/// counted. The same holds for every training-mode batch norm kernel below.
+DPL_DECLARE_KERNEL(batch_norm_train, floating_each().int64_at(5),
                    void(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
-                        Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                        Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y, Tensor& save_mean,
                         Tensor& save_invstd));
 /// Evaluation-mode batch norm: y = (x - running_mean) / sqrt(running_var + eps) * weight + bias.
 DPL_DECLARE_KERNEL(batch_norm_infer, floating_each(),
@@ -435,8 +439,8 @@ DPL_DECLARE_KERNEL(batch_norm_backward, floating_each(),
                    void(const Tensor& x, const Tensor& gy, const Tensor& weight, const Tensor& save_mean,
                         const Tensor& save_invstd, float eps, float beta, Tensor& gx, Tensor& gweight,
                         Tensor& gbias));
-/// counter (one int64 element) += 1, on its device without a host round trip (BatchNorm2d's
-/// count of training batches).
+/// counter (one int64 element) += 1, on its device without a host round trip (BatchNorm's count
+/// of training batches where no batch norm kernel counts it: the synchronised statistics).
 DPL_DECLARE_KERNEL(increment_count, any(), void(Tensor& counter));
 /// True when batch_norm_act_train runs x fused on x's device (the GPU's kernels take channels-last
 /// images of any float dtype); always false on the CPU, where the ops compose.
@@ -445,10 +449,10 @@ DPL_DECLARE_KERNEL(batch_norm_act_available, any(), bool(const Tensor& x));
 /// read), with the statistics and running updates of batch_norm_train. Requires
 /// batch_norm_act_available(x); z and y in x's format; weight and bias of any float dtype. Returns
 /// what batch_norm_act_backward needs as `reserve`.
-DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
+DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each().int64_at(6),
                    Tensor(bool add, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
-                          float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                          Tensor& save_mean, Tensor& save_invstd));
+                          float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                          Tensor& y, Tensor& save_mean, Tensor& save_invstd));
 /// batch_norm_act_train (relu true; z read when `add`) or batch_norm_train (relu and add false)
 /// with the batch statistics from sum and sum_of_squares (float32 (C,)), the sums of x and of x
 /// squared per channel over its N*H*W values, instead of a pass over x. Their backward is the
@@ -458,8 +462,8 @@ DPL_DECLARE_KERNEL(batch_norm_act_train, floating_each(),
 DPL_DECLARE_KERNEL(batch_norm_train_from_sums, any(),
                    Tensor(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
                         const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
-                        float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
-                        Tensor& save_invstd));
+                        float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y,
+                        Tensor& save_mean, Tensor& save_invstd));
 /// Gradients of batch_norm_act_train: gx and gz (only when `add`; else gz is not touched) written
 /// in x's format; gweight = param_beta * gweight + dL/dweight and gbias likewise, (C,) in any float
 /// dtype (typically the parameters' own gradient buffers, which accumulate across backward passes:
@@ -491,7 +495,7 @@ DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_available, any(), bool(const Tensor&
 DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_train, any(),
                    Tensor(const Pool2dParams& p, const Tensor& x, const Tensor& sum, const Tensor& sum_of_squares,
                           const Tensor& weight, const Tensor& bias, float eps, float momentum, Tensor& running_mean,
-                          Tensor& running_var, Tensor& y, Tensor& save_mean, Tensor& save_invstd));
+                          Tensor& running_var, Tensor& batches, Tensor& y, Tensor& save_mean, Tensor& save_invstd));
 /// Gradients of batch_norm_relu_max_pool_train from its x, y and winners and y's gradient gy: gx
 /// written in x's format; gweight and gbias as batch_norm_act_backward's (param_beta).
 DPL_DECLARE_KERNEL(batch_norm_relu_max_pool_backward, any(),

@@ -24,7 +24,7 @@ bool batch_norm_act_available_missing(const Tensor&) {
 }
 template <Library L>
 void batch_norm_train_missing(const Tensor&, const Tensor&, const Tensor&, float, float, Tensor&, Tensor&, Tensor&,
-                              Tensor&, Tensor&) {
+                              Tensor&, Tensor&, Tensor&) {
   missing<L>("batch_norm");
 }
 template <Library L>

@@ -22,10 +22,8 @@ BatchNormBase::BatchNormBase(const char* layer, const BatchNorm2dOptions& option
 
 Variable BatchNormBase::normalize(const Variable& x, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return normalize_synchronized(x);
-  Variable y = batch_norm(x, weight_, bias_, running(running_mean_), running(running_var_), is_training(),
-                          options_.momentum(), options_.eps(), sums);
-  count_batch();
-  return y;
+  return batch_norm(x, weight_, bias_, running(running_mean_), running(running_var_), is_training(),
+                    options_.momentum(), options_.eps(), sums, num_batches_tracked_.data());
 }
 
 Tensor BatchNormBase::running(const Variable& statistic) const {
@@ -49,29 +47,23 @@ Variable BatchNorm2d::forward_from_sums(const Variable& x, const ChannelSums* su
 
 Variable BatchNorm2d::forward_relu(const Variable& x, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return relu(normalize_synchronized(x));
-  Variable y = batch_norm_relu(x, weight_, bias_, running(running_mean_), running(running_var_), is_training(),
-                               options_.momentum(), options_.eps(), sums);
-  count_batch();
-  return y;
+  return batch_norm_relu(x, weight_, bias_, running(running_mean_), running(running_var_), is_training(),
+                         options_.momentum(), options_.eps(), sums, num_batches_tracked_.data());
 }
 
 Variable BatchNorm2d::forward_add_relu(const Variable& x, const Variable& residual, const ChannelSums* sums) {
   if (is_training() && synchronizes_statistics()) return relu(add(normalize_synchronized(x), residual));
-  Variable y = batch_norm_add_relu(x, residual, weight_, bias_, running(running_mean_), running(running_var_),
-                                   is_training(), options_.momentum(), options_.eps(), sums);
-  count_batch();
-  return y;
+  return batch_norm_add_relu(x, residual, weight_, bias_, running(running_mean_), running(running_var_),
+                             is_training(), options_.momentum(), options_.eps(), sums, num_batches_tracked_.data());
 }
 
 Variable BatchNorm2d::forward_relu_max_pool(const Variable& x, const MaxPool2dOptions& pool, const ChannelSums* sums) {
   // Synchronized statistics have no fused stem: forward_relu's synchronized path, then the pooling.
   if (is_training() && synchronizes_statistics())
     return max_pool2d(forward_relu(x, sums), pool.kernel_size(), pool.stride(), pool.padding());
-  Variable y = batch_norm_relu_max_pool2d(x, weight_, bias_, running(running_mean_), running(running_var_),
-                                          is_training(), pool.kernel_size(), pool.stride(), pool.padding(),
-                                          options_.momentum(), options_.eps(), sums);
-  count_batch();
-  return y;
+  return batch_norm_relu_max_pool2d(x, weight_, bias_, running(running_mean_), running(running_var_), is_training(),
+                                    pool.kernel_size(), pool.stride(), pool.padding(), options_.momentum(),
+                                    options_.eps(), sums, num_batches_tracked_.data());
 }
 
 BatchNorm1d::BatchNorm1d(const BatchNorm1dOptions& options) : BatchNormBase("BatchNorm1d", options) {}

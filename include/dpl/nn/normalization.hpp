@@ -91,11 +91,14 @@ class BatchNormBase : public Module {
   /// dpl::batch_norm of a 4-D x with this layer's state (and x's sums, when given), counting a
   /// training batch.
   Variable normalize(const Variable& x, const ChannelSums* sums = nullptr);
-  /// Counts a training batch in num_batches_tracked (every forward variant does), except while a
-  /// checkpoint recomputes the layer (recomputing()): the first run counted it.
+  /// Counts a training batch in num_batches_tracked, except while a checkpoint recomputes the
+  /// layer (recomputing()): the first run counted it. For the synchronised statistics; the other
+  /// forward variants hand num_batches_tracked to their op, which counts it with the running
+  /// statistics (in the same kernel where the device can).
   void count_batch();
   /// The running statistic a forward variant passes to its op: none while a checkpoint recomputes
-  /// the layer in training, so that the batch's statistics normalise without updating it again.
+  /// the layer in training, so that the batch's statistics normalise without updating it (or the
+  /// batch count) again.
   Tensor running(const Variable& statistic) const;
 
   /// The synchronised training forward of a 4-D x (see synchronize_statistics), counting the batch.

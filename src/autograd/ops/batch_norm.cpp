@@ -99,15 +99,17 @@ struct FusedGrads {
 // The per-channel tensors of a batch norm call, checked, with defaults for the undefined ones:
 // scale 1, shift 0, and scratch running statistics that a momentum of 0 leaves unused. In
 // training on a device whose kernels read 16-bit parameters in place (batch_norm_act_available),
-// weight and bias are the parameters themselves; elsewhere float32 (copies when 16-bit).
+// weight and bias are the parameters themselves; elsewhere float32 (copies when 16-bit). The
+// batch counter is passed on only where the running statistics are real and updated (else a
+// zero-element stand-in: the kernels' tensor arguments are all defined).
 struct BatchNormArgs {
-  Tensor w, b, rm, rv;
+  Tensor w, b, rm, rv, batches;
   float momentum;
 };
 
 BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& weight, const Variable& bias,
                               const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
-                              double eps) {
+                              double eps, const Tensor& num_batches_tracked) {
   DPL_CHECK(!training || tx.size(0) * tx.size(2) * tx.size(3) >= 2, op,
             ": training mode needs at least 2 values per channel (N*H*W), got shape ", shape_str(tx.shape()));
   check_channel_vector(op, weight.defined() ? weight.data() : Tensor(), tx, "a weight", true);
@@ -121,6 +123,12 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
             ": expected running_mean and running_var both defined or both undefined");
   DPL_CHECK(eps > 0.0, op, ": expected eps > 0, got ", eps);
   DPL_CHECK(momentum >= 0.0 && momentum <= 1.0, op, ": expected momentum in [0, 1], got ", momentum);
+  if (num_batches_tracked.defined()) {
+    DPL_CHECK(num_batches_tracked.dtype() == kInt64 && num_batches_tracked.numel() == 1, op,
+              ": expected num_batches_tracked of one int64 element, got ", num_batches_tracked.dtype(), " of shape ",
+              shape_str(num_batches_tracked.shape()));
+    check_same_device(op, tx, "an input", num_batches_tracked, "num_batches_tracked");
+  }
   const std::int64_t c = tx.size(1);
   const TensorOptions stats(kFloat32, tx.device());
   const bool in_place = training && tx.numel() > 0 && backend::batch_norm_act_available(tx);
@@ -129,6 +137,9 @@ BatchNormArgs batch_norm_args(const char* op, const Tensor& tx, const Variable& 
           bias.defined() ? param(bias) : Tensor::zeros({c}, stats),
           running_mean.defined() ? running_mean : Tensor::zeros({c}, stats),
           running_var.defined() ? running_var : Tensor::ones({c}, stats),
+          training && running_mean.defined() && num_batches_tracked.defined()
+              ? num_batches_tracked
+              : Tensor::empty({0}, TensorOptions(kInt64, tx.device())),
           running_mean.defined() ? static_cast<float>(momentum) : 0.f};
 }
 
@@ -263,7 +274,7 @@ class BatchNormReluMaxPoolNode final : public Node {
 // mode only: evaluation is one cheap pass anyway), else composed from the plain ops.
 Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, const Variable& weight,
                         const Variable& bias, const Tensor& running_mean, const Tensor& running_var, bool training,
-                        double momentum, double eps, const ChannelSums* sums) {
+                        double momentum, double eps, const ChannelSums* sums, const Tensor& num_batches_tracked) {
   const Tensor tx = image_input(op, x);
   Tensor tz;
   if (z != nullptr) {
@@ -275,10 +286,12 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
   const bool fused = training && tx.numel() > 0 && backend::batch_norm_act_available(tx) &&
                      (z == nullptr || tz.strides() == tx.strides());
   if (!fused) {
-    const Variable bn = batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, sums);
+    const Variable bn =
+        batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps, sums, num_batches_tracked);
     return relu(z == nullptr ? bn : add(bn, *z));
   }
-  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  BatchNormArgs args =
+      batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps, num_batches_tracked);
   const std::int64_t c = tx.size(1);
   const TensorOptions stats(kFloat32, tx.device());
   Tensor y = empty_in_format_of(tx.shape(), tx);
@@ -287,10 +300,11 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
       takes_sums(op, sums, tx, training)
           ? backend::batch_norm_train_from_sums(true, z != nullptr, tx, z != nullptr ? tz : tx, sums->sum,
                                                 sums->sum_of_squares, args.w, args.b, static_cast<float>(eps),
-                                                args.momentum, args.rm, args.rv, y, save_mean, save_invstd)
+                                                args.momentum, args.rm, args.rv, args.batches, y, save_mean,
+                                                save_invstd)
           : backend::batch_norm_act_train(z != nullptr, tx, z != nullptr ? tz : tx, args.w, args.b,
-                                          static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
-                                          save_invstd);
+                                          static_cast<float>(eps), args.momentum, args.rm, args.rv, args.batches, y,
+                                          save_mean, save_invstd);
   const Variable no_residual;
   const Variable* residual = z != nullptr ? z : &no_residual;
   if (!any_requires_grad({&x, residual, &weight, &bias})) return Variable(y);
@@ -319,11 +333,13 @@ Variable batch_norm_act(const char* op, const Variable& x, const Variable* z, co
 }  // namespace
 
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
-                    const Tensor& running_var, bool training, double momentum, double eps, const ChannelSums* sums) {
+                    const Tensor& running_var, bool training, double momentum, double eps, const ChannelSums* sums,
+                    const Tensor& num_batches_tracked) {
   const char* op = "batch_norm";
   const Tensor tx = image_input(op, x);
   const std::int64_t c = tx.size(1);
-  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  BatchNormArgs args =
+      batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps, num_batches_tracked);
   const TensorOptions stats(kFloat32, tx.device());
   Tensor y = empty_in_format_of(tx.shape(), tx);
   if (!training) {
@@ -343,11 +359,11 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
   Tensor save_mean = Tensor::empty({c}, stats), save_invstd = Tensor::empty({c}, stats);
   if (takes_sums(op, sums, tx, training))
     backend::batch_norm_train_from_sums(false, false, tx, tx, sums->sum, sums->sum_of_squares, args.w, args.b,
-                                        static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean,
-                                        save_invstd);
+                                        static_cast<float>(eps), args.momentum, args.rm, args.rv, args.batches, y,
+                                        save_mean, save_invstd);
   else
-    backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv, y,
-                              save_mean, save_invstd);
+    backend::batch_norm_train(tx, args.w, args.b, static_cast<float>(eps), args.momentum, args.rm, args.rv,
+                              args.batches, y, save_mean, save_invstd);
   if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
   auto node = std::make_shared<BatchNormNode>();
   node->x = tx;
@@ -361,22 +377,22 @@ Variable batch_norm(const Variable& x, const Variable& weight, const Variable& b
 
 Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
                          const Tensor& running_var, bool training, double momentum, double eps,
-                         const ChannelSums* sums) {
+                         const ChannelSums* sums, const Tensor& num_batches_tracked) {
   return batch_norm_act("batch_norm_relu", x, nullptr, weight, bias, running_mean, running_var, training, momentum,
-                        eps, sums);
+                        eps, sums, num_batches_tracked);
 }
 
 Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
                              const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
-                             double eps, const ChannelSums* sums) {
+                             double eps, const ChannelSums* sums, const Tensor& num_batches_tracked) {
   return batch_norm_act("batch_norm_add_relu", x, &z, weight, bias, running_mean, running_var, training, momentum,
-                        eps, sums);
+                        eps, sums, num_batches_tracked);
 }
 
 Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, const Variable& bias,
                                     const Tensor& running_mean, const Tensor& running_var, bool training,
                                     Size2d kernel, Size2d stride, Size2d padding, double momentum, double eps,
-                                    const ChannelSums* sums) {
+                                    const ChannelSums* sums, const Tensor& num_batches_tracked) {
   const char* op = "batch_norm_relu_max_pool2d";
   const Tensor tx = image_input(op, x);
   const PoolWindow window = pool_window(op, tx, kernel, stride, padding);
@@ -384,9 +400,11 @@ Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, c
                      backend::batch_norm_relu_max_pool_train.has(backend::kCuda) &&
                      backend::batch_norm_relu_max_pool_available(tx, window.params);
   if (!fused)
-    return max_pool2d(batch_norm_relu(x, weight, bias, running_mean, running_var, training, momentum, eps, sums),
+    return max_pool2d(batch_norm_relu(x, weight, bias, running_mean, running_var, training, momentum, eps, sums,
+                                      num_batches_tracked),
                       kernel, stride, padding);
-  BatchNormArgs args = batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps);
+  BatchNormArgs args =
+      batch_norm_args(op, tx, weight, bias, running_mean, running_var, training, momentum, eps, num_batches_tracked);
   const std::int64_t c = tx.size(1);
   const TensorOptions stats(kFloat32, tx.device());
   Tensor y = empty_in_format_of(window.out_shape, tx);
@@ -396,7 +414,7 @@ Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, c
   const Tensor none = with_sums ? Tensor() : Tensor::empty({0}, stats);
   const Tensor argmax = backend::batch_norm_relu_max_pool_train(
       window.params, tx, with_sums ? sums->sum : none, with_sums ? sums->sum_of_squares : none, args.w, args.b,
-      static_cast<float>(eps), args.momentum, args.rm, args.rv, y, save_mean, save_invstd);
+      static_cast<float>(eps), args.momentum, args.rm, args.rv, args.batches, y, save_mean, save_invstd);
   if (!any_requires_grad({&x, &weight, &bias})) return Variable(y);
   auto node = std::make_shared<BatchNormReluMaxPoolNode>();
   node->p = window.params;

@@ -341,8 +341,9 @@ __device__ __forceinline__ float variance_of(float mean_square, float mean) {
 }
 
 // Channel ch's batch statistics from its mean and biased variance over `count` rows: save_mean,
-// save_invstd, the running update (unbiased variance), and the affine map as scale/shift
-// (y = x * scale + shift) for the apply pass.
+// save_invstd, the running update (unbiased variance; and the batch count `batches`, when given,
+// by channel 0's thread), and the affine map as scale/shift (y = x * scale + shift) for the apply
+// pass.
 // With `record` false only scale[ch] and shift[ch] are written (an elementwise pass's block that
 // computes its own coefficients; one block records).
 // Every step of the statistics is an explicitly rounded intrinsic, which the compiler never
@@ -351,7 +352,8 @@ __device__ __forceinline__ float variance_of(float mean_square, float mean) {
 __device__ __forceinline__ void write_statistics(int ch, float mean, float var, float count, ChannelParam weight,
                                                  ChannelParam bias, float eps, float momentum, float* running_mean,
                                                  float* running_var, float* save_mean, float* save_invstd,
-                                                 float* scale, float* shift, bool record = true) {
+                                                 std::int64_t* batches, float* scale, float* shift,
+                                                 bool record = true) {
   const float invstd = rsqrtf(__fadd_rn(var, eps));
   if (record) {
     save_mean[ch] = mean;
@@ -360,6 +362,7 @@ __device__ __forceinline__ void write_statistics(int ch, float mean, float var, 
     const float unbiased = count > 1.f ? __fdiv_rn(__fmul_rn(var, count), count - 1.f) : var;
     running_mean[ch] = __fadd_rn(__fmul_rn(keep, running_mean[ch]), __fmul_rn(momentum, mean));
     running_var[ch] = __fadd_rn(__fmul_rn(keep, running_var[ch]), __fmul_rn(momentum, unbiased));
+    if (ch == 0 && batches != nullptr) *batches += 1;
   }
   scale[ch] = affine_scale(invstd, weight[ch]);
   shift[ch] = affine_shift(mean, scale[ch], bias[ch]);
@@ -373,11 +376,12 @@ struct StatisticsFromSums {
   ChannelParam weight, bias;
   float eps = 0.f, momentum = 0.f;
   float *running_mean = nullptr, *running_var = nullptr, *save_mean = nullptr, *save_invstd = nullptr;
+  std::int64_t* batches = nullptr;
 
   __device__ __forceinline__ void write(int ch, float* scale, float* shift, bool record) const {
     const float mean = __fdiv_rn(sum[ch], count);
     write_statistics(ch, mean, variance_of(__fdiv_rn(sum_of_squares[ch], count), mean), count, weight, bias, eps,
-                     momentum, running_mean, running_var, save_mean, save_invstd, scale, shift, record);
+                     momentum, running_mean, running_var, save_mean, save_invstd, batches, scale, shift, record);
   }
 };
 
@@ -386,14 +390,14 @@ struct StatisticsFromSums {
 __global__ void finalize_moments_kernel(const float2* partial, const float* x_shift, int groups, int c, float count,
                                         ChannelParam weight, ChannelParam bias, float eps, float momentum,
                                         float* running_mean, float* running_var, float* save_mean, float* save_invstd,
-                                        float* scale, float* shift) {
+                                        std::int64_t* batches, float* scale, float* shift) {
   __shared__ float2 shared[kFinalLanes * kFinalChannels];
   float2 m;
   if (!combine_groups(partial, groups, c, shared, m)) return;
   const int ch = blockIdx.x * kFinalChannels + threadIdx.x;
   const float d = __fdiv_rn(m.x, count);
   write_statistics(ch, __fadd_rn(x_shift[ch], d), variance_of(__fdiv_rn(m.y, count), d), count, weight, bias, eps,
-                   momentum, running_mean, running_var, save_mean, save_invstd, scale, shift);
+                   momentum, running_mean, running_var, save_mean, save_invstd, batches, scale, shift);
 }
 
 // The same outputs as finalize_moments_kernel from per-channel sums of x and of its squares over
@@ -785,11 +789,20 @@ void launch_apply(CudaDevice& d, const T* xp, const T* zp, bool relu, const floa
 
 namespace {
 
+// The batch counter's address, or null when nothing is counted (batches has no elements).
+std::int64_t* counter(Tensor& batches) {
+  if (batches.numel() == 0) return nullptr;
+  DPL_CHECK(batches.dtype() == kInt64 && batches.numel() == 1, "batch_norm: expected a batch counter of one int64 ",
+            "element, got ", batches.dtype(), " of shape ", shape_str(batches.shape()));
+  return batches.data<std::int64_t>();
+}
+
 // The statistics of channels-last x from sums[0] and sums[1] (its per-channel sums and sums of
 // squares), with what write_statistics records and updates.
 StatisticsFromSums statistics_from_sums(const Tensor* sums, std::int64_t rows, const Tensor& weight,
                                         const Tensor& bias, float eps, float momentum, Tensor& running_mean,
-                                        Tensor& running_var, Tensor& save_mean, Tensor& save_invstd) {
+                                        Tensor& running_var, Tensor& batches, Tensor& save_mean,
+                                        Tensor& save_invstd) {
   StatisticsFromSums stats;
   stats.sum = sums[0].data<float>();
   stats.sum_of_squares = sums[1].data<float>();
@@ -802,23 +815,24 @@ StatisticsFromSums statistics_from_sums(const Tensor* sums, std::int64_t rows, c
   stats.running_var = running_var.data<float>();
   stats.save_mean = save_mean.data<float>();
   stats.save_invstd = save_invstd.data<float>();
+  stats.batches = counter(batches);
   return stats;
 }
 
 // The batch statistics of x (T elements, channels-last), from sums[0] and sums[1] when sums is
 // given, else from a moments pass over x, recorded in save_mean and save_invstd and the running
-// statistics; returns the affine map's scale, c floats of scratch that holder owns, with its
-// shift in the c floats after.
+// statistics (and the batch count); returns the affine map's scale, c floats of scratch that
+// holder owns, with its shift in the c floats after.
 template <typename T>
 float* statistics_and_affine(CudaDevice& d, const Tensor& x, const Tensor* sums, const Tensor& weight,
                              const Tensor& bias, float eps, float momentum, Tensor& running_mean, Tensor& running_var,
-                             Tensor& save_mean, Tensor& save_invstd, Tensor& holder) {
+                             Tensor& batches, Tensor& save_mean, Tensor& save_invstd, Tensor& holder) {
   const int c = static_cast<int>(x.size(1));
   const std::int64_t rows = x.numel() / c;
   float* scale = nullptr;
   if (sums != nullptr) {
     const StatisticsFromSums stats = statistics_from_sums(sums, rows, weight, bias, eps, momentum, running_mean,
-                                                          running_var, save_mean, save_invstd);
+                                                          running_var, batches, save_mean, save_invstd);
     holder = Tensor::empty({2 * static_cast<std::int64_t>(c)}, TensorOptions(kFloat32, x.device()));
     scale = holder.data<float>();
     constexpr int kChannelsPerBlock = 128;
@@ -841,7 +855,8 @@ float* statistics_and_affine(CudaDevice& d, const Tensor& x, const Tensor* sums,
                               d.stream()>>>(partial, x_shift, l.groups, c, static_cast<float>(rows),
                                             channel_param(weight), channel_param(bias), eps, momentum,
                                             running_mean.data<float>(), running_var.data<float>(),
-                                            save_mean.data<float>(), save_invstd.data<float>(), scale, scale + c);
+                                            save_mean.data<float>(), save_invstd.data<float>(), counter(batches),
+                                            scale, scale + c);
     DPL_CUDA_CHECK(cudaGetLastError());
   });
   return scale;
@@ -850,8 +865,8 @@ float* statistics_and_affine(CudaDevice& d, const Tensor& x, const Tensor* sums,
 // batch_norm_nhwc_train, with the statistics from sums[0] and sums[1] when sums is given
 // (batch_norm_nhwc_train_from_sums), else from a moments pass over x.
 void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, const Tensor& weight, const Tensor& bias,
-           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
-           Tensor& save_invstd) {
+           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y,
+           Tensor& save_mean, Tensor& save_invstd) {
   on_device_typed(x, "batch_norm (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const int c = static_cast<int>(x.size(1));
@@ -861,13 +876,13 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
     T* yp = out_ptr<T>(y);
     if (sums != nullptr && c <= kCoefficientsInPassChannels) {
       const StatisticsFromSums stats = statistics_from_sums(sums, n / c, weight, bias, eps, momentum, running_mean,
-                                                            running_var, save_mean, save_invstd);
+                                                            running_var, batches, save_mean, save_invstd);
       launch_apply(d, xp, zp, relu, nullptr, nullptr, n, c, yp, &stats);
       return;
     }
     Tensor holder;
     const float* scale = statistics_and_affine<T>(d, x, sums, weight, bias, eps, momentum, running_mean, running_var,
-                                                  save_mean, save_invstd, holder);
+                                                  batches, save_mean, save_invstd, holder);
     launch_apply(d, xp, zp, relu, scale, scale + c, n, c, yp);
   });
 }
@@ -875,17 +890,19 @@ void train(const Tensor& x, const Tensor* z, bool relu, const Tensor* sums, cons
 }  // namespace
 
 void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
-                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                           Tensor& save_mean, Tensor& save_invstd) {
-  train(x, z, relu, nullptr, weight, bias, eps, momentum, running_mean, running_var, y, save_mean, save_invstd);
+                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                           Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+  train(x, z, relu, nullptr, weight, bias, eps, momentum, running_mean, running_var, batches, y, save_mean,
+        save_invstd);
 }
 
 void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu, const Tensor& sum,
                                      const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
-                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                                     Tensor& save_mean, Tensor& save_invstd) {
+                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                                     Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   const Tensor sums[2] = {sum, sum_of_squares};
-  train(x, z, relu, sums, weight, bias, eps, momentum, running_mean, running_var, y, save_mean, save_invstd);
+  train(x, z, relu, sums, weight, bias, eps, momentum, running_mean, running_var, batches, y, save_mean,
+        save_invstd);
 }
 
 void batch_norm_nhwc_backward(const Tensor& x, const Tensor* y, const Tensor* relu_bias, const Tensor& gy,
@@ -989,14 +1006,14 @@ void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const 
 
 void batch_norm_relu_max_pool_nhwc_train(const Pool2dParams& p, const Tensor& x, const Tensor* sums,
                                          const Tensor& weight, const Tensor& bias, float eps, float momentum,
-                                         Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& argmax,
-                                         Tensor& save_mean, Tensor& save_invstd) {
+                                         Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y,
+                                         Tensor& argmax, Tensor& save_mean, Tensor& save_invstd) {
   on_device_typed(x, "batch_norm_relu_max_pool (channels-last)", [&](auto tag, CudaDevice& d) {
     using T = typename decltype(tag)::type;
     const PoolGeometry g = pool_geometry(p, x.shape(), y.shape());
     Tensor holder;
     const float* scale = statistics_and_affine<T>(d, x, sums, weight, bias, eps, momentum, running_mean, running_var,
-                                                  save_mean, save_invstd, holder);
+                                                  batches, save_mean, save_invstd, holder);
     const T* xp = in_ptr<T>(x);
     T* yp = out_ptr<T>(y);
     auto* ap = static_cast<std::uint8_t*>(argmax.raw_data());

@@ -20,18 +20,19 @@ namespace dpl::backend::cuda_detail {
 /// Every operand channels-last with x's strides (y, z), float32 (C,) vectors contiguous.
 /// y = act(batch_norm(x) [+ z]), act = ReLU when relu; updates the running statistics
 /// (momentum, unbiased variance) and writes save_mean and save_invstd. weight and bias: any float
-/// dtype (one each), contiguous.
+/// dtype (one each), contiguous. batches, one int64 element (or none: nothing counted), is
+/// incremented by the thread that updates channel 0's running statistics: no kernel of its own.
 void batch_norm_nhwc_train(const Tensor& x, const Tensor* z, bool relu, const Tensor& weight, const Tensor& bias,
-                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                           Tensor& save_mean, Tensor& save_invstd);
+                           float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                           Tensor& y, Tensor& save_mean, Tensor& save_invstd);
 
 /// batch_norm_nhwc_train with the batch statistics from per-channel sums of x and of x squared
 /// over its N*H*W rows (float32 (C,), as a convolution's epilogue computes them for its output)
 /// instead of a pass over x: the pass that the fused statistics save.
 void batch_norm_nhwc_train_from_sums(const Tensor& x, const Tensor* z, bool relu, const Tensor& sum,
                                      const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
-                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                                     Tensor& save_mean, Tensor& save_invstd);
+                                     float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                                     Tensor& y, Tensor& save_mean, Tensor& save_invstd);
 
 /// Gradients of batch_norm_nhwc_train. With a ReLU, g = gy masked by the ReLU's output being
 /// positive: read from y when y is given (a residual was added), else recomputed from x with
@@ -61,8 +62,8 @@ void batch_norm_nhwc_backward_from_sums(const Tensor& x, const Tensor& g, const 
 /// bit for bit. Requires max_pool_nhwc_fits(x, p), y channels-last.
 void batch_norm_relu_max_pool_nhwc_train(const Pool2dParams& p, const Tensor& x, const Tensor* sums,
                                          const Tensor& weight, const Tensor& bias, float eps, float momentum,
-                                         Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& argmax,
-                                         Tensor& save_mean, Tensor& save_invstd);
+                                         Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y,
+                                         Tensor& argmax, Tensor& save_mean, Tensor& save_invstd);
 
 /// Gradients of batch_norm_relu_max_pool_nhwc_train from its y, argmax and statistics, and gy, y's
 /// gradient: one reduction over the pooled outputs (reading x only at the winners) and one pass

@@ -34,17 +34,24 @@ struct ChannelSums {
 /// x; elsewhere they are not needed and are ignored. Gradients are the same either way (the
 /// statistics are x's); values differ only by the rounding of the two ways to the variance.
 /// The caller vouches that they are x's: sums of another tensor normalise x wrongly.
+///
+/// `num_batches_tracked`, when defined, is the batch counter that PyTorch's BatchNorm keeps beside
+/// its running statistics: an int64 scalar (one element) on x's device, incremented by one
+/// whenever a training-mode call updates the running statistics (not when they are undefined, nor
+/// in evaluation). On the GPU's channels-last kernels the thread that updates the statistics
+/// counts too, so counting costs no launch of its own; elsewhere a small kernel adds one.
 Variable batch_norm(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
                     const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                    const ChannelSums* sums = nullptr);
+                    const ChannelSums* sums = nullptr, const Tensor& num_batches_tracked = Tensor());
 /// relu(batch_norm(...)), same requirements; fused into one pass where the device's library can.
 Variable batch_norm_relu(const Variable& x, const Variable& weight, const Variable& bias, const Tensor& running_mean,
                          const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                         const ChannelSums* sums = nullptr);
+                         const ChannelSums* sums = nullptr, const Tensor& num_batches_tracked = Tensor());
 /// relu(batch_norm(...) + z) for z of x's shape and dtype (a residual), same requirements;
 /// fused where the device's library can.
 Variable batch_norm_add_relu(const Variable& x, const Variable& z, const Variable& weight, const Variable& bias,
                              const Tensor& running_mean, const Tensor& running_var, bool training,
-                             double momentum = 0.1, double eps = 1e-5, const ChannelSums* sums = nullptr);
+                             double momentum = 0.1, double eps = 1e-5, const ChannelSums* sums = nullptr,
+                             const Tensor& num_batches_tracked = Tensor());
 
 }  // namespace dpl

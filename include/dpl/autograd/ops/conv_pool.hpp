@@ -68,15 +68,17 @@ struct Size2d {
 /// The gradient goes to each window's arg-max.
 Variable max_pool2d(const Variable& x, Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0));
 /// max_pool2d(batch_norm_relu(x, weight, bias, running_mean, running_var, training, momentum, eps,
-/// sums), kernel, stride, padding): a network's stem, with the two ops' requirements and results
-/// (the running statistics updated as batch_norm_relu updates them). In training on the GPU, for
+/// sums, num_batches_tracked), kernel, stride, padding): a network's stem, with the two ops'
+/// requirements and results (the running statistics and the batch counter updated as
+/// batch_norm_relu updates them). In training on the GPU, for
 /// channels-last x, one pass after the statistics normalises each window's values, applies the
 /// ReLU and pools them, and backward gathers the pooled gradient in its passes over x: neither the
 /// normalised image nor its gradient is ever stored. Elsewhere the two ops compose.
 Variable batch_norm_relu_max_pool2d(const Variable& x, const Variable& weight, const Variable& bias,
                                     const Tensor& running_mean, const Tensor& running_var, bool training,
                                     Size2d kernel, Size2d stride = Size2d(0), Size2d padding = Size2d(0),
-                                    double momentum = 0.1, double eps = 1e-5, const ChannelSums* sums = nullptr);
+                                    double momentum = 0.1, double eps = 1e-5, const ChannelSums* sums = nullptr,
+                                    const Tensor& num_batches_tracked = Tensor());
 /// Mean over the same windows as max_pool2d (same requirements and output shape). With
 /// count_include_pad (PyTorch's default) padded zeros count in the divisor; without, only the
 /// input pixels in the window do.

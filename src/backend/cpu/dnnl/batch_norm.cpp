@@ -52,7 +52,7 @@ Tensor float_output(const Tensor& y, const Tensor& xf) {
 }
 
 void batch_norm_train_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
-                          Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                          Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y, Tensor& save_mean,
                           Tensor& save_invstd) {
   dnnl_call("batch_norm", [&] {
     const Tensor xf = cpu_detail::widened(x);
@@ -78,6 +78,7 @@ void batch_norm_train_cpu(const Tensor& x, const Tensor& weight, const Tensor& b
       rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * (v[c] * m / (m - 1.0)));
     }
   });
+  if (batches.numel() > 0) increment_count(batches);
 }
 
 void batch_norm_infer_cpu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,

@@ -35,11 +35,11 @@ void check_float32_params(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 void batch_norm_train_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, float momentum,
-                           Tensor& running_mean, Tensor& running_var, Tensor& y, Tensor& save_mean,
+                           Tensor& running_mean, Tensor& running_var, Tensor& batches, Tensor& y, Tensor& save_mean,
                            Tensor& save_invstd) {
   if (channels_last(x) && y.strides() == x.strides()) {
-    cuda_detail::batch_norm_nhwc_train(x, nullptr, false, weight, bias, eps, momentum, running_mean, running_var, y,
-                                       save_mean, save_invstd);
+    cuda_detail::batch_norm_nhwc_train(x, nullptr, false, weight, bias, eps, momentum, running_mean, running_var,
+                                       batches, y, save_mean, save_invstd);
     return;
   }
   check_float32_params("batch_norm", weight, bias);
@@ -51,6 +51,7 @@ void batch_norm_train_cuda(const Tensor& x, const Tensor& weight, const Tensor& 
       cuda_detail::cudnn_handle(d.device()), CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.get(), x.raw_data(), yd.get(),
       y.raw_data(), sd.get(), weight.raw_data(), bias.raw_data(), momentum, running_mean.raw_data(),
       running_var.raw_data(), eps, save_mean.raw_data(), save_invstd.raw_data()));
+  if (batches.numel() > 0) increment_count(batches);  // cuDNN's call has no counter
 }
 
 void batch_norm_infer_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
@@ -97,27 +98,28 @@ void batch_norm_backward_cuda(const Tensor& x, const Tensor& gy, const Tensor& w
 bool batch_norm_act_available_cuda(const Tensor& x) { return channels_last(x); }
 
 Tensor batch_norm_act_train_cuda(bool add, const Tensor& x, const Tensor& z, const Tensor& weight, const Tensor& bias,
-                                 float eps, float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                                 Tensor& save_mean, Tensor& save_invstd) {
+                                 float eps, float momentum, Tensor& running_mean, Tensor& running_var,
+                                 Tensor& batches, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   DPL_CHECK(batch_norm_act_available_cuda(x) && y.strides() == x.strides() && (!add || z.strides() == x.strides()),
             "batch_norm_act_train: needs channels-last x, y and z of one layout, got shape ", shape_str(x.shape()),
             " strides ", shape_str(x.strides()));
   cuda_detail::batch_norm_nhwc_train(x, add ? &z : nullptr, true, weight, bias, eps, momentum, running_mean,
-                                     running_var, y, save_mean, save_invstd);
+                                     running_var, batches, y, save_mean, save_invstd);
   // Nothing is reserved: the backward pass reads y for the ReLU's mask, or recomputes it from x.
   return Tensor::empty({0}, TensorOptions(kInt32, x.device()));
 }
 
 Tensor batch_norm_train_from_sums_cuda(bool relu, bool add, const Tensor& x, const Tensor& z, const Tensor& sum,
                                     const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias, float eps,
-                                    float momentum, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                                    Tensor& save_mean, Tensor& save_invstd) {
+                                    float momentum, Tensor& running_mean, Tensor& running_var, Tensor& batches,
+                                    Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   DPL_CHECK(channels_last(x) && y.strides() == x.strides() && (!add || z.strides() == x.strides()),
             "batch_norm_train_from_sums: needs channels-last x, y and z of one layout, got shape ",
             shape_str(x.shape()), " strides ", shape_str(x.strides()));
   DPL_CHECK(relu || !add, "batch_norm_train_from_sums: a residual add is only fused with the ReLU after it");
   cuda_detail::batch_norm_nhwc_train_from_sums(x, add ? &z : nullptr, relu, sum, sum_of_squares, weight, bias, eps,
-                                               momentum, running_mean, running_var, y, save_mean, save_invstd);
+                                               momentum, running_mean, running_var, batches, y, save_mean,
+                                               save_invstd);
   return Tensor::empty({0}, TensorOptions(kInt32, x.device()));  // as batch_norm_act_train_cuda
 }
 
@@ -148,7 +150,7 @@ bool batch_norm_relu_max_pool_available_cuda(const Tensor& x, const Pool2dParams
 Tensor batch_norm_relu_max_pool_train_cuda(const Pool2dParams& p, const Tensor& x, const Tensor& sum,
                                            const Tensor& sum_of_squares, const Tensor& weight, const Tensor& bias,
                                            float eps, float momentum, Tensor& running_mean, Tensor& running_var,
-                                           Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
+                                           Tensor& batches, Tensor& y, Tensor& save_mean, Tensor& save_invstd) {
   DPL_CHECK(batch_norm_relu_max_pool_available_cuda(x, p) && cuda_detail::max_pool_nhwc_fits(y, p),
             "batch_norm_relu_max_pool_train: needs channels-last x and y, got shapes ", shape_str(x.shape()), " and ",
             shape_str(y.shape()), ", strides ", shape_str(x.strides()), " and ", shape_str(y.strides()));
@@ -156,8 +158,8 @@ Tensor batch_norm_relu_max_pool_train_cuda(const Pool2dParams& p, const Tensor& 
                 kUInt8);
   const Tensor sums[2] = {sum, sum_of_squares};
   cuda_detail::batch_norm_relu_max_pool_nhwc_train(p, x, sum.numel() > 0 && sum_of_squares.numel() > 0 ? sums : nullptr,
-                                                   weight, bias, eps, momentum, running_mean, running_var, y, argmax,
-                                                   save_mean, save_invstd);
+                                                   weight, bias, eps, momentum, running_mean, running_var, batches,
+                                                   y, argmax, save_mean, save_invstd);
   return argmax;
 }
 

@@ -191,5 +191,43 @@ TEST_F(NormPoolTest, SixteenBitParametersAreReadAndWrittenInTheirDtype) {
     }
 }
 
+// num_batches_tracked counts one a training-mode call on every path of the GPU: cuDNN's NCHW call
+// (a kernel after it), and the channels-last kernels, where the thread that updates channel 0's
+// running statistics counts: after a moments pass (its finalize kernel), from given sums in the
+// elementwise pass (up to 1024 channels) or in a finalize kernel (more), and the stem's fused
+// pooling. Evaluation and undefined running statistics count nothing.
+TEST_F(NormPoolTest, EveryTrainingPathCountsTheBatchOnce) {
+  for (DType t : {kFloat32, kBFloat16})
+    for (bool nhwc : {false, true})
+      for (std::int64_t c : {6, 1040}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + (nhwc ? " channels-last, " : " NCHW, ") + std::to_string(c) +
+                     " channels");
+        const Tensor base = on_gpu(rand({2, c, 3, 3}, -2.f, 2.f).to(t));
+        const Variable x(nhwc ? channels_last(base) : base), z(x.data().clone());
+        const Tensor mean = on_gpu(Tensor::zeros({c})), var = on_gpu(Tensor::ones({c}));
+        const Tensor count = on_gpu(Tensor::zeros({}, TensorOptions(kInt64)));
+        // Sums of a batch with mean 0 and variance 1 (18 values a channel): any valid sums count.
+        ChannelSums sums{on_gpu(Tensor::zeros({c})), on_gpu(Tensor::full({c}, 18.f))};
+        const auto counted = [&] { return count.to(Device::cpu()).to_vector<std::int64_t>().at(0); };
+        const Variable none;
+        batch_norm(x, none, none, mean, var, true, 0.1, 1e-5, nullptr, count);
+        batch_norm_relu(x, none, none, mean, var, true, 0.1, 1e-5, nullptr, count);
+        batch_norm_add_relu(x, z, none, none, mean, var, true, 0.1, 1e-5, nullptr, count);
+        EXPECT_EQ(counted(), 3) << "from a pass over x";
+        batch_norm(x, none, none, mean, var, true, 0.1, 1e-5, &sums, count);
+        batch_norm_relu(x, none, none, mean, var, true, 0.1, 1e-5, &sums, count);
+        batch_norm_add_relu(x, z, none, none, mean, var, true, 0.1, 1e-5, &sums, count);
+        EXPECT_EQ(counted(), 6) << "from given sums";
+        batch_norm_relu_max_pool2d(x, none, none, mean, var, true, Size2d(3), Size2d(2), Size2d(1), 0.1, 1e-5, nullptr,
+                                   count);
+        batch_norm_relu_max_pool2d(x, none, none, mean, var, true, Size2d(3), Size2d(2), Size2d(1), 0.1, 1e-5, &sums,
+                                   count);
+        EXPECT_EQ(counted(), 8) << "the stem's pooling";
+        batch_norm(x, none, none, mean, var, false, 0.1, 1e-5, nullptr, count);
+        batch_norm_relu(x, none, none, Tensor(), Tensor(), true, 0.1, 1e-5, &sums, count);
+        EXPECT_EQ(counted(), 8) << "evaluation and no running statistics count nothing";
+      }
+}
+
 }  // namespace
 }  // namespace dpl::test

@@ -291,6 +291,31 @@ TEST(BatchNorm, ModuleFusedForwardsMatchForwardAndCountBatches) {
   EXPECT_EQ(bn.num_batches_tracked().to_vector<std::int64_t>(), (std::vector<std::int64_t>{3}));
 }
 
+// The ops count a batch in num_batches_tracked exactly when they update the running statistics:
+// each training-mode variant once a call, in both memory formats; evaluation, undefined running
+// statistics and an undefined counter count nothing.
+TEST(BatchNorm, OpsCountTheBatchWhereTheyUpdateTheRunningStatistics) {
+  Generator gen(23);
+  const Tensor nchw = randn({2, 3, 4, 4}, gen);
+  for (const Tensor& t : {nchw, channels_last(nchw)}) {
+    const Variable x(t), z(t);
+    const Tensor mean = Tensor::zeros({3}), var = Tensor::ones({3});
+    const Tensor count = Tensor::zeros({}, TensorOptions(kInt64));
+    const auto counted = [&] { return count.to_vector<std::int64_t>().at(0); };
+    batch_norm(x, Variable(), Variable(), mean, var, true, 0.1, 1e-5, nullptr, count);
+    EXPECT_EQ(counted(), 1);
+    batch_norm_relu(x, Variable(), Variable(), mean, var, true, 0.1, 1e-5, nullptr, count);
+    batch_norm_add_relu(x, z, Variable(), Variable(), mean, var, true, 0.1, 1e-5, nullptr, count);
+    batch_norm_relu_max_pool2d(x, Variable(), Variable(), mean, var, true, Size2d(3), Size2d(2), Size2d(1), 0.1, 1e-5,
+                               nullptr, count);
+    EXPECT_EQ(counted(), 4) << "one count per training-mode call";
+    batch_norm(x, Variable(), Variable(), mean, var, false, 0.1, 1e-5, nullptr, count);
+    batch_norm(x, Variable(), Variable(), Tensor(), Tensor(), true, 0.1, 1e-5, nullptr, count);
+    batch_norm(x, Variable(), Variable(), mean, var, true);
+    EXPECT_EQ(counted(), 4) << "evaluation, no running statistics and no counter count nothing";
+  }
+}
+
 TEST(BatchNorm, BadInputsSayWhatWasExpected) {
   const Variable x(Tensor::ones({2, 3, 2, 2}));
   DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({2, 3})), Variable(), Variable(), Tensor(), Tensor(), true),
@@ -307,6 +332,12 @@ TEST(BatchNorm, BadInputsSayWhatWasExpected) {
                    HasSubstr("evaluation mode needs running_mean and running_var"));
   DPL_EXPECT_ERROR(batch_norm(Variable(Tensor::ones({1, 3, 1, 1})), Variable(), Variable(), Tensor(), Tensor(), true),
                    HasSubstr("at least 2 values per channel"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor::zeros({3}), Tensor::ones({3}), true, 0.1, 1e-5,
+                              nullptr, Tensor::zeros({2}, TensorOptions(kInt64))),
+                   HasSubstr("expected num_batches_tracked of one int64 element, got int64 of shape (2,)"));
+  DPL_EXPECT_ERROR(batch_norm(x, Variable(), Variable(), Tensor::zeros({3}), Tensor::ones({3}), true, 0.1, 1e-5,
+                              nullptr, Tensor::zeros({})),
+                   HasSubstr("expected num_batches_tracked of one int64 element, got float32 of shape ()"));
   DPL_EXPECT_ERROR(nn::BatchNorm2d(0), HasSubstr("expected num_features >= 1"));
 }
 
