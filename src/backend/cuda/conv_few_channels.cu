@@ -66,6 +66,35 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
 #endif
 }
 
+// d += a * b over k = 8 with TF32 operands (float32 registers rounded by to_tf32) and float32
+// accumulation. A (16 x 8): a[0] (row gid, col t), a[1] (row gid + 8, col t), a[2] (row gid,
+// col t + 4), a[3] (row gid + 8, col t + 4); B (8 x 8): b0 (row t, col gid), b1 (row t + 4, col
+// gid); d as for mma_16816.
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                              std::uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+#else
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// v rounded to TF32 (to nearest, ties away from zero, as cuDNN and cuBLAS round their TF32
+// operands), as the instruction's 32-bit operand.
+__device__ __forceinline__ std::uint32_t to_tf32(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+  return 0u;
+#else
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+#endif
+}
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 __device__ __forceinline__ std::uint32_t shared_address(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
@@ -150,11 +179,33 @@ __device__ __forceinline__ void fetch_patch(const std::uint16_t* __restrict__ x,
   }
 }
 
-__device__ __forceinline__ void store_patch(uint2* patch, int patch_pixels, const uint2 (&v)[kPatchSlots]) {
+template <typename Pixel>
+__device__ __forceinline__ void store_patch(Pixel* patch, int patch_pixels, const Pixel (&v)[kPatchSlots]) {
 #pragma unroll
   for (int i = 0; i < kPatchSlots; ++i) {
     const int e = static_cast<int>(threadIdx.x) + kThreads * i;
     if (e < patch_pixels) patch[e] = v[i];
+  }
+}
+
+// fetch_patch for float32 images: a patch pixel is its four channels rounded to TF32 (16 bytes),
+// channels past C zero.
+template <typename Index>
+__device__ __forceinline__ void fetch_patch_tf32(const float* __restrict__ x, const Geometry& g, int img, int iy0,
+                                                 int ix0, uint4 (&v)[kPatchSlots]) {
+#pragma unroll
+  for (int i = 0; i < kPatchSlots; ++i) {
+    v[i] = make_uint4(0u, 0u, 0u, 0u);
+    const unsigned e = threadIdx.x + kThreads * i;
+    const int row = static_cast<int>(__umulhi(e, g.pc_magic)), col = static_cast<int>(e) - row * g.pc;
+    const int iy = iy0 + row, ix = ix0 + col;
+    if (row >= g.pr || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+    const float* p =
+        x + ((static_cast<Index>(img) * static_cast<Index>(g.h) + static_cast<Index>(iy)) * static_cast<Index>(g.w) +
+             static_cast<Index>(ix)) *
+                static_cast<Index>(g.c);
+    v[i] = make_uint4(to_tf32(p[0]), g.c > 1 ? to_tf32(p[1]) : 0u, g.c > 2 ? to_tf32(p[2]) : 0u,
+                      g.c > 3 ? to_tf32(p[3]) : 0u);
   }
 }
 
@@ -294,6 +345,139 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (ox >= g.ow) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(stage + px * l.stage_row + part * 16);
         *reinterpret_cast<uint4*>(y + (row + static_cast<Index>(ox)) * static_cast<Index>(g.o) + oc0 + part * 8) = v;
+      }
+      __syncwarp();
+    }
+
+    if (next < g.tiles) store_patch(patch + (buf ^ 1) * patch_pixels, patch_pixels, fetched);
+    __syncthreads();
+  }
+}
+
+// --- forward in float32, multiplied as TF32 ------------------------------------------------------
+// The same walk as conv_forward_kernel with m16n8k8 TF32 instructions: a patch pixel and a
+// weight position are four float32 channels (16 bytes) and an instruction step of the 16-bit
+// kernel (four window positions) is two instructions, each over two positions. Thread t's k
+// values t and t + 4 of an instruction are channels 2(t & 1) and 2(t & 1) + 1 of position
+// 4 * step + (t >> 1) (+ 2 for the second), in A and B alike, so both operands are one 8-byte load.
+// The results leave through the staging area as in the 16-bit kernel, four channels a 16-byte
+// store.
+
+__host__ __device__ inline ForwardLayout forward_layout_tf32(const Geometry& g, int nt) {
+  ForwardLayout l{};
+  l.ksteps = (g.positions + 3) / 4;
+  // Rows of 32 mod 128 bytes: the four output channels a half-warp's 8-byte loads read (32 bytes
+  // each) land in distinct banks; the staging rows likewise.
+  const int w_row = l.ksteps * 64;
+  l.w_stride = w_row + (w_row % 128 == 0 ? 32 : 96);
+  l.stage_row = nt * 32 + 32;
+  l.table = nt * 8 * l.w_stride;
+  l.patch = l.table + ((l.ksteps * 4 * 4 + 15) / 16) * 16;
+  l.stage = l.patch + 2 * g.pr * g.pc * 16;
+  l.bytes = l.stage + kWarps * kTile * l.stage_row;
+  return l;
+}
+
+template <int NT, typename Index>
+__global__ void __launch_bounds__(kThreads)
+    conv_forward_tf32_kernel(const float* __restrict__ x, const float* __restrict__ w, Geometry g,
+                             float* __restrict__ y) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const ForwardLayout l = forward_layout_tf32(g, NT);
+  unsigned char* const wsm = smem;
+  int* const table = reinterpret_cast<int*>(smem + l.table);
+  uint4* const patch = reinterpret_cast<uint4*>(smem + l.patch);
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, t4 = lane & 3;
+  unsigned char* const stage = smem + l.stage + warp * kTile * l.stage_row;
+  const int patch_pixels = g.pr * g.pc;
+  const int oc0 = static_cast<int>(blockIdx.y) * NT * 8;
+  int tile = static_cast<int>(blockIdx.x);
+
+  for (int i = tid; i < NT * 8 * l.ksteps * 4; i += kThreads) {
+    const int n = i / (l.ksteps * 4), q = i % (l.ksteps * 4);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (q < g.positions) {
+      const float* p = w + (static_cast<std::int64_t>(oc0 + n) * g.positions + q) * g.c;
+      v = make_uint4(to_tf32(p[0]), g.c > 1 ? to_tf32(p[1]) : 0u, g.c > 2 ? to_tf32(p[2]) : 0u,
+                     g.c > 3 ? to_tf32(p[3]) : 0u);
+    }
+    *reinterpret_cast<uint4*>(wsm + n * l.w_stride + q * 16) = v;
+  }
+  for (int q = tid; q < l.ksteps * 4; q += kThreads)
+    table[q] = q < g.positions ? ((q / g.kw) * g.pc + q % g.kw) * 16 : 0;
+
+  uint4 fetched[kPatchSlots];
+  {
+    const TileAt at = tile_at(g, tile);
+    fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
+    store_patch(patch, patch_pixels, fetched);
+  }
+  __syncthreads();
+
+  // As in conv_forward_kernel, with 16-byte pixels; this thread's channel pair within a pixel.
+  int origin[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) origin[mt] = ((2 * warp + mt) * g.sh * g.pc + gid * g.sw) * 16 + (t4 & 1) * 8;
+  const int eight_along = 8 * g.sw * 16;
+
+  for (int buf = 0; tile < g.tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
+    const int next = tile + static_cast<int>(gridDim.x);
+    if (next < g.tiles) {
+      const TileAt at = tile_at(g, next);
+      fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
+    }
+    const auto* pb = reinterpret_cast<const unsigned char*>(patch + buf * patch_pixels);
+    float acc[2][NT][4] = {};
+    for (int s = 0; s < l.ksteps; ++s) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int q = 4 * s + 2 * half + (t4 >> 1);
+        const int off = table[q];
+        std::uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          uint2 lo = *reinterpret_cast<const uint2*>(pb + origin[mt] + off);
+          uint2 hi = *reinterpret_cast<const uint2*>(pb + origin[mt] + eight_along + off);
+          if (q >= g.positions) lo = hi = make_uint2(0u, 0u);  // the weights there are zero; so must x be
+          a[mt][0] = lo.x;
+          a[mt][1] = hi.x;
+          a[mt][2] = lo.y;
+          a[mt][3] = hi.y;
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          // Position q's channel pair of output channel 8j + gid: 64s + 32 half + 16 (t4 >> 1) + 8 (t4 & 1).
+          const uint2 b = *reinterpret_cast<const uint2*>(wsm + (8 * j + gid) * l.w_stride + s * 64 + half * 32 +
+                                                          t4 * 8);
+          mma_1688_tf32(acc[0][j], a[0], b.x, b.y);
+          mma_1688_tf32(acc[1][j], a[1], b.x, b.y);
+        }
+      }
+    }
+
+    const TileAt at = tile_at(g, tile);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int oy = at.oy0 + 2 * warp + mt;
+      if (oy >= g.oh) continue;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        *reinterpret_cast<float2*>(stage + gid * l.stage_row + j * 32 + t4 * 8) =
+            make_float2(acc[mt][j][0], acc[mt][j][1]);
+        *reinterpret_cast<float2*>(stage + (gid + 8) * l.stage_row + j * 32 + t4 * 8) =
+            make_float2(acc[mt][j][2], acc[mt][j][3]);
+      }
+      __syncwarp();
+      const Index row = (static_cast<Index>(at.img) * static_cast<Index>(g.oh) + static_cast<Index>(oy)) *
+                        static_cast<Index>(g.ow);
+#pragma unroll
+      for (int e = lane; e < kTile * NT * 2; e += 32) {
+        const int px = e / (NT * 2), part = e % (NT * 2);
+        const int ox = at.ox0 + px;
+        if (ox >= g.ow) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + px * l.stage_row + part * 16);
+        *reinterpret_cast<uint4*>(y + (row + static_cast<Index>(ox)) * static_cast<Index>(g.o) + oc0 + part * 4) = v;
       }
       __syncwarp();
     }
@@ -554,6 +738,21 @@ void launch_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor&
   DPL_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int NT>
+void launch_forward_tf32(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, CudaDevice& d) {
+  const ForwardLayout l = forward_layout_tf32(g, NT);
+  const int chunks = g.o / (NT * 8);
+  with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
+    using Index = decltype(index);
+    const auto kernel = conv_forward_tf32_kernel<NT, Index>;
+    const dim3 grid(persistent_blocks(kernel, l.bytes, d.device(), g.tiles, chunks), static_cast<unsigned>(chunks));
+    kernel<<<grid, kThreads, l.bytes, d.stream()>>>(static_cast<const float*>(x.raw_data()),
+                                                    static_cast<const float*>(w.raw_data()), g,
+                                                    static_cast<float*>(y.raw_data()));
+  });
+  DPL_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy, float beta, Tensor& gw,
                             CudaDevice& d) {
@@ -581,10 +780,10 @@ void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy
 }
 
 // What conv_few_channels_fits takes, and the geometry of p, for messages.
-std::string taken() {
+std::string taken(bool forward) {
   std::ostringstream s;
   s << "an image and weights on one GPU of compute capability 8.0 or newer, channels-last, both bfloat16 or both "
-       "float16, with 1 to 4 input channels, a multiple of 8 output channels, one group, no dilation, at most "
+       "float16" << (forward ? " (or both float32 for the forward pass)" : "") << ", with 1 to 4 input channels, a multiple of 8 output channels, one group, no dilation, at most "
     << kMaxPositions << " window positions and (" << kTile - 1 << " * stride + kernel extent) squared at most "
     << kMaxPatch;
   return s.str();
@@ -611,10 +810,12 @@ std::string operand_str(const Tensor& t) {
 
 }  // namespace
 
-bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+namespace {
+
+// What both passes take, apart from the dtype.
+bool shape_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
   if (!x.defined() || !w.defined() || x.dim() != 4 || w.dim() != 4) return false;
-  if (!x.device().is_cuda() || w.device() != x.device()) return false;
-  if ((x.dtype() != kBFloat16 && x.dtype() != kFloat16) || w.dtype() != x.dtype()) return false;
+  if (!x.device().is_cuda() || w.device() != x.device() || w.dtype() != x.dtype()) return false;
   if (!x.is_channels_last() || !w.is_channels_last()) return false;
   if (p.groups != 1 || p.dilation[0] != 1 || p.dilation[1] != 1) return false;
   if (p.stride[0] < 1 || p.stride[1] < 1 || p.padding[0] < 0 || p.padding[1] < 0) return false;
@@ -633,16 +834,30 @@ bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams
   return supported_gpu(x.device().index);
 }
 
+}  // namespace
+
+bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  return (x.dtype() == kBFloat16 || x.dtype() == kFloat16) && shape_fits(x, w, p);
+}
+
+bool conv_few_channels_forward_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  if (conv_few_channels_fits(x, w, p)) return true;
+  if (x.dtype() != kFloat32 || !shape_fits(x, w, p)) return false;
+  // Float32's weights and patches take twice the shared memory: the widest block must fit.
+  const Geometry g = geometry_of(x, w, p);
+  return forward_layout_tf32(g, 8).bytes <= shared_memory_per_block(x.device().index);
+}
+
 namespace {
 
 // The geometry of a call, after checking what the kernels take: x and the weights (w, named
 // w_name) as conv_few_channels_fits says, and the image-shaped operand (the forward's output or
 // the weight gradient's gy, named image_name) channels-last of the output's extents, x's dtype and
 // device, its data 16-byte aligned.
-Geometry checked_geometry(const char* op, const Tensor& x, const Tensor& w, const char* w_name, const Tensor& image,
-                          const char* image_name, const Conv2dParams& p) {
-  DPL_CHECK(conv_few_channels_fits(x, w, p), op, ": expected ", taken(), ", got x ", operand_str(x), ", ", w_name,
-            " ", operand_str(w), ", ", geometry_str(p));
+Geometry checked_geometry(const char* op, bool forward, const Tensor& x, const Tensor& w, const char* w_name,
+                          const Tensor& image, const char* image_name, const Conv2dParams& p) {
+  DPL_CHECK(forward ? conv_few_channels_forward_fits(x, w, p) : conv_few_channels_fits(x, w, p), op, ": expected ",
+            taken(forward), ", got x ", operand_str(x), ", ", w_name, " ", operand_str(w), ", ", geometry_str(p));
   const Geometry g = geometry_of(x, w, p);
   DPL_CHECK(matches(image, g.n, g.o, g.oh, g.ow) && image.dtype() == x.dtype() && image.device() == x.device() &&
                 image.is_channels_last() && aligned16(image.raw_data()),
@@ -654,9 +869,16 @@ Geometry checked_geometry(const char* op, const Tensor& x, const Tensor& w, cons
 }  // namespace
 
 void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y) {
-  const Geometry g = checked_geometry("conv (few channels)", x, w, "w", y, "y", p);
+  const Geometry g = checked_geometry("conv (few channels)", true, x, w, "w", y, "y", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
+  if (x.dtype() == kFloat32) {
+    if (g.o % 64 == 0) launch_forward_tf32<8>(g, x, w, y, d);
+    else if (g.o % 32 == 0) launch_forward_tf32<4>(g, x, w, y, d);
+    else if (g.o % 16 == 0) launch_forward_tf32<2>(g, x, w, y, d);
+    else launch_forward_tf32<1>(g, x, w, y, d);
+    return;
+  }
   const auto launch = [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (g.o % 64 == 0) launch_forward<T, 8>(g, x, w, y, d);
@@ -670,7 +892,7 @@ void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dPar
 
 void conv_few_channels_backward_weight(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta,
                                        Tensor& gw) {
-  const Geometry g = checked_geometry("conv weight gradient (few channels)", x, gw, "gw", gy, "gy", p);
+  const Geometry g = checked_geometry("conv weight gradient (few channels)", false, x, gw, "gw", gy, "gy", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
   if (x.dtype() == kBFloat16) launch_backward_weight<__nv_bfloat16>(g, x, gy, beta, gw, d);

@@ -39,6 +39,10 @@ int sm_count(int device);
 /// device), 0 when the device does not answer.
 int compute_capability(int device);
 
+/// The most shared memory one block of device may use, opting in beyond the default 48 KiB (227 KiB
+/// on Hopper; queried once per device), 0 when the device does not answer.
+int shared_memory_per_block(int device);
+
 /// How many blocks of `kernel` (a __global__ function) with `threads` threads and `shared_bytes`
 /// of dynamic shared memory one multiprocessor of `device` holds at once, at least 1 (CUDA's
 /// occupancy calculator, asked once per kernel, block shape and device). A grid of this many

@@ -76,6 +76,7 @@ DeviceGuard::~DeviceGuard() {
 namespace {
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
 std::array<std::atomic<int>, kMaxDevices> g_compute_capability{};
+std::array<std::atomic<int>, kMaxDevices> g_shared_per_block{};
 }  // namespace
 
 int sm_count(int device) {
@@ -105,6 +106,19 @@ int compute_capability(int device) {
     g_compute_capability[device].store(cc, std::memory_order_relaxed);
   }
   return cc;
+}
+
+int shared_memory_per_block(int device) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  int bytes = g_shared_per_block[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;  // not cached: the next call asks again
+    }
+    g_shared_per_block[device].store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 int resident_blocks(const void* kernel, int threads, std::size_t shared_bytes, int device) {

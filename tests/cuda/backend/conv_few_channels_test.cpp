@@ -13,6 +13,12 @@
 // for the weight gradient's thousands of terms, the error of a sum in a few hundred parts. The
 // weight gradient's rounding errors are also held as a whole: the relative L2 error must stay
 // below 2u, which a missed or doubled tile (an error of whole terms) would not.
+//
+// The float32 forward pass multiplies as TF32: the kernel rounds each operand to TF32 (to nearest,
+// u = 2^-11), so each term may be off by about 2u of its magnitude, and a result by 2u times the
+// sum of its terms' magnitudes plus the float32 additions' error; the element-wise bound allows
+// 4u of that sum, and the relative L2 error must stay below 4u (a missed term would cost several
+// percent).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -29,6 +35,7 @@ using backend::Conv2dParams;
 using backend::cuda_detail::conv_few_channels_backward_weight;
 using backend::cuda_detail::conv_few_channels_fits;
 using backend::cuda_detail::conv_few_channels_forward;
+using backend::cuda_detail::conv_few_channels_forward_fits;
 
 struct Case {
   const char* name;
@@ -174,6 +181,26 @@ TEST_F(ConvFewChannelsTest, Float16MatchesTheExactConvolution) {
   for (const Case& k : kCases) check(k, kFloat16);
 }
 
+TEST_F(ConvFewChannelsTest, Float32ForwardMatchesTheExactConvolutionToTf32) {
+  constexpr double kTf32Unit = 1.0 / 2048;
+  for (const Case& k : kCases) {
+    SCOPED_TRACE(k.name);
+    const Conv2dParams p = k.params();
+    const Tensor x = rand({k.n, k.c, k.h, k.w}), w = rand({k.o, k.c, k.kh, k.kw});
+    const Tensor xg = channels_last_on_gpu(x), wg = channels_last_on_gpu(w);
+    ASSERT_TRUE(conv_few_channels_forward_fits(xg, wg, p));
+    std::vector<double> want, mag;
+    reference_forward(k, values(x), values(w), want, mag);
+    Tensor y = poisoned_channels_last({k.n, k.o, k.oh(), k.ow()}, kFloat32);
+    conv_few_channels_forward(xg, wg, p, y);
+    std::vector<double> extra(mag.size());
+    for (std::size_t i = 0; i < mag.size(); ++i) extra[i] = 4 * kTf32Unit * mag[i];
+    const std::vector<float> want_f(want.begin(), want.end());
+    expect_close_with(y.to(Device::cpu()), Tensor::from_vector(want_f, y.shape()), 0.f, 1e-6f, extra, "forward");
+    EXPECT_LE(relative_l2(values(y), want), 4 * kTf32Unit) << "forward: relative L2 error";
+  }
+}
+
 TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
   const auto fits = [](const Shape& xs, const Shape& ws, DType t, const Conv2dParams& p, bool channels_last = true) {
     const Tensor x = Tensor::zeros(xs, TensorOptions(t, gpu())), w = Tensor::zeros(ws, TensorOptions(t, gpu()));
@@ -185,7 +212,14 @@ TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
   stem.padding[0] = stem.padding[1] = 3;
   EXPECT_TRUE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kBFloat16, stem));
   EXPECT_TRUE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat16, stem));
-  EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat32, stem)) << "float32";
+  EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat32, stem)) << "float32 (weight gradient)";
+  const Tensor x32 = Tensor::zeros({2, 3, 32, 32}, TensorOptions(kFloat32, gpu())).to_channels_last();
+  const Tensor w32 = Tensor::zeros({64, 3, 7, 7}, TensorOptions(kFloat32, gpu())).to_channels_last();
+  EXPECT_TRUE(conv_few_channels_forward_fits(x32, w32, stem)) << "float32 forward";
+  EXPECT_FALSE(conv_few_channels_forward_fits(x32, w32.to(kBFloat16), stem)) << "mixed dtypes";
+  EXPECT_FALSE(conv_few_channels_forward_fits(Tensor::zeros({2, 3, 32, 32}, TensorOptions(kFloat32, gpu())), w32,
+                                              stem))
+      << "float32 in NCHW strides";
   EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kBFloat16, stem, false)) << "NCHW strides";
   EXPECT_FALSE(fits({2, 5, 32, 32}, {64, 5, 7, 7}, kBFloat16, stem)) << "5 channels";
   EXPECT_FALSE(fits({2, 3, 32, 32}, {12, 3, 7, 7}, kBFloat16, stem)) << "12 output channels";
@@ -204,16 +238,18 @@ TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
 // the kernels above by timing them: whichever runs, the result is the convolution's, and the
 // accumulated gradient is added once (the timing runs write elsewhere). cuDNN adds in an order and
 // precision of its own, so the bound is the relative L2 error, at 2^-5 (bfloat16) or 2^-8
-// (float16) as the convolution tests allow cuDNN.
+// (float16) as the convolution tests allow cuDNN, and for float32 with TF32 on (either side's
+// products rounded to TF32) at 2^-9, four times TF32's rounding unit.
 TEST_F(ConvFewChannelsTest, DispatchedStemMatchesTheExactConvolution) {
   const Case k = kCases[0];
   const Conv2dParams p = k.params();
-  for (DType dtype : {kBFloat16, kFloat16}) {
+  const Tf32Scope tf32(true);  // float32 may then run the forward pass on the TF32 kernel
+  for (DType dtype : {kBFloat16, kFloat16, kFloat32}) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor x = rand({k.n, k.c, k.h, k.w}).to(dtype), w = rand({k.o, k.c, k.kh, k.kw}).to(dtype);
     const Tensor gy = rand({k.n, k.o, k.oh(), k.ow()}).to(dtype), prior = rand(w.shape()).to(dtype);
     const Tensor xg = channels_last_on_gpu(x), wg = channels_last_on_gpu(w), gyg = channels_last_on_gpu(gy);
-    const double bound = dtype == kBFloat16 ? 1.0 / 32 : 1.0 / 256;
+    const double bound = dtype == kBFloat16 ? 1.0 / 32 : dtype == kFloat16 ? 1.0 / 256 : 1.0 / 512;
     std::vector<double> want_y, want_gw, mag;
     reference_forward(k, values(x), values(w), want_y, mag);
     reference_backward_weight(k, values(x), values(gy), want_gw, mag);
