@@ -9,7 +9,7 @@
 // an explicit im2col followed by cuBLAS (1.34 ms forward, 1.70 ms weight gradient) were slower.
 // No data gradient: the stem's input is the image. The forward pass also takes float32, multiplied
 // as TF32 (operands rounded to TF32, float32 accumulation): in float32 cuDNN's stem forward took
-// 0.73 ms on an H100, plus about 0.12 ms of tensor conversions before it.
+// 0.73 ms on an H100, plus 0.06 ms of tensor conversions before it.
 //
 // Internal to the CUDA backend; src/backend/cuda/cudnn/convolution.cpp times these kernels
 // against cuDNN once per shape and routes the problem to the faster.
