@@ -32,7 +32,6 @@ constexpr int kChunkK = 160;
 // The weight gradient's warps: kGroupsK split the weight columns, two split the tile's rows.
 constexpr int kGroupsK = 4;
 constexpr int kTilesK = kChunkK / 8 / kGroupsK;  // n8 tiles of weight columns per warp
-constexpr int kGyRow = 72;                        // elements per pixel row of the staged gy tile
 
 struct Geometry {
   int n, h, w, c;  // input
@@ -499,52 +498,136 @@ __global__ void __launch_bounds__(kThreads)
 // persistent over a fixed set of tiles; their float32 sums go to a scratch row per block, which a
 // second kernel adds up in block order, so the result does not depend on timing.
 
-constexpr int kGyStages = 3;
-constexpr int kGyBytes = kTile * kTile * kGyRow * 2;  // one staged gy tile
-constexpr int kCombineRow = kChunkK + 8;              // floats; 8 mod 32 spreads a quarter-warp's rows
+// What the element type changes. T is the stored type: bfloat16 and float16 as described above;
+// float (multiplied as TF32) with 16-byte patch pixels of four TF32 channels, gy staged as float32
+// and read with plain loads (ldmatrix moves 16-bit elements only), two m16n8k8 instructions per
+// 16 pixels, and two gy stages instead of three (a stage is twice the bytes).
+template <typename T>
+struct WgradTraits {
+  static constexpr bool kTf32 = std::is_same_v<T, float>;
+  using Stored = std::conditional_t<kTf32, float, std::uint16_t>;  // as the tensors hold it
+  using Pixel = std::conditional_t<kTf32, uint4, uint2>;             // a patch pixel: four channels
+  static constexpr int kBytes = sizeof(Stored);
+  // Elements per pixel row of a staged gy tile: 64 channels and a pad that puts the rows a
+  // quarter-warp reads in distinct banks (ldmatrix's 8 rows; the float loads' 4 pixel pairs).
+  static constexpr int kGyRow = kTf32 ? 68 : 72;
+  static constexpr int kGyStages = kTf32 ? 2 : 3;
+  static constexpr int kGyBytes = kTile * kTile * kGyRow * kBytes;  // one staged gy tile
+};
+constexpr int kCombineRow = kChunkK + 8;  // floats; 8 mod 32 spreads a quarter-warp's rows
 
 // Byte offset of the two patch buffers (after the gy stages), and the total.
 struct WgradLayout {
   int patch, bytes;
 };
 
+template <typename T>
 __host__ __device__ inline WgradLayout wgrad_layout(const Geometry& g) {
-  return {kGyStages * kGyBytes, kGyStages * kGyBytes + 2 * g.pr * g.pc * 8};
+  using W = WgradTraits<T>;
+  return {W::kGyStages * W::kGyBytes, W::kGyStages * W::kGyBytes + 2 * g.pr * g.pc * static_cast<int>(sizeof(typename W::Pixel))};
 }
 
 // Queues the copies of a tile's gy (its 256 pixels by the block's 64 channels, zeros past the
 // image and past O) into dst, and commits them as one group; past the last tile, an empty group,
 // so that every thread always has the same number of groups in flight.
-template <typename Index>
-__device__ __forceinline__ void stage_gy(const std::uint16_t* __restrict__ gy, const Geometry& g, int tile, int oc0,
-                                         unsigned char* dst) {
+template <typename T, typename Index>
+__device__ __forceinline__ void stage_gy(const typename WgradTraits<T>::Stored* __restrict__ gy, const Geometry& g,
+                                         int tile, int oc0, unsigned char* dst) {
+  using W = WgradTraits<T>;
+  constexpr int kPer = 16 / W::kBytes;      // channels a 16-byte copy moves
+  constexpr int kParts = kChunkO / kPer;    // copies a pixel
   if (tile < g.tiles) {
     const TileAt at = tile_at(g, tile);
 #pragma unroll
-    for (int i = static_cast<int>(threadIdx.x); i < kTile * kTile * 8; i += kThreads) {
-      const int px = i >> 3, part = i & 7;
-      const int oy = at.oy0 + (px >> 4), ox = at.ox0 + (px & 15), o = oc0 + part * 8;
+    for (int i = static_cast<int>(threadIdx.x); i < kTile * kTile * kParts; i += kThreads) {
+      const int px = i / kParts, part = i % kParts;
+      const int oy = at.oy0 + (px >> 4), ox = at.ox0 + (px & 15), o = oc0 + part * kPer;
       const bool inside = oy < g.oh && ox < g.ow && o < g.o;
-      const std::uint16_t* src =
+      const typename W::Stored* src =
           inside ? gy + ((static_cast<Index>(at.img) * static_cast<Index>(g.oh) + static_cast<Index>(oy)) *
                              static_cast<Index>(g.ow) +
                          static_cast<Index>(ox)) *
                             static_cast<Index>(g.o) +
                        o
                  : gy;
-      cp_async_16(dst + px * kGyRow * 2 + part * 16, src, inside ? 16 : 0);
+      cp_async_16(dst + px * W::kGyRow * W::kBytes + part * 16, src, inside ? 16 : 0);
     }
   }
   cp_async_commit();
 }
 
+// Tile row r of a 16-bit weight gradient into acc: B gathered from the patch row prow 16 bits at a
+// time, A (gy transposed) by ldmatrix from the staged gy tile gyb, one m16n8k16 instruction per
+// output-channel tile mt and weight-column tile j.
+template <typename T>
+__device__ __forceinline__ void wgrad_row_16bit(const unsigned char* gyb, const unsigned char* prow, int r, int oc0,
+                                                int kc0, int kg, int kcols, int o, int ld_pixel, int ld_channel,
+                                                const int (&pixel_at)[4], const int (&column_at)[kTilesK],
+                                                float (&acc)[4][kTilesK][4]) {
+  std::uint32_t b[kTilesK][2];
+#pragma unroll
+  for (int j = 0; j < kTilesK; ++j) {
+    const unsigned char* col = prow + column_at[j];
+    const std::uint32_t v0 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[0]);
+    const std::uint32_t v1 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[1]);
+    const std::uint32_t v2 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[2]);
+    const std::uint32_t v3 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[3]);
+    b[j][0] = v0 | v1 << 16;
+    b[j][1] = v2 | v3 << 16;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    if (oc0 + 16 * mt >= o) break;
+    std::uint32_t a[4];
+    ldmatrix_x4_trans(a, gyb + ((r * kTile + ld_pixel) * WgradTraits<T>::kGyRow + 16 * mt + ld_channel) * 2);
+#pragma unroll
+    for (int j = 0; j < kTilesK; ++j)
+      if (kc0 + (kg + kGroupsK * j) * 8 < kcols) mma_16816<T>(acc[mt][j], a, b[j][0], b[j][1]);
+  }
+}
+
+// The same for float32 as TF32: per 16 pixels two m16n8k8 instructions, the h-th taking thread t's
+// k values t and t + 4 as pixels 2t + 8h and 2t + 8h + 1 (the pixels the 16-bit gather pairs, so
+// pixel_at serves both). A comes from the staged gy by plain loads, rounded to TF32 here (the
+// asynchronous copies bypass registers); B from the patch, whose values are TF32 already.
+__device__ __forceinline__ void wgrad_row_tf32(const unsigned char* gyb, const unsigned char* prow, int r, int oc0,
+                                               int kc0, int kg, int kcols, int o, int gid, int t4,
+                                               const int (&pixel_at)[4], const int (&column_at)[kTilesK],
+                                               float (&acc)[4][kTilesK][4]) {
+  constexpr int kRow = WgradTraits<float>::kGyRow;
+  const float* gy_row = reinterpret_cast<const float*>(gyb) + r * kTile * kRow;  // pixel 0 of tile row r
+  std::uint32_t b[kTilesK][4];
+#pragma unroll
+  for (int j = 0; j < kTilesK; ++j) {
+    const unsigned char* col = prow + column_at[j];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) b[j][i] = *reinterpret_cast<const std::uint32_t*>(col + pixel_at[i]);
+  }
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    if (oc0 + 16 * mt >= o) break;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float* p0 = gy_row + (2 * t4 + 8 * h) * kRow + 16 * mt + gid;  // pixel 2t + 8h, channel gid
+      const float* p1 = p0 + kRow;                                          // pixel 2t + 8h + 1
+      const std::uint32_t a[4] = {to_tf32(p0[0]), to_tf32(p0[8]), to_tf32(p1[0]), to_tf32(p1[8])};
+#pragma unroll
+      for (int j = 0; j < kTilesK; ++j)
+        if (kc0 + (kg + kGroupsK * j) * 8 < kcols) mma_1688_tf32(acc[mt][j], a, b[j][2 * h], b[j][2 * h + 1]);
+    }
+  }
+}
+
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_wgrad_kernel(const std::uint16_t* __restrict__ x, const std::uint16_t* __restrict__ gy, Geometry g,
-                      float* __restrict__ partials) {
+    conv_wgrad_kernel(const typename WgradTraits<T>::Stored* __restrict__ x,
+                      const typename WgradTraits<T>::Stored* __restrict__ gy, Geometry g, float* __restrict__ partials) {
+  using W = WgradTraits<T>;
+  using Pixel = typename W::Pixel;
+  constexpr int kPixelBytes = sizeof(Pixel);
   extern __shared__ __align__(16) unsigned char smem[];
-  const WgradLayout l = wgrad_layout(g);
-  uint2* const patch = reinterpret_cast<uint2*>(smem + l.patch);
+  const WgradLayout l = wgrad_layout<T>(g);
+  Pixel* const patch = reinterpret_cast<Pixel*>(smem + l.patch);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, t4 = lane & 3;
   const int kg = warp % kGroupsK, pg = warp / kGroupsK;
@@ -557,13 +640,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // 2t+8, 2t+9), and of its column gid of each of its column tiles from a window origin.
   int pixel_at[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) pixel_at[i] = (2 * t4 + (i & 1) + (i >> 1) * 8) * g.sw * 8;
+  for (int i = 0; i < 4; ++i) pixel_at[i] = (2 * t4 + (i & 1) + (i >> 1) * 8) * g.sw * kPixelBytes;
   int column_at[kTilesK];
 #pragma unroll
   for (int j = 0; j < kTilesK; ++j) {
     const int k = kc0 + (kg + kGroupsK * j) * 8 + gid;
     const int pos = k / g.c, c = k % g.c;
-    column_at[j] = k < kcols ? ((pos / g.kw) * g.pc + pos % g.kw) * 8 + c * 2 : 0;
+    column_at[j] = k < kcols ? ((pos / g.kw) * g.pc + pos % g.kw) * kPixelBytes + c * W::kBytes : 0;
   }
   // ldmatrix's row addresses: lanes 0-7, 8-15, 16-23 and 24-31 give the pixel rows of the four
   // 8x8 matrices (channels +0 and +8 of pixels 0-7, then of pixels 8-15), which transposed are
@@ -572,51 +655,37 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int tile = static_cast<int>(blockIdx.x);
 #pragma unroll
-  for (int s = 0; s < kGyStages - 1; ++s) stage_gy<Index>(gy, g, tile + s * step, oc0, smem + s * kGyBytes);
-  uint2 fetched[kPatchSlots];
-  {
-    const TileAt at = tile_at(g, tile);
-    fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    store_patch(patch, patch_pixels, fetched);
-  }
+  for (int s = 0; s < W::kGyStages - 1; ++s)
+    stage_gy<T, Index>(gy, g, tile + s * step, oc0, smem + s * W::kGyBytes);
+  const auto fetch = [&](int at_tile, Pixel(&v)[kPatchSlots]) {
+    const TileAt at = tile_at(g, at_tile);
+    if constexpr (W::kTf32) fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
+    else fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
+  };
+  Pixel fetched[kPatchSlots];
+  fetch(tile, fetched);
+  store_patch(patch, patch_pixels, fetched);
 
   // One barrier per tile: after it, this tile's gy and patch are in place for every warp, and
   // every warp is done with the previous tile, whose gy stage and patch buffer are refilled next.
   float acc[4][kTilesK][4] = {};
   for (int i = 0; tile < g.tiles; tile += step, ++i) {
-    cp_async_wait_groups<kGyStages - 2>();
+    cp_async_wait_groups<W::kGyStages - 2>();
     __syncthreads();
     const int next = tile + step;
-    stage_gy<Index>(gy, g, tile + (kGyStages - 1) * step, oc0, smem + ((i + kGyStages - 1) % kGyStages) * kGyBytes);
-    if (next < g.tiles) {
-      const TileAt at = tile_at(g, next);
-      fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    }
+    stage_gy<T, Index>(gy, g, tile + (W::kGyStages - 1) * step, oc0,
+                       smem + ((i + W::kGyStages - 1) % W::kGyStages) * W::kGyBytes);
+    if (next < g.tiles) fetch(next, fetched);
 
-    const unsigned char* gyb = smem + (i % kGyStages) * kGyBytes;
+    const unsigned char* gyb = smem + (i % W::kGyStages) * W::kGyBytes;
     const auto* pb = reinterpret_cast<const unsigned char*>(patch + (i & 1) * patch_pixels);
     const int oy0 = tile_at(g, tile).oy0;
     for (int r = pg; r < kTile && oy0 + r < g.oh; r += 2) {
-      std::uint32_t b[kTilesK][2];
-      const unsigned char* prow = pb + r * g.sh * g.pc * 8;
-#pragma unroll
-      for (int j = 0; j < kTilesK; ++j) {
-        const unsigned char* col = prow + column_at[j];
-        const std::uint32_t v0 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[0]);
-        const std::uint32_t v1 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[1]);
-        const std::uint32_t v2 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[2]);
-        const std::uint32_t v3 = *reinterpret_cast<const std::uint16_t*>(col + pixel_at[3]);
-        b[j][0] = v0 | v1 << 16;
-        b[j][1] = v2 | v3 << 16;
-      }
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        if (oc0 + 16 * mt >= g.o) break;
-        std::uint32_t a[4];
-        ldmatrix_x4_trans(a, gyb + ((r * kTile + ld_pixel) * kGyRow + 16 * mt + ld_channel) * 2);
-#pragma unroll
-        for (int j = 0; j < kTilesK; ++j)
-          if (kc0 + (kg + kGroupsK * j) * 8 < kcols) mma_16816<T>(acc[mt][j], a, b[j][0], b[j][1]);
+      const unsigned char* prow = pb + r * g.sh * g.pc * kPixelBytes;
+      if constexpr (W::kTf32) {
+        wgrad_row_tf32(gyb, prow, r, oc0, kc0, kg, kcols, g.o, gid, t4, pixel_at, column_at, acc);
+      } else {
+        wgrad_row_16bit<T>(gyb, prow, r, oc0, kc0, kg, kcols, g.o, ld_pixel, ld_channel, pixel_at, column_at, acc);
       }
     }
 
@@ -756,12 +825,13 @@ void launch_forward_tf32(const Geometry& g, const Tensor& x, const Tensor& w, Te
 template <typename T>
 void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy, float beta, Tensor& gw,
                             CudaDevice& d) {
-  const WgradLayout l = wgrad_layout(g);
+  const WgradLayout l = wgrad_layout<T>(g);
   const int kcols = g.positions * g.c;
   const int o_chunks = (g.o + kChunkO - 1) / kChunkO, k_chunks = (kcols + kChunkK - 1) / kChunkK;
   const int count = g.o * kcols;
-  const auto* xp = static_cast<const std::uint16_t*>(x.raw_data());
-  const auto* gyp = static_cast<const std::uint16_t*>(gy.raw_data());
+  using Stored = typename WgradTraits<T>::Stored;
+  const auto* xp = static_cast<const Stored*>(x.raw_data());
+  const auto* gyp = static_cast<const Stored*>(gy.raw_data());
   with_index_type(std::max(x.numel(), gy.numel()), [&](auto index) {
     using Index = decltype(index);
     const auto kernel = conv_wgrad_kernel<T, Index>;
@@ -780,10 +850,10 @@ void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy
 }
 
 // What conv_few_channels_fits takes, and the geometry of p, for messages.
-std::string taken(bool forward) {
+std::string taken() {
   std::ostringstream s;
-  s << "an image and weights on one GPU of compute capability 8.0 or newer, channels-last, both bfloat16 or both "
-       "float16" << (forward ? " (or both float32 for the forward pass)" : "") << ", with 1 to 4 input channels, a multiple of 8 output channels, one group, no dilation, at most "
+  s << "an image and weights on one GPU of compute capability 8.0 or newer, channels-last, both bfloat16, both "
+       "float16 or both float32, with 1 to 4 input channels, a multiple of 8 output channels, one group, no dilation, at most "
     << kMaxPositions << " window positions and (" << kTile - 1 << " * stride + kernel extent) squared at most "
     << kMaxPatch;
   return s.str();
@@ -837,15 +907,13 @@ bool shape_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
 }  // namespace
 
 bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  return (x.dtype() == kBFloat16 || x.dtype() == kFloat16) && shape_fits(x, w, p);
-}
-
-bool conv_few_channels_forward_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
-  if (conv_few_channels_fits(x, w, p)) return true;
+  if (x.dtype() == kBFloat16 || x.dtype() == kFloat16) return shape_fits(x, w, p);
   if (x.dtype() != kFloat32 || !shape_fits(x, w, p)) return false;
-  // Float32's weights and patches take twice the shared memory: the widest block must fit.
+  // Float32's weights, patches and staged gradients take twice the shared memory: the forward
+  // pass's widest block and the weight gradient's block must fit.
   const Geometry g = geometry_of(x, w, p);
-  return forward_layout_tf32(g, 8).bytes <= shared_memory_per_block(x.device().index);
+  const int most = shared_memory_per_block(x.device().index);
+  return forward_layout_tf32(g, 8).bytes <= most && wgrad_layout<float>(g).bytes <= most;
 }
 
 namespace {
@@ -854,10 +922,10 @@ namespace {
 // w_name) as conv_few_channels_fits says, and the image-shaped operand (the forward's output or
 // the weight gradient's gy, named image_name) channels-last of the output's extents, x's dtype and
 // device, its data 16-byte aligned.
-Geometry checked_geometry(const char* op, bool forward, const Tensor& x, const Tensor& w, const char* w_name,
-                          const Tensor& image, const char* image_name, const Conv2dParams& p) {
-  DPL_CHECK(forward ? conv_few_channels_forward_fits(x, w, p) : conv_few_channels_fits(x, w, p), op, ": expected ",
-            taken(forward), ", got x ", operand_str(x), ", ", w_name, " ", operand_str(w), ", ", geometry_str(p));
+Geometry checked_geometry(const char* op, const Tensor& x, const Tensor& w, const char* w_name, const Tensor& image,
+                          const char* image_name, const Conv2dParams& p) {
+  DPL_CHECK(conv_few_channels_fits(x, w, p), op, ": expected ", taken(), ", got x ", operand_str(x), ", ", w_name,
+            " ", operand_str(w), ", ", geometry_str(p));
   const Geometry g = geometry_of(x, w, p);
   DPL_CHECK(matches(image, g.n, g.o, g.oh, g.ow) && image.dtype() == x.dtype() && image.device() == x.device() &&
                 image.is_channels_last() && aligned16(image.raw_data()),
@@ -869,7 +937,7 @@ Geometry checked_geometry(const char* op, bool forward, const Tensor& x, const T
 }  // namespace
 
 void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dParams& p, Tensor& y) {
-  const Geometry g = checked_geometry("conv (few channels)", true, x, w, "w", y, "y", p);
+  const Geometry g = checked_geometry("conv (few channels)", x, w, "w", y, "y", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
   if (x.dtype() == kFloat32) {
@@ -892,11 +960,12 @@ void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dPar
 
 void conv_few_channels_backward_weight(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta,
                                        Tensor& gw) {
-  const Geometry g = checked_geometry("conv weight gradient (few channels)", false, x, gw, "gw", gy, "gy", p);
+  const Geometry g = checked_geometry("conv weight gradient (few channels)", x, gw, "gw", gy, "gy", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
   if (x.dtype() == kBFloat16) launch_backward_weight<__nv_bfloat16>(g, x, gy, beta, gw, d);
-  else launch_backward_weight<__half>(g, x, gy, beta, gw, d);
+  else if (x.dtype() == kFloat16) launch_backward_weight<__half>(g, x, gy, beta, gw, d);
+  else launch_backward_weight<float>(g, x, gy, beta, gw, d);
 }
 
 }  // namespace dpl::backend::cuda_detail

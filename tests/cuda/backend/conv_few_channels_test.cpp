@@ -1,7 +1,7 @@
 // The tensor-core kernels for convolutions with few input channels
 // (src/backend/cuda/conv_few_channels.hpp) against a float64 reference computed on the host from
-// the same 16-bit inputs: forward and weight gradient (fresh and accumulated), bfloat16 and
-// float16, for the ResNet stem and geometries that reach the kernels' edges (1 and 4 channels,
+// the same inputs: forward and weight gradient (fresh and accumulated), bfloat16, float16 and
+// float32 (as TF32), for the ResNet stem and geometries that reach the kernels' edges (1 and 4 channels,
 // odd and rectangular images and windows, unequal strides and paddings, output channels split
 // over several blocks, weight columns over several blocks, blocks that loop over many tiles).
 //
@@ -14,11 +14,10 @@
 // weight gradient's rounding errors are also held as a whole: the relative L2 error must stay
 // below 2u, which a missed or doubled tile (an error of whole terms) would not.
 //
-// The float32 forward pass multiplies as TF32: the kernel rounds each operand to TF32 (to nearest,
-// u = 2^-11), so each term may be off by about 2u of its magnitude, and a result by 2u times the
-// sum of its terms' magnitudes plus the float32 additions' error; the element-wise bound allows
-// 4u of that sum, and the relative L2 error must stay below 4u (a missed term would cost several
-// percent).
+// Float32 multiplies as TF32: the kernels round each operand to TF32 (to nearest, u = 2^-11), so
+// each term may be off by about 2u of its magnitude, and a result by 2u times the sum of its
+// terms' magnitudes plus the float32 additions' error; the element-wise bound allows 4u of that
+// sum, and the relative L2 error must stay below 4u (a missed term would cost several percent).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -35,7 +34,6 @@ using backend::Conv2dParams;
 using backend::cuda_detail::conv_few_channels_backward_weight;
 using backend::cuda_detail::conv_few_channels_fits;
 using backend::cuda_detail::conv_few_channels_forward;
-using backend::cuda_detail::conv_few_channels_forward_fits;
 
 struct Case {
   const char* name;
@@ -62,6 +60,20 @@ const std::vector<Case> kCases = {
     {"11x11 with 4 channels (484 weight columns)", 1, 4, 20, 18, 8, 11, 11, 1, 1, 5, 5},
     {"3x3, 64 out, many tiles per block", 4, 3, 150, 150, 64, 3, 3, 1, 1, 1, 1},
 };
+
+constexpr double kTf32Unit = 1.0 / 2048;
+
+/// got within 4 * kTf32Unit of each result's terms' magnitudes (mag) of the exact want, and within
+/// 4 * kTf32Unit of it in relative L2 error.
+void expect_near_tf32_sum(const Tensor& got, const std::vector<double>& want, const std::vector<double>& mag,
+                          const std::string& what) {
+  std::vector<double> extra(mag.size());
+  for (std::size_t i = 0; i < mag.size(); ++i) extra[i] = 4 * kTf32Unit * mag[i];
+  const std::vector<float> want_f(want.begin(), want.end());
+  expect_close_with(got.to(Device::cpu()), Tensor::from_vector(want_f, got.shape()), 0.f, 1e-6f, extra, what);
+  const std::vector<float> f = got.to_vector<float>();
+  EXPECT_LE(relative_l2(std::vector<double>(f.begin(), f.end()), want), 4 * kTf32Unit) << what << ": relative L2 error";
+}
 
 /// t (logical (N, C, H, W) or (O, C, KH, KW)) on the GPU in channels-last strides.
 Tensor channels_last_on_gpu(const Tensor& t) { return t.to(gpu()).to_channels_last(); }
@@ -139,6 +151,11 @@ class ConvFewChannelsTest : public CudaTest {
 
   // x, w and gy drawn in [-1, 1) and rounded to dtype, as logical (contiguous) host tensors.
   void check(const Case& k, DType dtype) {
+    const auto expect_near = [&](const Tensor& got, const std::vector<double>& want, const std::vector<double>& mag,
+                                 bool l2, const std::string& what) {
+      if (dtype == kFloat32) expect_near_tf32_sum(got, want, mag, what);
+      else expect_near_exact_sum(got, want, mag, l2, what);
+    };
     SCOPED_TRACE(std::string(k.name) + " " + dtype_name(dtype));
     const Conv2dParams p = k.params();
     const Tensor x = rand({k.n, k.c, k.h, k.w}).to(dtype), w = rand({k.o, k.c, k.kh, k.kw}).to(dtype);
@@ -150,12 +167,12 @@ class ConvFewChannelsTest : public CudaTest {
     reference_forward(k, values(x), values(w), want, mag);
     Tensor y = poisoned_channels_last({k.n, k.o, k.oh(), k.ow()}, dtype);
     conv_few_channels_forward(xg, wg, p, y);
-    expect_near_exact_sum(y, want, mag, false, "forward");
+    expect_near(y, want, mag, false, "forward");
 
     reference_backward_weight(k, values(x), values(gy), want, mag);
     Tensor gw = poisoned_channels_last(w.shape(), dtype);
     conv_few_channels_backward_weight(xg, gyg, p, 0.f, gw);
-    expect_near_exact_sum(gw, want, mag, true, "weight gradient (fresh)");
+    expect_near(gw, want, mag, true, "weight gradient (fresh)");
     // The sums are split over blocks and added up in a fixed order: a second run gives the same bits.
     Tensor again = poisoned_channels_last(w.shape(), dtype);
     conv_few_channels_backward_weight(xg, gyg, p, 0.f, again);
@@ -169,7 +186,7 @@ class ConvFewChannelsTest : public CudaTest {
     }
     Tensor acc = channels_last_on_gpu(prior);
     conv_few_channels_backward_weight(xg, gyg, p, 1.f, acc);
-    expect_near_exact_sum(acc, want, mag, true, "weight gradient (accumulated)");
+    expect_near(acc, want, mag, true, "weight gradient (accumulated)");
   }
 };
 
@@ -181,24 +198,8 @@ TEST_F(ConvFewChannelsTest, Float16MatchesTheExactConvolution) {
   for (const Case& k : kCases) check(k, kFloat16);
 }
 
-TEST_F(ConvFewChannelsTest, Float32ForwardMatchesTheExactConvolutionToTf32) {
-  constexpr double kTf32Unit = 1.0 / 2048;
-  for (const Case& k : kCases) {
-    SCOPED_TRACE(k.name);
-    const Conv2dParams p = k.params();
-    const Tensor x = rand({k.n, k.c, k.h, k.w}), w = rand({k.o, k.c, k.kh, k.kw});
-    const Tensor xg = channels_last_on_gpu(x), wg = channels_last_on_gpu(w);
-    ASSERT_TRUE(conv_few_channels_forward_fits(xg, wg, p));
-    std::vector<double> want, mag;
-    reference_forward(k, values(x), values(w), want, mag);
-    Tensor y = poisoned_channels_last({k.n, k.o, k.oh(), k.ow()}, kFloat32);
-    conv_few_channels_forward(xg, wg, p, y);
-    std::vector<double> extra(mag.size());
-    for (std::size_t i = 0; i < mag.size(); ++i) extra[i] = 4 * kTf32Unit * mag[i];
-    const std::vector<float> want_f(want.begin(), want.end());
-    expect_close_with(y.to(Device::cpu()), Tensor::from_vector(want_f, y.shape()), 0.f, 1e-6f, extra, "forward");
-    EXPECT_LE(relative_l2(values(y), want), 4 * kTf32Unit) << "forward: relative L2 error";
-  }
+TEST_F(ConvFewChannelsTest, Float32MatchesTheExactConvolutionToTf32) {
+  for (const Case& k : kCases) check(k, kFloat32);
 }
 
 TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
@@ -212,14 +213,11 @@ TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
   stem.padding[0] = stem.padding[1] = 3;
   EXPECT_TRUE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kBFloat16, stem));
   EXPECT_TRUE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat16, stem));
-  EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat32, stem)) << "float32 (weight gradient)";
+  EXPECT_TRUE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat32, stem)) << "float32";
+  EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kFloat32, stem, false)) << "float32 in NCHW strides";
   const Tensor x32 = Tensor::zeros({2, 3, 32, 32}, TensorOptions(kFloat32, gpu())).to_channels_last();
-  const Tensor w32 = Tensor::zeros({64, 3, 7, 7}, TensorOptions(kFloat32, gpu())).to_channels_last();
-  EXPECT_TRUE(conv_few_channels_forward_fits(x32, w32, stem)) << "float32 forward";
-  EXPECT_FALSE(conv_few_channels_forward_fits(x32, w32.to(kBFloat16), stem)) << "mixed dtypes";
-  EXPECT_FALSE(conv_few_channels_forward_fits(Tensor::zeros({2, 3, 32, 32}, TensorOptions(kFloat32, gpu())), w32,
-                                              stem))
-      << "float32 in NCHW strides";
+  const Tensor w16 = Tensor::zeros({64, 3, 7, 7}, TensorOptions(kBFloat16, gpu())).to_channels_last();
+  EXPECT_FALSE(conv_few_channels_fits(x32, w16, stem)) << "mixed dtypes";
   EXPECT_FALSE(fits({2, 3, 32, 32}, {64, 3, 7, 7}, kBFloat16, stem, false)) << "NCHW strides";
   EXPECT_FALSE(fits({2, 5, 32, 32}, {64, 5, 7, 7}, kBFloat16, stem)) << "5 channels";
   EXPECT_FALSE(fits({2, 3, 32, 32}, {12, 3, 7, 7}, kBFloat16, stem)) << "12 output channels";
@@ -243,7 +241,7 @@ TEST_F(ConvFewChannelsTest, TakesOnlyWhatTheKernelsHandle) {
 TEST_F(ConvFewChannelsTest, DispatchedStemMatchesTheExactConvolution) {
   const Case k = kCases[0];
   const Conv2dParams p = k.params();
-  const Tf32Scope tf32(true);  // float32 may then run the forward pass on the TF32 kernel
+  const Tf32Scope tf32(true);  // float32 may then run on the TF32 kernels
   for (DType dtype : {kBFloat16, kFloat16, kFloat32}) {
     SCOPED_TRACE(dtype_name(dtype));
     const Tensor x = rand({k.n, k.c, k.h, k.w}).to(dtype), w = rand({k.o, k.c, k.kh, k.kw}).to(dtype);

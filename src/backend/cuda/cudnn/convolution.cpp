@@ -17,9 +17,9 @@
 // only when dpl::cuda::allow_tf32() is on; every dtype accumulates in float32. Workspaces come
 // from the device's caching allocator and every call is queued on the compute stream: after the
 // first call of a problem, nothing waits on the host. With the search on, the forward pass and
-// weight gradient of channels-last 16-bit images with at most four channels (the RGB stem), and
-// the forward pass of such float32 images where TF32 is allowed, may run on our own kernels instead
-// (conv_few_channels.hpp), where they were faster on the first call.
+// weight gradient of channels-last images with at most four channels (the RGB stem; 16-bit, or
+// float32 where TF32 is allowed) may run on our own kernels instead (conv_few_channels.hpp), where
+// they were faster on the first call.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -422,11 +422,9 @@ bool few_channels_kernels_win(ConvKind kind, const Tensor& a, const Tensor& b, c
   const Tensor& x = a;
   const Tensor& w = forward ? b : out;
   const Tensor& y = forward ? out : b;
-  const bool fits = forward ? cuda_detail::conv_few_channels_forward_fits(x, w, p)
-                             : cuda_detail::conv_few_channels_fits(x, w, p);
   // Float32 runs on our kernels multiplied as TF32: only where TF32 is allowed.
   if (x.dtype() == kFloat32 && !cuda_api::allow_tf32()) return false;
-  if (!fits || y.dtype() != x.dtype() || !y.is_channels_last() ||
+  if (!cuda_detail::conv_few_channels_fits(x, w, p) || y.dtype() != x.dtype() || !y.is_channels_last() ||
       !cuda_detail::aligned16(y.raw_data()))
     return false;
   const int device = out.device().index;
