@@ -556,6 +556,17 @@ __device__ __forceinline__ void stage_gy(const typename WgradTraits<T>::Stored* 
   cp_async_commit();
 }
 
+// This thread's patch pixels of the tile at `at` (fetch_patch, or fetch_patch_tf32 for float32).
+template <typename T, typename Index>
+__device__ __forceinline__ void fetch_tile_patch(const typename WgradTraits<T>::Stored* __restrict__ x,
+                                                 const Geometry& g, const TileAt& at,
+                                                 typename WgradTraits<T>::Pixel (&v)[kPatchSlots]) {
+  if constexpr (WgradTraits<T>::kTf32)
+    fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
+  else
+    fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
+}
+
 // Tile row r of a 16-bit weight gradient into acc: B gathered from the patch row prow 16 bits at a
 // time, A (gy transposed) by ldmatrix from the staged gy tile gyb, one m16n8k16 instruction per
 // output-channel tile mt and weight-column tile j.
@@ -657,14 +668,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int s = 0; s < W::kGyStages - 1; ++s)
     stage_gy<T, Index>(gy, g, tile + s * step, oc0, smem + s * W::kGyBytes);
-  const auto fetch = [&](int at_tile, Pixel(&v)[kPatchSlots]) {
-    const TileAt at = tile_at(g, at_tile);
-    if constexpr (W::kTf32) fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
-    else fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
-  };
   Pixel fetched[kPatchSlots];
-  fetch(tile, fetched);
-  store_patch(patch, patch_pixels, fetched);
+  {
+    const TileAt at = tile_at(g, tile);
+    fetch_tile_patch<T, Index>(x, g, at, fetched);
+    store_patch(patch, patch_pixels, fetched);
+  }
 
   // One barrier per tile: after it, this tile's gy and patch are in place for every warp, and
   // every warp is done with the previous tile, whose gy stage and patch buffer are refilled next.
@@ -675,7 +684,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int next = tile + step;
     stage_gy<T, Index>(gy, g, tile + (W::kGyStages - 1) * step, oc0,
                        smem + ((i + W::kGyStages - 1) % W::kGyStages) * W::kGyBytes);
-    if (next < g.tiles) fetch(next, fetched);
+    if (next < g.tiles) {
+      const TileAt at = tile_at(g, next);
+      fetch_tile_patch<T, Index>(x, g, at, fetched);
+    }
 
     const unsigned char* gyb = smem + (i % W::kGyStages) * W::kGyBytes;
     const auto* pb = reinterpret_cast<const unsigned char*>(patch + (i & 1) * patch_pixels);
