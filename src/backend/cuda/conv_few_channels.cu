@@ -152,59 +152,31 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 
 // --- the input patch --------------------------------------------------------------------------
 // A tile's patch lies in shared memory as (row, column, 4 channels) with channels past C zero:
-// 8 bytes a pixel, so that the four channels of one window position are one aligned 8-byte load
-// wherever the window stands. Each thread owns the patch pixels tid + kThreads*i.
+// 8 bytes a pixel in 16-bit types, 16 in float32, so that the four channels of one window
+// position are one aligned load wherever the window stands. Each thread owns the patch pixels
+// tid + kThreads*i.
 
-// Loads this thread's patch pixels of the tile whose patch starts at input (iy0, ix0) of image
-// img into registers (zeros outside the image), so that the loads of the next tile are in flight
-// while the current one computes. The division by the patch width is a multiply-high: a real
-// division per pixel and tile cost a quarter of the products' instructions.
-template <typename Index>
-__device__ __forceinline__ void fetch_patch(const std::uint16_t* __restrict__ x, const Geometry& g, int img, int iy0,
-                                            int ix0, uint2 (&v)[kPatchSlots]) {
-#pragma unroll
-  for (int i = 0; i < kPatchSlots; ++i) {
-    v[i] = make_uint2(0u, 0u);
-    const unsigned e = threadIdx.x + kThreads * i;
-    const int row = static_cast<int>(__umulhi(e, g.pc_magic)), col = static_cast<int>(e) - row * g.pc;
-    const int iy = iy0 + row, ix = ix0 + col;
-    if (row >= g.pr || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-    const std::uint16_t* p =
-        x + ((static_cast<Index>(img) * static_cast<Index>(g.h) + static_cast<Index>(iy)) * static_cast<Index>(g.w) +
-             static_cast<Index>(ix)) *
-                static_cast<Index>(g.c);
-    const std::uint32_t c0 = p[0], c1 = g.c > 1 ? p[1] : 0u, c2 = g.c > 2 ? p[2] : 0u, c3 = g.c > 3 ? p[3] : 0u;
-    v[i] = make_uint2(c0 | c1 << 16, c2 | c3 << 16);
-  }
-}
+// What the element type T changes in both kernels: bfloat16 and float16 are stored and moved as
+// 16-bit words; float32 (multiplied as TF32) as floats, rounded to TF32 where they enter shared
+// memory or an instruction.
+template <typename T>
+struct Element {
+  static constexpr bool kTf32 = std::is_same_v<T, float>;
+  using Stored = std::conditional_t<kTf32, float, std::uint16_t>;  // as the tensors hold it
+  using Pixel = std::conditional_t<kTf32, uint4, uint2>;             // four channels
+  static constexpr int kBytes = sizeof(Stored);
+  static constexpr int kPixelBytes = sizeof(Pixel);
+};
 
-template <typename Pixel>
-__device__ __forceinline__ void store_patch(Pixel* patch, int patch_pixels, const Pixel (&v)[kPatchSlots]) {
-#pragma unroll
-  for (int i = 0; i < kPatchSlots; ++i) {
-    const int e = static_cast<int>(threadIdx.x) + kThreads * i;
-    if (e < patch_pixels) patch[e] = v[i];
-  }
-}
-
-// fetch_patch for float32 images: a patch pixel is its four channels rounded to TF32 (16 bytes),
-// channels past C zero.
-template <typename Index>
-__device__ __forceinline__ void fetch_patch_tf32(const float* __restrict__ x, const Geometry& g, int img, int iy0,
-                                                 int ix0, uint4 (&v)[kPatchSlots]) {
-#pragma unroll
-  for (int i = 0; i < kPatchSlots; ++i) {
-    v[i] = make_uint4(0u, 0u, 0u, 0u);
-    const unsigned e = threadIdx.x + kThreads * i;
-    const int row = static_cast<int>(__umulhi(e, g.pc_magic)), col = static_cast<int>(e) - row * g.pc;
-    const int iy = iy0 + row, ix = ix0 + col;
-    if (row >= g.pr || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
-    const float* p =
-        x + ((static_cast<Index>(img) * static_cast<Index>(g.h) + static_cast<Index>(iy)) * static_cast<Index>(g.w) +
-             static_cast<Index>(ix)) *
-                static_cast<Index>(g.c);
-    v[i] = make_uint4(to_tf32(p[0]), g.c > 1 ? to_tf32(p[1]) : 0u, g.c > 2 ? to_tf32(p[2]) : 0u,
-                      g.c > 3 ? to_tf32(p[3]) : 0u);
+// The c <= 4 channels at p as one patch pixel (or weight position), zeros past c.
+template <typename T>
+__device__ __forceinline__ typename Element<T>::Pixel load_pixel(const typename Element<T>::Stored* p, int c) {
+  if constexpr (Element<T>::kTf32) {
+    return make_uint4(to_tf32(p[0]), c > 1 ? to_tf32(p[1]) : 0u, c > 2 ? to_tf32(p[2]) : 0u,
+                      c > 3 ? to_tf32(p[3]) : 0u);
+  } else {
+    const std::uint32_t c0 = p[0], c1 = c > 1 ? p[1] : 0u, c2 = c > 2 ? p[2] : 0u, c3 = c > 3 ? p[3] : 0u;
+    return make_uint2(c0 | c1 << 16, c2 | c3 << 16);
   }
 }
 
@@ -217,11 +189,46 @@ __device__ __forceinline__ TileAt tile_at(const Geometry& g, int tile) {
   return {rest / g.tiles_y, (rest % g.tiles_y) * kTile, tx * kTile};
 }
 
+// Loads this thread's patch pixels of the tile at `at` into registers (zeros outside the image),
+// so that the loads of the next tile are in flight while the current one computes. The division
+// by the patch width is a multiply-high: a real division per pixel and tile cost a quarter of the
+// products' instructions.
+template <typename T, typename Index>
+__device__ __forceinline__ void fetch_patch(const typename Element<T>::Stored* __restrict__ x, const Geometry& g,
+                                            const TileAt& at, typename Element<T>::Pixel (&v)[kPatchSlots]) {
+  const int iy0 = at.oy0 * g.sh - g.ph, ix0 = at.ox0 * g.sw - g.pw;
+#pragma unroll
+  for (int i = 0; i < kPatchSlots; ++i) {
+    v[i] = {};
+    const unsigned e = threadIdx.x + kThreads * i;
+    const int row = static_cast<int>(__umulhi(e, g.pc_magic)), col = static_cast<int>(e) - row * g.pc;
+    const int iy = iy0 + row, ix = ix0 + col;
+    if (row >= g.pr || iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+    v[i] = load_pixel<T>(x + ((static_cast<Index>(at.img) * static_cast<Index>(g.h) + static_cast<Index>(iy)) *
+                                  static_cast<Index>(g.w) +
+                              static_cast<Index>(ix)) *
+                                 static_cast<Index>(g.c),
+                         g.c);
+  }
+}
+
+template <typename Pixel>
+__device__ __forceinline__ void store_patch(Pixel* patch, int patch_pixels, const Pixel (&v)[kPatchSlots]) {
+#pragma unroll
+  for (int i = 0; i < kPatchSlots; ++i) {
+    const int e = static_cast<int>(threadIdx.x) + kThreads * i;
+    if (e < patch_pixels) patch[e] = v[i];
+  }
+}
+
 // --- forward ----------------------------------------------------------------------------------
 // y[pixel][o] = sum over k of A[pixel][k] * W[o][k], k running over (window position, channel)
-// with the channels padded to 4: each thread's four k values of an instruction (2t, 2t+1, 2t+8,
-// 2t+9) are taken to be the four channels of window position 4*step + t, so both operands come
-// from one 8-byte load each (the patch for A, the weights in shared memory for B). Positions past
+// with the channels padded to 4. In 16-bit types each thread's four k values of an m16n8k16
+// instruction (2t, 2t+1, 2t+8, 2t+9) are taken to be the four channels of window position
+// 4*step + t, so both operands come from one 8-byte load each (the patch for A, the weights in
+// shared memory for B). In float32 (TF32) a step is two m16n8k8 instructions, each over two
+// positions: thread t's k values t and t + 4 are channels 2(t & 1) and 2(t & 1) + 1 of position
+// 4*step + 2h + (t >> 1) in the h-th, in A and B alike, again one 8-byte load each. Positions past
 // KH*KW read zeros. Each warp computes two tile rows (two 16-pixel operands) against NT*8 output
 // channels, reusing every weight fragment twice; the whole block's weights stay in shared memory
 // for all its tiles (blocks are persistent), and the next tile's patch is loaded during the
@@ -235,28 +242,42 @@ struct ForwardLayout {
   int table, patch, stage, bytes;  // byte offsets of the parts, and the total
 };
 
+template <typename T>
 __host__ __device__ inline ForwardLayout forward_layout(const Geometry& g, int nt) {
+  using E = Element<T>;
   ForwardLayout l{};
   l.ksteps = (g.positions + 3) / 4;
-  // A row stride of 32 mod 64 bytes puts the four rows a quarter-warp reads in distinct banks.
-  l.w_stride = l.ksteps * 32 + ((l.ksteps * 32) % 64 == 0 ? 32 : 0);
-  l.stage_row = nt * 16 + 16;  // padded likewise, for the staging stores
+  const int w_row = l.ksteps * 4 * E::kPixelBytes;
+  if constexpr (E::kTf32) {
+    // Rows of 32 mod 128 bytes: the four output channels a half-warp's 8-byte loads read (32
+    // bytes each) land in distinct banks; the staging rows likewise.
+    l.w_stride = w_row + (w_row % 128 == 0 ? 32 : 96);
+    l.stage_row = nt * 32 + 32;
+  } else {
+    // A row stride of 32 mod 64 bytes puts the four rows a quarter-warp reads in distinct banks.
+    l.w_stride = w_row + (w_row % 64 == 0 ? 32 : 0);
+    l.stage_row = nt * 16 + 16;  // padded likewise, for the staging stores
+  }
   l.table = nt * 8 * l.w_stride;
   l.patch = l.table + ((l.ksteps * 4 * 4 + 15) / 16) * 16;
-  l.stage = l.patch + 2 * g.pr * g.pc * 8;
+  l.stage = l.patch + 2 * g.pr * g.pc * E::kPixelBytes;
   l.bytes = l.stage + kWarps * kTile * l.stage_row;
   return l;
 }
 
+// Two 16-bit blocks a multiprocessor; one float32 block (its shared memory is twice the size).
 template <typename T, int NT, typename Index>
-__global__ void __launch_bounds__(kThreads, 2)
-    conv_forward_kernel(const std::uint16_t* __restrict__ x, const std::uint16_t* __restrict__ w, Geometry g,
-                        std::uint16_t* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads, Element<T>::kTf32 ? 1 : 2)
+    conv_forward_kernel(const typename Element<T>::Stored* __restrict__ x,
+                        const typename Element<T>::Stored* __restrict__ w, Geometry g,
+                        typename Element<T>::Stored* __restrict__ y) {
+  using E = Element<T>;
+  using Pixel = typename E::Pixel;
   extern __shared__ __align__(16) unsigned char smem[];
-  const ForwardLayout l = forward_layout(g, NT);
+  const ForwardLayout l = forward_layout<T>(g, NT);
   unsigned char* const wsm = smem;
   int* const table = reinterpret_cast<int*>(smem + l.table);
-  uint2* const patch = reinterpret_cast<uint2*>(smem + l.patch);
+  Pixel* const patch = reinterpret_cast<Pixel*>(smem + l.patch);
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, t4 = lane & 3;
   unsigned char* const stage = smem + l.stage + warp * kTile * l.stage_row;
@@ -266,217 +287,107 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   for (int i = tid; i < NT * 8 * l.ksteps * 4; i += kThreads) {
     const int n = i / (l.ksteps * 4), q = i % (l.ksteps * 4);
-    uint2 v = make_uint2(0u, 0u);
-    if (q < g.positions) {
-      const std::uint16_t* p = w + (static_cast<std::int64_t>(oc0 + n) * g.positions + q) * g.c;
-      const std::uint32_t c0 = p[0], c1 = g.c > 1 ? p[1] : 0u, c2 = g.c > 2 ? p[2] : 0u, c3 = g.c > 3 ? p[3] : 0u;
-      v = make_uint2(c0 | c1 << 16, c2 | c3 << 16);
-    }
-    *reinterpret_cast<uint2*>(wsm + n * l.w_stride + q * 8) = v;
+    const std::int64_t at = (static_cast<std::int64_t>(oc0 + n) * g.positions + q) * g.c;
+    *reinterpret_cast<Pixel*>(wsm + n * l.w_stride + q * E::kPixelBytes) =
+        q < g.positions ? load_pixel<T>(w + at, g.c) : Pixel{};
   }
   for (int q = tid; q < l.ksteps * 4; q += kThreads)
-    table[q] = q < g.positions ? ((q / g.kw) * g.pc + q % g.kw) * 8 : 0;
+    table[q] = q < g.positions ? ((q / g.kw) * g.pc + q % g.kw) * E::kPixelBytes : 0;
 
-  uint2 fetched[kPatchSlots];
-  {
-    const TileAt at = tile_at(g, tile);
-    fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    store_patch(patch, patch_pixels, fetched);
-  }
+  Pixel fetched[kPatchSlots];
+  fetch_patch<T, Index>(x, g, tile_at(g, tile), fetched);
+  store_patch(patch, patch_pixels, fetched);
   __syncthreads();
 
   // Byte offsets in a patch of the window origins of this thread's pixels: gid of row 2*warp + mt
-  // (the operand's rows gid), and 8 pixels further along (rows gid + 8).
+  // (the operand's rows gid), and 8 pixels further along (rows gid + 8); in float32 also this
+  // thread's channel pair within the pixel.
   int origin[2];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) origin[mt] = ((2 * warp + mt) * g.sh * g.pc + gid * g.sw) * 8;
-  const int eight_along = 8 * g.sw * 8;
-
-  for (int buf = 0; tile < g.tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
-    const int next = tile + static_cast<int>(gridDim.x);
-    if (next < g.tiles) {
-      const TileAt at = tile_at(g, next);
-      fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    }
-    const auto* pb = reinterpret_cast<const unsigned char*>(patch + buf * patch_pixels);
-    float acc[2][NT][4] = {};
-    for (int s = 0; s < l.ksteps; ++s) {
-      const int q = 4 * s + t4;
-      const int off = table[q];
-      std::uint32_t a[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        uint2 lo = *reinterpret_cast<const uint2*>(pb + origin[mt] + off);
-        uint2 hi = *reinterpret_cast<const uint2*>(pb + origin[mt] + eight_along + off);
-        if (q >= g.positions) lo = hi = make_uint2(0u, 0u);
-        a[mt][0] = lo.x;
-        a[mt][1] = hi.x;
-        a[mt][2] = lo.y;
-        a[mt][3] = hi.y;
-      }
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint2 b = *reinterpret_cast<const uint2*>(wsm + (8 * j + gid) * l.w_stride + s * 32 + t4 * 8);
-        mma_16816<T>(acc[0][j], a[0], b.x, b.y);
-        mma_16816<T>(acc[1][j], a[1], b.x, b.y);
-      }
-    }
-
-    const TileAt at = tile_at(g, tile);
+  for (int mt = 0; mt < 2; ++mt)
+    origin[mt] = ((2 * warp + mt) * g.sh * g.pc + gid * g.sw) * E::kPixelBytes + (E::kTf32 ? (t4 & 1) * 8 : 0);
+  const int eight_along = 8 * g.sw * E::kPixelBytes;
+  // A's registers for rows gid and gid + 8 from the 8-byte loads at window position q (byte offset
+  // off); zeros past the window, whose weights are zero (x there may hold anything).
+  const auto operand_a = [&](const unsigned char* pb, int q, int off, std::uint32_t (&a)[2][4]) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      const int oy = at.oy0 + 2 * warp + mt;
-      if (oy >= g.oh) continue;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        *reinterpret_cast<std::uint32_t*>(stage + gid * l.stage_row + j * 16 + t4 * 4) =
-            pack2<T>(acc[mt][j][0], acc[mt][j][1]);
-        *reinterpret_cast<std::uint32_t*>(stage + (gid + 8) * l.stage_row + j * 16 + t4 * 4) =
-            pack2<T>(acc[mt][j][2], acc[mt][j][3]);
-      }
-      __syncwarp();
-      const Index row = (static_cast<Index>(at.img) * static_cast<Index>(g.oh) + static_cast<Index>(oy)) *
-                        static_cast<Index>(g.ow);
-#pragma unroll
-      for (int e = lane; e < kTile * NT; e += 32) {
-        const int px = e / NT, part = e % NT;
-        const int ox = at.ox0 + px;
-        if (ox >= g.ow) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(stage + px * l.stage_row + part * 16);
-        *reinterpret_cast<uint4*>(y + (row + static_cast<Index>(ox)) * static_cast<Index>(g.o) + oc0 + part * 8) = v;
-      }
-      __syncwarp();
+      uint2 lo = *reinterpret_cast<const uint2*>(pb + origin[mt] + off);
+      uint2 hi = *reinterpret_cast<const uint2*>(pb + origin[mt] + eight_along + off);
+      if (q >= g.positions) lo = hi = make_uint2(0u, 0u);
+      a[mt][0] = lo.x;
+      a[mt][1] = hi.x;
+      a[mt][2] = lo.y;
+      a[mt][3] = hi.y;
     }
-
-    if (next < g.tiles) store_patch(patch + (buf ^ 1) * patch_pixels, patch_pixels, fetched);
-    __syncthreads();
-  }
-}
-
-// --- forward in float32, multiplied as TF32 ------------------------------------------------------
-// The same walk as conv_forward_kernel with m16n8k8 TF32 instructions: a patch pixel and a
-// weight position are four float32 channels (16 bytes) and an instruction step of the 16-bit
-// kernel (four window positions) is two instructions, each over two positions. Thread t's k
-// values t and t + 4 of an instruction are channels 2(t & 1) and 2(t & 1) + 1 of position
-// 4 * step + (t >> 1) (+ 2 for the second), in A and B alike, so both operands are one 8-byte load.
-// The results leave through the staging area as in the 16-bit kernel, four channels a 16-byte
-// store.
-
-__host__ __device__ inline ForwardLayout forward_layout_tf32(const Geometry& g, int nt) {
-  ForwardLayout l{};
-  l.ksteps = (g.positions + 3) / 4;
-  // Rows of 32 mod 128 bytes: the four output channels a half-warp's 8-byte loads read (32 bytes
-  // each) land in distinct banks; the staging rows likewise.
-  const int w_row = l.ksteps * 64;
-  l.w_stride = w_row + (w_row % 128 == 0 ? 32 : 96);
-  l.stage_row = nt * 32 + 32;
-  l.table = nt * 8 * l.w_stride;
-  l.patch = l.table + ((l.ksteps * 4 * 4 + 15) / 16) * 16;
-  l.stage = l.patch + 2 * g.pr * g.pc * 16;
-  l.bytes = l.stage + kWarps * kTile * l.stage_row;
-  return l;
-}
-
-template <int NT, typename Index>
-__global__ void __launch_bounds__(kThreads)
-    conv_forward_tf32_kernel(const float* __restrict__ x, const float* __restrict__ w, Geometry g,
-                             float* __restrict__ y) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const ForwardLayout l = forward_layout_tf32(g, NT);
-  unsigned char* const wsm = smem;
-  int* const table = reinterpret_cast<int*>(smem + l.table);
-  uint4* const patch = reinterpret_cast<uint4*>(smem + l.patch);
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int gid = lane >> 2, t4 = lane & 3;
-  unsigned char* const stage = smem + l.stage + warp * kTile * l.stage_row;
-  const int patch_pixels = g.pr * g.pc;
-  const int oc0 = static_cast<int>(blockIdx.y) * NT * 8;
-  int tile = static_cast<int>(blockIdx.x);
-
-  for (int i = tid; i < NT * 8 * l.ksteps * 4; i += kThreads) {
-    const int n = i / (l.ksteps * 4), q = i % (l.ksteps * 4);
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (q < g.positions) {
-      const float* p = w + (static_cast<std::int64_t>(oc0 + n) * g.positions + q) * g.c;
-      v = make_uint4(to_tf32(p[0]), g.c > 1 ? to_tf32(p[1]) : 0u, g.c > 2 ? to_tf32(p[2]) : 0u,
-                     g.c > 3 ? to_tf32(p[3]) : 0u);
-    }
-    *reinterpret_cast<uint4*>(wsm + n * l.w_stride + q * 16) = v;
-  }
-  for (int q = tid; q < l.ksteps * 4; q += kThreads)
-    table[q] = q < g.positions ? ((q / g.kw) * g.pc + q % g.kw) * 16 : 0;
-
-  uint4 fetched[kPatchSlots];
-  {
-    const TileAt at = tile_at(g, tile);
-    fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    store_patch(patch, patch_pixels, fetched);
-  }
-  __syncthreads();
-
-  // As in conv_forward_kernel, with 16-byte pixels; this thread's channel pair within a pixel.
-  int origin[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) origin[mt] = ((2 * warp + mt) * g.sh * g.pc + gid * g.sw) * 16 + (t4 & 1) * 8;
-  const int eight_along = 8 * g.sw * 16;
+  };
 
   for (int buf = 0; tile < g.tiles; tile += static_cast<int>(gridDim.x), buf ^= 1) {
     const int next = tile + static_cast<int>(gridDim.x);
-    if (next < g.tiles) {
-      const TileAt at = tile_at(g, next);
-      fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, fetched);
-    }
+    if (next < g.tiles) fetch_patch<T, Index>(x, g, tile_at(g, next), fetched);
     const auto* pb = reinterpret_cast<const unsigned char*>(patch + buf * patch_pixels);
     float acc[2][NT][4] = {};
     for (int s = 0; s < l.ksteps; ++s) {
+      if constexpr (E::kTf32) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int q = 4 * s + 2 * half + (t4 >> 1);
-        const int off = table[q];
-        std::uint32_t a[2][4];
+        for (int h = 0; h < 2; ++h) {
+          const int q = 4 * s + 2 * h + (t4 >> 1);
+          std::uint32_t a[2][4];
+          operand_a(pb, q, table[q], a);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          uint2 lo = *reinterpret_cast<const uint2*>(pb + origin[mt] + off);
-          uint2 hi = *reinterpret_cast<const uint2*>(pb + origin[mt] + eight_along + off);
-          if (q >= g.positions) lo = hi = make_uint2(0u, 0u);  // the weights there are zero; so must x be
-          a[mt][0] = lo.x;
-          a[mt][1] = hi.x;
-          a[mt][2] = lo.y;
-          a[mt][3] = hi.y;
+          for (int j = 0; j < NT; ++j) {
+            // Position q's channel pair of output channel 8j + gid: 64s + 32h + 16(t4 >> 1) + 8(t4 & 1).
+            const uint2 b =
+                *reinterpret_cast<const uint2*>(wsm + (8 * j + gid) * l.w_stride + s * 64 + h * 32 + t4 * 8);
+            mma_1688_tf32(acc[0][j], a[0], b.x, b.y);
+            mma_1688_tf32(acc[1][j], a[1], b.x, b.y);
+          }
         }
+      } else {
+        const int q = 4 * s + t4;
+        std::uint32_t a[2][4];
+        operand_a(pb, q, table[q], a);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          // Position q's channel pair of output channel 8j + gid: 64s + 32 half + 16 (t4 >> 1) + 8 (t4 & 1).
-          const uint2 b = *reinterpret_cast<const uint2*>(wsm + (8 * j + gid) * l.w_stride + s * 64 + half * 32 +
-                                                          t4 * 8);
-          mma_1688_tf32(acc[0][j], a[0], b.x, b.y);
-          mma_1688_tf32(acc[1][j], a[1], b.x, b.y);
+          const uint2 b = *reinterpret_cast<const uint2*>(wsm + (8 * j + gid) * l.w_stride + s * 32 + t4 * 8);
+          mma_16816<T>(acc[0][j], a[0], b.x, b.y);
+          mma_16816<T>(acc[1][j], a[1], b.x, b.y);
         }
       }
     }
 
     const TileAt at = tile_at(g, tile);
+    constexpr int kPer = 16 / E::kBytes;  // channels a 16-byte store moves
+    constexpr int kParts = NT * 8 / kPer;  // such stores a pixel
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int oy = at.oy0 + 2 * warp + mt;
       if (oy >= g.oh) continue;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        *reinterpret_cast<float2*>(stage + gid * l.stage_row + j * 32 + t4 * 8) =
-            make_float2(acc[mt][j][0], acc[mt][j][1]);
-        *reinterpret_cast<float2*>(stage + (gid + 8) * l.stage_row + j * 32 + t4 * 8) =
-            make_float2(acc[mt][j][2], acc[mt][j][3]);
+        if constexpr (E::kTf32) {
+          *reinterpret_cast<float2*>(stage + gid * l.stage_row + j * 32 + t4 * 8) =
+              make_float2(acc[mt][j][0], acc[mt][j][1]);
+          *reinterpret_cast<float2*>(stage + (gid + 8) * l.stage_row + j * 32 + t4 * 8) =
+              make_float2(acc[mt][j][2], acc[mt][j][3]);
+        } else {
+          *reinterpret_cast<std::uint32_t*>(stage + gid * l.stage_row + j * 16 + t4 * 4) =
+              pack2<T>(acc[mt][j][0], acc[mt][j][1]);
+          *reinterpret_cast<std::uint32_t*>(stage + (gid + 8) * l.stage_row + j * 16 + t4 * 4) =
+              pack2<T>(acc[mt][j][2], acc[mt][j][3]);
+        }
       }
       __syncwarp();
       const Index row = (static_cast<Index>(at.img) * static_cast<Index>(g.oh) + static_cast<Index>(oy)) *
                         static_cast<Index>(g.ow);
 #pragma unroll
-      for (int e = lane; e < kTile * NT * 2; e += 32) {
-        const int px = e / (NT * 2), part = e % (NT * 2);
+      for (int e = lane; e < kTile * kParts; e += 32) {
+        const int px = e / kParts, part = e % kParts;
         const int ox = at.ox0 + px;
         if (ox >= g.ow) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(stage + px * l.stage_row + part * 16);
-        *reinterpret_cast<uint4*>(y + (row + static_cast<Index>(ox)) * static_cast<Index>(g.o) + oc0 + part * 4) = v;
+        *reinterpret_cast<uint4*>(y + (row + static_cast<Index>(ox)) * static_cast<Index>(g.o) + oc0 + part * kPer) =
+            v;
       }
       __syncwarp();
     }
@@ -498,16 +409,13 @@ __global__ void __launch_bounds__(kThreads)
 // persistent over a fixed set of tiles; their float32 sums go to a scratch row per block, which a
 // second kernel adds up in block order, so the result does not depend on timing.
 
-// What the element type changes. T is the stored type: bfloat16 and float16 as described above;
-// float (multiplied as TF32) with 16-byte patch pixels of four TF32 channels, gy staged as float32
-// and read with plain loads (ldmatrix moves 16-bit elements only), two m16n8k8 instructions per
-// 16 pixels, and two gy stages instead of three (a stage is twice the bytes).
+// What the element type changes here beyond Element: in float32 (TF32) gy is staged as float32
+// and read with plain loads (ldmatrix moves 16-bit elements only), 16 pixels take two m16n8k8
+// instructions, and two gy stages are in flight instead of three (a stage is twice the bytes).
 template <typename T>
-struct WgradTraits {
-  static constexpr bool kTf32 = std::is_same_v<T, float>;
-  using Stored = std::conditional_t<kTf32, float, std::uint16_t>;  // as the tensors hold it
-  using Pixel = std::conditional_t<kTf32, uint4, uint2>;             // a patch pixel: four channels
-  static constexpr int kBytes = sizeof(Stored);
+struct WgradTraits : Element<T> {
+  using Element<T>::kTf32;
+  using Element<T>::kBytes;
   // Elements per pixel row of a staged gy tile: 64 channels and a pad that puts the rows a
   // quarter-warp reads in distinct banks (ldmatrix's 8 rows; the float loads' 4 pixel pairs).
   static constexpr int kGyRow = kTf32 ? 68 : 72;
@@ -524,14 +432,14 @@ struct WgradLayout {
 template <typename T>
 __host__ __device__ inline WgradLayout wgrad_layout(const Geometry& g) {
   using W = WgradTraits<T>;
-  return {W::kGyStages * W::kGyBytes, W::kGyStages * W::kGyBytes + 2 * g.pr * g.pc * static_cast<int>(sizeof(typename W::Pixel))};
+  return {W::kGyStages * W::kGyBytes, W::kGyStages * W::kGyBytes + 2 * g.pr * g.pc * W::kPixelBytes};
 }
 
 // Queues the copies of a tile's gy (its 256 pixels by the block's 64 channels, zeros past the
 // image and past O) into dst, and commits them as one group; past the last tile, an empty group,
 // so that every thread always has the same number of groups in flight.
 template <typename T, typename Index>
-__device__ __forceinline__ void stage_gy(const typename WgradTraits<T>::Stored* __restrict__ gy, const Geometry& g,
+__device__ __forceinline__ void stage_gy(const typename Element<T>::Stored* __restrict__ gy, const Geometry& g,
                                          int tile, int oc0, unsigned char* dst) {
   using W = WgradTraits<T>;
   constexpr int kPer = 16 / W::kBytes;      // channels a 16-byte copy moves
@@ -554,17 +462,6 @@ __device__ __forceinline__ void stage_gy(const typename WgradTraits<T>::Stored* 
     }
   }
   cp_async_commit();
-}
-
-// This thread's patch pixels of the tile at `at` (fetch_patch, or fetch_patch_tf32 for float32).
-template <typename T, typename Index>
-__device__ __forceinline__ void fetch_tile_patch(const typename WgradTraits<T>::Stored* __restrict__ x,
-                                                 const Geometry& g, const TileAt& at,
-                                                 typename WgradTraits<T>::Pixel (&v)[kPatchSlots]) {
-  if constexpr (WgradTraits<T>::kTf32)
-    fetch_patch_tf32<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
-  else
-    fetch_patch<Index>(x, g, at.img, at.oy0 * g.sh - g.ph, at.ox0 * g.sw - g.pw, v);
 }
 
 // Tile row r of a 16-bit weight gradient into acc: B gathered from the patch row prow 16 bits at a
@@ -631,11 +528,11 @@ __device__ __forceinline__ void wgrad_row_tf32(const unsigned char* gyb, const u
 
 template <typename T, typename Index>
 __global__ void __launch_bounds__(kThreads, 1)
-    conv_wgrad_kernel(const typename WgradTraits<T>::Stored* __restrict__ x,
-                      const typename WgradTraits<T>::Stored* __restrict__ gy, Geometry g, float* __restrict__ partials) {
+    conv_wgrad_kernel(const typename Element<T>::Stored* __restrict__ x,
+                      const typename Element<T>::Stored* __restrict__ gy, Geometry g, float* __restrict__ partials) {
   using W = WgradTraits<T>;
   using Pixel = typename W::Pixel;
-  constexpr int kPixelBytes = sizeof(Pixel);
+  constexpr int kPixelBytes = W::kPixelBytes;
   extern __shared__ __align__(16) unsigned char smem[];
   const WgradLayout l = wgrad_layout<T>(g);
   Pixel* const patch = reinterpret_cast<Pixel*>(smem + l.patch);
@@ -671,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Pixel fetched[kPatchSlots];
   {
     const TileAt at = tile_at(g, tile);
-    fetch_tile_patch<T, Index>(x, g, at, fetched);
+    fetch_patch<T, Index>(x, g, at, fetched);
     store_patch(patch, patch_pixels, fetched);
   }
 
@@ -686,7 +583,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        smem + ((i + W::kGyStages - 1) % W::kGyStages) * W::kGyBytes);
     if (next < g.tiles) {
       const TileAt at = tile_at(g, next);
-      fetch_tile_patch<T, Index>(x, g, at, fetched);
+      fetch_patch<T, Index>(x, g, at, fetched);
     }
 
     const unsigned char* gyb = smem + (i % W::kGyStages) * W::kGyBytes;
@@ -805,31 +702,17 @@ unsigned persistent_blocks(Kernel kernel, int smem_bytes, int device, int tiles,
 
 template <typename T, int NT>
 void launch_forward(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, CudaDevice& d) {
-  const ForwardLayout l = forward_layout(g, NT);
-  const auto* xp = static_cast<const std::uint16_t*>(x.raw_data());
-  const auto* wp = static_cast<const std::uint16_t*>(w.raw_data());
-  auto* yp = static_cast<std::uint16_t*>(y.raw_data());
+  using Stored = typename Element<T>::Stored;
+  const ForwardLayout l = forward_layout<T>(g, NT);
+  const auto* xp = static_cast<const Stored*>(x.raw_data());
+  const auto* wp = static_cast<const Stored*>(w.raw_data());
+  auto* yp = static_cast<Stored*>(y.raw_data());
   const int chunks = g.o / (NT * 8);
   with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
     using Index = decltype(index);
     const auto kernel = conv_forward_kernel<T, NT, Index>;
     const dim3 grid(persistent_blocks(kernel, l.bytes, d.device(), g.tiles, chunks), static_cast<unsigned>(chunks));
     kernel<<<grid, kThreads, l.bytes, d.stream()>>>(xp, wp, g, yp);
-  });
-  DPL_CUDA_CHECK(cudaGetLastError());
-}
-
-template <int NT>
-void launch_forward_tf32(const Geometry& g, const Tensor& x, const Tensor& w, Tensor& y, CudaDevice& d) {
-  const ForwardLayout l = forward_layout_tf32(g, NT);
-  const int chunks = g.o / (NT * 8);
-  with_index_type(std::max(x.numel(), y.numel()), [&](auto index) {
-    using Index = decltype(index);
-    const auto kernel = conv_forward_tf32_kernel<NT, Index>;
-    const dim3 grid(persistent_blocks(kernel, l.bytes, d.device(), g.tiles, chunks), static_cast<unsigned>(chunks));
-    kernel<<<grid, kThreads, l.bytes, d.stream()>>>(static_cast<const float*>(x.raw_data()),
-                                                    static_cast<const float*>(w.raw_data()), g,
-                                                    static_cast<float*>(y.raw_data()));
   });
   DPL_CUDA_CHECK(cudaGetLastError());
 }
@@ -841,7 +724,7 @@ void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy
   const int kcols = g.positions * g.c;
   const int o_chunks = (g.o + kChunkO - 1) / kChunkO, k_chunks = (kcols + kChunkK - 1) / kChunkK;
   const int count = g.o * kcols;
-  using Stored = typename WgradTraits<T>::Stored;
+  using Stored = typename Element<T>::Stored;
   const auto* xp = static_cast<const Stored*>(x.raw_data());
   const auto* gyp = static_cast<const Stored*>(gy.raw_data());
   with_index_type(std::max(x.numel(), gy.numel()), [&](auto index) {
@@ -865,7 +748,8 @@ void launch_backward_weight(const Geometry& g, const Tensor& x, const Tensor& gy
 std::string taken() {
   std::ostringstream s;
   s << "an image and weights on one GPU of compute capability 8.0 or newer, channels-last, both bfloat16, both "
-       "float16 or both float32, with 1 to 4 input channels, a multiple of 8 output channels, one group, no dilation, at most "
+       "float16 or both float32, with 1 to 4 input channels, a multiple of 8 output channels, one group, no "
+       "dilation, at most "
     << kMaxPositions << " window positions and (" << kTile - 1 << " * stride + kernel extent) squared at most "
     << kMaxPatch;
   return s.str();
@@ -925,7 +809,7 @@ bool conv_few_channels_fits(const Tensor& x, const Tensor& w, const Conv2dParams
   // pass's widest block and the weight gradient's block must fit.
   const Geometry g = geometry_of(x, w, p);
   const int most = shared_memory_per_block(x.device().index);
-  return forward_layout_tf32(g, 8).bytes <= most && wgrad_layout<float>(g).bytes <= most;
+  return forward_layout<float>(g, 8).bytes <= most && wgrad_layout<float>(g).bytes <= most;
 }
 
 namespace {
@@ -952,22 +836,13 @@ void conv_few_channels_forward(const Tensor& x, const Tensor& w, const Conv2dPar
   const Geometry g = checked_geometry("conv (few channels)", x, w, "w", y, "y", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
-  if (x.dtype() == kFloat32) {
-    if (g.o % 64 == 0) launch_forward_tf32<8>(g, x, w, y, d);
-    else if (g.o % 32 == 0) launch_forward_tf32<4>(g, x, w, y, d);
-    else if (g.o % 16 == 0) launch_forward_tf32<2>(g, x, w, y, d);
-    else launch_forward_tf32<1>(g, x, w, y, d);
-    return;
-  }
-  const auto launch = [&](auto tag) {
+  with_float_type(x.dtype(), "conv (few channels)", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (g.o % 64 == 0) launch_forward<T, 8>(g, x, w, y, d);
     else if (g.o % 32 == 0) launch_forward<T, 4>(g, x, w, y, d);
     else if (g.o % 16 == 0) launch_forward<T, 2>(g, x, w, y, d);
     else launch_forward<T, 1>(g, x, w, y, d);
-  };
-  if (x.dtype() == kBFloat16) launch(TypeTag<__nv_bfloat16>{});
-  else launch(TypeTag<__half>{});
+  });
 }
 
 void conv_few_channels_backward_weight(const Tensor& x, const Tensor& gy, const Conv2dParams& p, float beta,
@@ -975,9 +850,9 @@ void conv_few_channels_backward_weight(const Tensor& x, const Tensor& gy, const 
   const Geometry g = checked_geometry("conv weight gradient (few channels)", x, gw, "gw", gy, "gy", p);
   CudaDevice& d = cuda_device_of(x);
   DeviceGuard guard(d.device());
-  if (x.dtype() == kBFloat16) launch_backward_weight<__nv_bfloat16>(g, x, gy, beta, gw, d);
-  else if (x.dtype() == kFloat16) launch_backward_weight<__half>(g, x, gy, beta, gw, d);
-  else launch_backward_weight<float>(g, x, gy, beta, gw, d);
+  with_float_type(x.dtype(), "conv weight gradient (few channels)", [&](auto tag) {
+    launch_backward_weight<typename decltype(tag)::type>(g, x, gy, beta, gw, d);
+  });
 }
 
 }  // namespace dpl::backend::cuda_detail
