@@ -767,16 +767,11 @@ bool matches(const Tensor& t, std::int64_t d0, std::int64_t d1, std::int64_t d2,
   return t.dim() == 4 && t.size(0) == d0 && t.size(1) == d1 && t.size(2) == d2 && t.size(3) == d3;
 }
 
-
 std::string operand_str(const Tensor& t) {
   std::ostringstream s;
   s << shape_str(t.shape()) << " strides " << shape_str(t.strides()) << " " << t.dtype() << " on " << t.device();
   return s.str();
 }
-
-}  // namespace
-
-namespace {
 
 // What both passes take, apart from the dtype.
 bool shape_fits(const Tensor& x, const Tensor& w, const Conv2dParams& p) {

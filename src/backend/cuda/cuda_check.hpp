@@ -32,7 +32,8 @@ class DeviceGuard {
   int device_ = -1;
 };
 
-/// Number of streaming multiprocessors of device (queried once per device).
+/// Number of streaming multiprocessors of device (queried once per device), 1 when the device
+/// does not answer.
 int sm_count(int device);
 
 /// Compute capability of device as 10 * major + minor (90 for the H100 and H200; queried once per

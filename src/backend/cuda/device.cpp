@@ -77,48 +77,45 @@ namespace {
 std::array<std::atomic<int>, kMaxDevices> g_sm_count{};
 std::array<std::atomic<int>, kMaxDevices> g_compute_capability{};
 std::array<std::atomic<int>, kMaxDevices> g_shared_per_block{};
+
+// One attribute of device, 0 when the device does not answer.
+int attribute(cudaDeviceAttr what, int device) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, what, device) == cudaSuccess) return v;
+  cudaGetLastError();
+  return 0;
+}
+
+// query()'s positive answer for device, asked once and kept in cache[device]; 0 for a device out
+// of range or one that does not answer, which is not kept: the next call asks again.
+template <typename Query>
+int cached_per_device(std::array<std::atomic<int>, kMaxDevices>& cache, int device, Query query) {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v > 0) return v;
+  v = query();
+  if (v <= 0) return 0;
+  cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
 }  // namespace
 
 int sm_count(int device) {
-  if (device < 0 || device >= kMaxDevices) return 1;
-  int n = g_sm_count[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
-      cudaGetLastError();
-      n = 1;
-    }
-    g_sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
+  const int n =
+      cached_per_device(g_sm_count, device, [&] { return attribute(cudaDevAttrMultiProcessorCount, device); });
+  return n > 0 ? n : 1;
 }
 
 int compute_capability(int device) {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  int cc = g_compute_capability[device].load(std::memory_order_relaxed);
-  if (cc == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;  // not cached: the next call asks again
-    }
-    cc = 10 * major + minor;
-    g_compute_capability[device].store(cc, std::memory_order_relaxed);
-  }
-  return cc;
+  return cached_per_device(g_compute_capability, device, [&] {
+    const int major = attribute(cudaDevAttrComputeCapabilityMajor, device);
+    return major > 0 ? 10 * major + attribute(cudaDevAttrComputeCapabilityMinor, device) : 0;
+  });
 }
 
 int shared_memory_per_block(int device) {
-  if (device < 0 || device >= kMaxDevices) return 0;
-  int bytes = g_shared_per_block[device].load(std::memory_order_relaxed);
-  if (bytes == 0) {
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;  // not cached: the next call asks again
-    }
-    g_shared_per_block[device].store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
+  return cached_per_device(g_shared_per_block, device,
+                           [&] { return attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device); });
 }
 
 int resident_blocks(const void* kernel, int threads, std::size_t shared_bytes, int device) {
