@@ -183,7 +183,8 @@ TEST(CheckpointDist, RanksReadingDifferentFilesAllFail) {
 // leaves the iterator as it was; the same seed resumes.
 TEST(CheckpointDist, ResumingWithAnotherSeedIsRefusedOnEveryRank) {
   std::shared_ptr<comm::Communicator> comm = comm::create_communicator("naive");
-  const std::string path = shared_folder(*comm) + "/seed.safetensors";
+  const std::string folder = shared_folder(*comm);
+  const std::string path = folder + "/seed.safetensors";
   const data::Dataset all = comm->rank() == 0 ? numbered(24) : data::Dataset();
   const auto iterator = [&](std::uint64_t seed) {
     auto it = std::make_unique<data::BatchIterator>(data::scatter_dataset(all, *comm, true, seed), 3, true,
@@ -209,6 +210,8 @@ TEST(CheckpointDist, ResumingWithAnotherSeedIsRefusedOnEveryRank) {
   train::TrainingState again{&model, nullptr, same.get()};
   train::load_checkpoint(path, again, comm.get());
   EXPECT_EQ(same->iteration(), 1);
+  comm->barrier();
+  if (comm->rank() == 0) std::filesystem::remove_all(folder);
 }
 
 // Rank 0 alone writes: when its write fails (a full disk, a missing folder) and every other rank
