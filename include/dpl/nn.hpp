@@ -2,6 +2,7 @@
 // Umbrella header: modules, layers and parameter arenas.
 #include "dpl/autograd.hpp"
 #include "dpl/nn/any_module.hpp"
+#include "dpl/nn/attention.hpp"
 #include "dpl/nn/activations.hpp"
 #include "dpl/nn/arena.hpp"
 #include "dpl/nn/containers.hpp"
