@@ -16,3 +16,4 @@
 #include "dpl/nn/pooling.hpp"
 #include "dpl/nn/resampling.hpp"
 #include "dpl/nn/summary.hpp"
+#include "dpl/nn/transformer.hpp"

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -71,6 +72,24 @@ inline std::vector<GoldenCase> load_golden(const std::string& file) {
     }
   }
   return cases;
+}
+
+/// The case called `name` among `cases` (read from `file`); a test failure naming both, and an
+/// empty case, where there is none.
+inline const GoldenCase& golden_case(const std::vector<GoldenCase>& cases, const std::string& name,
+                                     const std::string& file) {
+  for (const GoldenCase& c : cases)
+    if (c.name == name) return c;
+  static const GoldenCase missing;
+  ADD_FAILURE() << "tests/golden/" << file << " has no case " << name;
+  return missing;
+}
+
+/// A golden tensor of 0s and 1s as a uint8 mask (PyTorch's bool masks are written as 0/1).
+inline Tensor golden_mask(const Tensor& t) {
+  std::vector<std::uint8_t> bits;
+  for (float v : t.to_vector<float>()) bits.push_back(v != 0.f ? 1 : 0);
+  return Tensor::from_vector(bits, t.shape());
 }
 
 /// |got - want| <= atol + rtol * |want| elementwise, in logical order whatever got's format.

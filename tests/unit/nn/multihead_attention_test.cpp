@@ -32,21 +32,14 @@ constexpr float kRtol = 1e-5f, kAtol = 2e-5f;
 
 const GoldenCase& golden(const std::string& name) {
   static const std::vector<GoldenCase> cases = test::load_golden("multihead_attention_golden.txt");
-  for (const GoldenCase& c : cases)
-    if (c.name == name) return c;
-  static const GoldenCase missing;
-  ADD_FAILURE() << "tests/golden/multihead_attention_golden.txt has no case " << name;
-  return missing;
+  return test::golden_case(cases, name, "multihead_attention_golden.txt");
 }
 
 // A golden 0/1 mask as uint8 (PyTorch's bool), or its values as float32.
 Tensor mask_of(const GoldenCase& c, const std::string& name, const char* kind_key) {
   if (!c.tensors.count(name)) return Tensor();
   const Tensor& t = c.tensor(name);
-  if (c.int_param(kind_key) != 1) return t;
-  std::vector<std::uint8_t> bits;
-  for (float v : t.to_vector<float>()) bits.push_back(v != 0.f ? 1 : 0);
-  return Tensor::from_vector(bits, t.shape());
+  return c.int_param(kind_key) == 1 ? test::golden_mask(t) : t;
 }
 
 TEST(MultiheadAttention, HasPyTorchsParametersAndInitialisation) {
