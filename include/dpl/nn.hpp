@@ -2,9 +2,9 @@
 // Umbrella header: modules, layers and parameter arenas.
 #include "dpl/autograd.hpp"
 #include "dpl/nn/any_module.hpp"
-#include "dpl/nn/attention.hpp"
 #include "dpl/nn/activations.hpp"
 #include "dpl/nn/arena.hpp"
+#include "dpl/nn/attention.hpp"
 #include "dpl/nn/containers.hpp"
 #include "dpl/nn/conv.hpp"
 #include "dpl/nn/embedding.hpp"

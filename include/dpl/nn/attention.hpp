@@ -47,7 +47,7 @@ struct MultiheadAttentionOptions {
 class MultiheadAttention : public Module {
  public:
   /// Requires embed_dim >= 1, num_heads >= 1 dividing it, dropout in [0, 1); throws dpl::Error
-  /// otherwise. Draws the weights from gen.
+  /// otherwise. Draws the weights and the dropout masks from gen, which must outlive the layer.
   explicit MultiheadAttention(const MultiheadAttentionOptions& options, Generator& gen = default_generator());
   /// MultiheadAttention(MultiheadAttentionOptions(embed_dim, num_heads), gen).
   MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads, Generator& gen = default_generator());
@@ -57,9 +57,9 @@ class MultiheadAttention : public Module {
   /// One float dtype and device, the layer's.
   /// key_padding_mask: none (undefined), or (N, S) ((S,) unbatched): uint8 0/1, where 1 excludes
   /// that key for every query (PyTorch's True), or float, added to the scores.
-  /// attn_mask: none, or (L, S) or (N * H, L, S): uint8 0/1, where 1 excludes that key for that
-  /// query, or float, added to the scores. A query whose keys are all excluded gets NaN, as in
-  /// PyTorch.
+  /// attn_mask: none, or (L, S) or (N * H, L, S) ((H, L, S) unbatched): uint8 0/1, where 1
+  /// excludes that key for that query, or float, added to the scores. A query whose keys are all
+  /// excluded gets NaN, as in PyTorch.
   /// is_causal: query i sees keys 0..i only (top-left alignment), on top of the masks.
   /// Returns (out, weights): out as query's shape; weights, when need_weights, the attention
   /// weights (after dropout) averaged over the heads, (N, L, S), or per head, (N, H, L, S), without
