@@ -29,8 +29,7 @@ Variable apply_mask(const Variable& scores, const Tensor& mask) {
 
 // Requires a mask that is uint8 or a float dtype, on `device`, of one of `shapes`; `what` names it.
 void check_mask(const Tensor& mask, const Device& device, const std::vector<Shape>& shapes, const char* what) {
-  const DType t = mask.dtype();
-  DPL_CHECK(t == kUInt8 || t == kFloat32 || t == kBFloat16 || t == kFloat16, "MultiheadAttention: expected ", what,
+  DPL_CHECK(mask.dtype() == kUInt8 || is_float_dtype(mask.dtype()), "MultiheadAttention: expected ", what,
             " of uint8 (1 excludes a key) or a float dtype (added to the scores), got ", describe(mask));
   DPL_CHECK(mask.device() == device, "MultiheadAttention: expected ", what, " on ", device.str(), ", got it on ",
             mask.device().str());
@@ -61,6 +60,15 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
 
 MultiheadAttention::MultiheadAttention(std::int64_t embed_dim, std::int64_t num_heads, Generator& gen)
     : MultiheadAttention(MultiheadAttentionOptions(embed_dim, num_heads), gen) {}
+
+const Tensor& MultiheadAttention::causal_mask(std::int64_t l, std::int64_t s, const Device& device) {
+  if (causal_.defined() && causal_.shape() == Shape{l, s} && causal_.device() == device) return causal_;
+  std::vector<std::uint8_t> later(static_cast<std::size_t>(l * s));
+  for (std::int64_t i = 0; i < l; ++i)
+    for (std::int64_t j = i + 1; j < s; ++j) later[static_cast<std::size_t>(i * s + j)] = 1;
+  causal_ = Tensor::from_vector(later, {l, s}, device);
+  return causal_;
+}
 
 std::tuple<Variable, Variable> MultiheadAttention::forward(const Variable& query, const Variable& key,
                                                            const Variable& value, const Tensor& key_padding_mask,
@@ -110,12 +118,7 @@ std::tuple<Variable, Variable> MultiheadAttention::forward(const Variable& query
       check_mask(key_padding_mask, device, {batched ? Shape{n, s} : Shape{s}}, "key_padding_mask");
       scores = apply_mask(scores, key_padding_mask.reshape({n, 1, 1, s}));
     }
-    if (is_causal) {
-      std::vector<std::uint8_t> later(static_cast<std::size_t>(l * s));
-      for (std::int64_t i = 0; i < l; ++i)
-        for (std::int64_t j = i + 1; j < s; ++j) later[static_cast<std::size_t>(i * s + j)] = 1;
-      scores = apply_mask(scores, Tensor::from_vector(later, {l, s}, device));
-    }
+    if (is_causal) scores = apply_mask(scores, causal_mask(l, s, device));
     weights = softmax(scores);
     if (dropping) weights = dropout(weights, options_.dropout(), *gen_, true);
     attended = matmul(weights, v);

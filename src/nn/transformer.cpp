@@ -31,7 +31,7 @@ std::shared_ptr<Linear> torch_linear(std::int64_t in, std::int64_t out, Generato
   return layer;
 }
 
-std::shared_ptr<LayerNorm> layer_norm(const TransformerLayerOptions& o) {
+std::shared_ptr<LayerNorm> norm_layer(const TransformerLayerOptions& o) {
   return std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()));
 }
 
@@ -80,8 +80,8 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   self_attn_ = register_module("self_attn", attention(options, gen));
   linear1_ = register_module("linear1", torch_linear(options.d_model(), options.dim_feedforward(), gen));
   linear2_ = register_module("linear2", torch_linear(options.dim_feedforward(), options.d_model(), gen));
-  norm1_ = register_module("norm1", layer_norm(options));
-  norm2_ = register_module("norm2", layer_norm(options));
+  norm1_ = register_module("norm1", norm_layer(options));
+  norm2_ = register_module("norm2", norm_layer(options));
 }
 
 Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& src_mask,
@@ -103,7 +103,7 @@ Variable TransformerEncoderLayer::forward(const Variable& src, const Tensor& src
 TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options, Generator& gen) {
   const auto list = register_module("layers", std::make_shared<ModuleList>());
   layers_ = stack_layers<TransformerEncoderLayer>(*list, options, gen, "TransformerEncoder");
-  if (options.norm()) norm_ = register_module("norm", layer_norm(options.layer()));
+  if (options.norm()) norm_ = register_module("norm", norm_layer(options.layer()));
 }
 
 Variable TransformerEncoder::forward(const Variable& src, const Tensor& mask, const Tensor& src_key_padding_mask,
@@ -121,9 +121,9 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
   multihead_attn_ = register_module("multihead_attn", attention(options, gen));
   linear1_ = register_module("linear1", torch_linear(options.d_model(), options.dim_feedforward(), gen));
   linear2_ = register_module("linear2", torch_linear(options.dim_feedforward(), options.d_model(), gen));
-  norm1_ = register_module("norm1", layer_norm(options));
-  norm2_ = register_module("norm2", layer_norm(options));
-  norm3_ = register_module("norm3", layer_norm(options));
+  norm1_ = register_module("norm1", norm_layer(options));
+  norm2_ = register_module("norm2", norm_layer(options));
+  norm3_ = register_module("norm3", norm_layer(options));
 }
 
 Variable TransformerDecoderLayer::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask,
@@ -153,7 +153,7 @@ Variable TransformerDecoderLayer::forward(const Variable& tgt, const Variable& m
 TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator& gen) {
   const auto list = register_module("layers", std::make_shared<ModuleList>());
   layers_ = stack_layers<TransformerDecoderLayer>(*list, options, gen, "TransformerDecoder");
-  if (options.norm()) norm_ = register_module("norm", layer_norm(options.layer()));
+  if (options.norm()) norm_ = register_module("norm", norm_layer(options.layer()));
 }
 
 Variable TransformerDecoder::forward(const Variable& tgt, const Variable& memory, const Tensor& tgt_mask,

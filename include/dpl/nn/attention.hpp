@@ -76,10 +76,16 @@ class MultiheadAttention : public Module {
   const MultiheadAttentionOptions& options() const { return options_; }
 
  private:
+  // The uint8 mask of l queries over s keys that leaves out key j > i, on device: built on the host
+  // for the first call of a shape and device and kept, so later calls (a CUDA graph's recording
+  // among them) copy nothing to the device.
+  const Tensor& causal_mask(std::int64_t l, std::int64_t s, const Device& device);
+
   MultiheadAttentionOptions options_;
   Variable in_proj_weight_, in_proj_bias_;
   std::shared_ptr<Linear> out_proj_;
   Generator* gen_;  // the dropout's draws
+  Tensor causal_;   // the last causal_mask
 };
 
 }  // namespace dpl::nn

@@ -116,16 +116,21 @@ TEST(MultiheadAttention, LoadsAPyTorchStateDict) {
 }
 
 // Without masks, weights to return or dropout the layer runs the fused attention op; with any of
-// them, the composition that keeps the weights. Same values either way, causal or not.
+// them, the composition that keeps the weights. Same values either way, causal or not, for key
+// sequences of several lengths one after the other (the composed path keeps its causal mask while
+// the shape stays and builds another when it changes).
 TEST(MultiheadAttention, TheFusedPathGivesTheComposedOnesValues) {
   Generator gen(5);
   nn::MultiheadAttention mha(nn::MultiheadAttentionOptions(12, 3).batch_first(true), gen);
-  const Variable q(Tensor::normal({2, 5, 12}, 0.f, 1.f, gen)), kv(Tensor::normal({2, 7, 12}, 0.f, 1.f, gen));
-  for (bool causal : {false, true}) {
-    const Variable fused = std::get<0>(mha.forward(q, kv, kv, Tensor(), false, Tensor(), true, causal));
-    const Variable composed = std::get<0>(mha.forward(q, kv, kv, Tensor(), true, Tensor(), true, causal));
-    expect_golden(fused.data(), composed.data(), causal ? "causal" : "not causal", 1e-5f, 1e-6f);
-  }
+  const Variable q(Tensor::normal({2, 5, 12}, 0.f, 1.f, gen));
+  for (std::int64_t keys : {7, 7, 4})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::to_string(keys) + " keys");
+      const Variable kv(Tensor::normal({2, keys, 12}, 0.f, 1.f, gen));
+      const Variable fused = std::get<0>(mha.forward(q, kv, kv, Tensor(), false, Tensor(), true, causal));
+      const Variable composed = std::get<0>(mha.forward(q, kv, kv, Tensor(), true, Tensor(), true, causal));
+      expect_golden(fused.data(), composed.data(), causal ? "causal" : "not causal", 1e-5f, 1e-6f);
+    }
 }
 
 // Dropout zeroes attention weights in training, scaling the others by 1 / (1 - p), and does nothing
